@@ -1,0 +1,150 @@
+// CPU kernels of the multi-tensor (foreach) updates used by optimizers. Every list is validated
+// before the first tensor is written.
+#include <cmath>
+
+#include "kiln/backend/cpu/loops.h"
+#include "kiln/ops/other_meta.h"
+#include "kiln/ops/structured.h"
+
+// bool lists compute in int and convert back; the conversion of a product is intended.
+#pragma GCC diagnostic ignored "-Wint-in-bool-context"
+
+namespace kiln::cpu {
+namespace {
+
+void check_writable(const char* op, const TensorList& self,
+                    std::initializer_list<const TensorList*> others) {
+  for (size_t i = 0; i < self.size(); ++i) {
+    const Tensor& t = self[i];
+    KILN_CHECK_DEVICE(t.device().is_cpu(), "[{}] tensor {} is on {}, expected cpu", op, i,
+                      t.device());
+    std::vector<const Tensor*> ins;
+    for (const TensorList* l : others) ins.push_back(&(*l)[i]);
+    TensorSpec spec{Shape(t.sizes()), t.dtype(), t.device()};
+    // check_inplace takes an initializer_list; check each input separately.
+    meta::check_inplace(op, t, spec, {});
+    for (const Tensor* in : ins) meta::check_inplace(op, t, spec, {in});
+  }
+}
+
+// self[i] = f(self[i], a[i], ...) with every operand in self[i]'s dtype.
+template <class... Lists, class Make>
+void update(const char* op, const TensorList& self, Make make, const Lists&... lists) {
+  for (size_t i = 0; i < self.size(); ++i) {
+    const Tensor& s = self[i];
+    if (s.numel() == 0) continue;
+    DType t = s.dtype();
+    std::array<Tensor, sizeof...(Lists)> cast{as_dtype(lists[i], t)...};
+    KILN_DISPATCH_TYPES(t, op, [&] {
+      using T = scalar_t;
+      auto f = make(static_cast<T*>(nullptr));
+      [&]<size_t... I>(std::index_sequence<I...>) {
+        std::array<const Tensor*, sizeof...(Lists) + 1> ins{&s, &cast[I]...};
+        elementwise<T, T, std::conditional_t<true, T, decltype(I)>...>(s, ins, f);
+      }(std::index_sequence_for<Lists...>{});
+    });
+    s.impl()->storage()->bump_version();
+  }
+}
+
+// The type arithmetic happens in; bool computes in int and converts back (nonzero is true).
+template <class T>
+using A = std::conditional_t<std::is_same_v<T, bool>, int, acc_t<T>>;
+
+void add_(const TensorList& self, const TensorList& other, const Scalar& alpha) {
+  meta::foreach_lists("foreach_add_", {&self, &other});
+  check_writable("foreach_add_", self, {&other});
+  update("foreach_add_", self, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    A<T> al = alpha.to<A<T>>();
+    return [al](T x, T y) -> T { return static_cast<A<T>>(x) + al * static_cast<A<T>>(y); };
+  }, other);
+}
+void mul_(const TensorList& self, const Scalar& scalar) {
+  meta::foreach_lists("foreach_mul_", {&self});
+  check_writable("foreach_mul_", self, {});
+  update("foreach_mul_", self, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    A<T> c = scalar.to<A<T>>();
+    return [c](T x) -> T { return static_cast<A<T>>(x) * c; };
+  });
+}
+void mul_list_(const TensorList& self, const TensorList& other) {
+  meta::foreach_lists("foreach_mul_list_", {&self, &other});
+  check_writable("foreach_mul_list_", self, {&other});
+  update("foreach_mul_list_", self, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return [](T x, T y) -> T { return static_cast<A<T>>(x) * static_cast<A<T>>(y); };
+  }, other);
+}
+void lerp_(const TensorList& self, const TensorList& end, const Scalar& weight) {
+  meta::foreach_lists("foreach_lerp_", {&self, &end});
+  meta::foreach_float("foreach_lerp_", self);
+  check_writable("foreach_lerp_", self, {&end});
+  update("foreach_lerp_", self, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    A<T> w = weight.to<A<T>>();
+    // PyTorch's formula: the endpoint nearer the weight anchors the sum, for exactness.
+    return [w](T s, T e) -> T {
+      A<T> x = s, y = e;
+      return std::abs(w) < A<T>(0.5) ? x + w * (y - x) : y - (y - x) * (A<T>(1) - w);
+    };
+  }, end);
+}
+void addcmul_(const TensorList& self, const TensorList& t1, const TensorList& t2,
+              const Scalar& value) {
+  meta::foreach_lists("foreach_addcmul_", {&self, &t1, &t2});
+  check_writable("foreach_addcmul_", self, {&t1, &t2});
+  update("foreach_addcmul_", self, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    A<T> v = value.to<A<T>>();
+    return [v](T s, T a, T b) -> T {
+      return static_cast<A<T>>(s) + v * static_cast<A<T>>(a) * static_cast<A<T>>(b);
+    };
+  }, t1, t2);
+}
+void addcdiv_(const TensorList& self, const TensorList& t1, const TensorList& t2,
+              const Scalar& value) {
+  meta::foreach_lists("foreach_addcdiv_", {&self, &t1, &t2});
+  meta::foreach_float("foreach_addcdiv_", self);
+  check_writable("foreach_addcdiv_", self, {&t1, &t2});
+  update("foreach_addcdiv_", self, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    A<T> v = value.to<A<T>>();
+    return [v](T s, T a, T b) -> T {
+      return static_cast<A<T>>(s) + v * (static_cast<A<T>>(a) / static_cast<A<T>>(b));
+    };
+  }, t1, t2);
+}
+void sqrt_(const TensorList& self) {
+  meta::foreach_lists("foreach_sqrt_", {&self});
+  meta::foreach_float("foreach_sqrt_", self);
+  check_writable("foreach_sqrt_", self, {});
+  update("foreach_sqrt_", self, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return [](T x) -> T { return std::sqrt(static_cast<A<T>>(x)); };
+  });
+}
+TensorList sqrt(const TensorList& self) {
+  meta::foreach_lists("foreach_sqrt", {&self});
+  TensorList out;
+  out.reserve(self.size());
+  for (const Tensor& t : self) out.push_back(ops::sqrt_op(t));
+  return out;
+}
+
+const bool registered = [] {
+  constexpr auto K = DispatchKey::CPU;
+  ops::foreach_add__op.set_kernel(K, &add_);
+  ops::foreach_mul__op.set_kernel(K, &mul_);
+  ops::foreach_mul_list__op.set_kernel(K, &mul_list_);
+  ops::foreach_lerp__op.set_kernel(K, &lerp_);
+  ops::foreach_addcmul__op.set_kernel(K, &addcmul_);
+  ops::foreach_addcdiv__op.set_kernel(K, &addcdiv_);
+  ops::foreach_sqrt__op.set_kernel(K, &sqrt_);
+  ops::foreach_sqrt_op.set_kernel(K, &sqrt);
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::cpu

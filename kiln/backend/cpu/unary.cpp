@@ -1,0 +1,142 @@
+// CPU kernels of the unary pointwise ops, clamp and gelu.
+#include <cmath>
+#include <numbers>
+
+#include "kiln/backend/cpu/loops.h"
+#include "kiln/ops/structured.h"
+
+namespace kiln::cpu {
+namespace {
+
+template <class T>
+using A = acc_t<T>;
+
+// out = f(a) computed in `compute` (a cast to it first), cast into out's dtype if it differs.
+template <class Make>
+void unary(const Tensor& out, const Tensor& a, DType compute, const char* op, Make make) {
+  Tensor ca = as_dtype(a, compute);
+  with_result_dtype(out, compute, [&](const Tensor& r) {
+    KILN_DISPATCH_TYPES(compute, op, [&] {
+      using T = scalar_t;
+      elementwise<T, T>(r, {&ca}, make(static_cast<T*>(nullptr)));
+    });
+  });
+}
+
+// For ops defined on floats only: the Make functor sees only floating types.
+#define KILN_FLOAT_UNARY(name, expr)                                                   \
+  void name##_impl(const Tensor& out, const Tensor& a) {                               \
+    unary(out, a, meta::float_result(a.dtype()), #name, [](auto* tag) {                \
+      using T = std::remove_pointer_t<decltype(tag)>;                                  \
+      return [](T v) -> T {                                                            \
+        if constexpr (std::is_floating_point_v<A<T>>) {                                \
+          A<T> x = v;                                                                  \
+          return expr;                                                                 \
+        } else {                                                                       \
+          return v; /* unreachable: float_result never picks an integer type */        \
+        }                                                                              \
+      };                                                                               \
+    });                                                                                \
+  }
+KILN_FLOAT_UNARY(exp, std::exp(x))
+KILN_FLOAT_UNARY(log, std::log(x))
+KILN_FLOAT_UNARY(sqrt, std::sqrt(x))
+KILN_FLOAT_UNARY(rsqrt, A<T>(1) / std::sqrt(x))
+KILN_FLOAT_UNARY(tanh, std::tanh(x))
+KILN_FLOAT_UNARY(sigmoid, A<T>(1) / (A<T>(1) + std::exp(-x)))
+KILN_FLOAT_UNARY(silu, x / (A<T>(1) + std::exp(-x)))
+KILN_FLOAT_UNARY(sin, std::sin(x))
+KILN_FLOAT_UNARY(cos, std::cos(x))
+#undef KILN_FLOAT_UNARY
+
+void neg_impl(const Tensor& out, const Tensor& a) {
+  unary(out, a, a.dtype(), "neg", [](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return [](T v) -> T { return -static_cast<A<T>>(v); };
+  });
+}
+void abs_impl(const Tensor& out, const Tensor& a) {
+  unary(out, a, a.dtype(), "abs", [](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return [](T v) -> T {
+      A<T> x = v;
+      if constexpr (std::is_unsigned_v<A<T>>) return x;
+      else return x < A<T>(0) ? -x : x;
+    };
+  });
+}
+void relu_impl(const Tensor& out, const Tensor& a) {
+  unary(out, a, a.dtype(), "relu", [](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return [](T v) -> T {
+      A<T> x = v;
+      return x > A<T>(0) ? x : (x != x ? x : A<T>(0));  // NaN stays NaN
+    };
+  });
+}
+void logical_not_impl(const Tensor& out, const Tensor& a) {
+  with_result_dtype(out, kBool, [&](const Tensor& r) {
+    KILN_DISPATCH_TYPES(a.dtype(), "logical_not", [&] {
+      elementwise<bool, scalar_t>(r, {&a}, [](scalar_t v) {
+        return !(static_cast<A<scalar_t>>(v) != A<scalar_t>(0));
+      });
+    });
+  });
+}
+
+void gelu_impl(const Tensor& out, const Tensor& a, bool approximate) {
+  unary(out, a, a.dtype(), "gelu", [approximate](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return [approximate](T v) -> T {
+      if constexpr (std::is_floating_point_v<A<T>>) {
+        using F = A<T>;
+        F x = v;
+        if (approximate) {
+          constexpr F kBeta = F(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/pi)
+          F inner = kBeta * (x + F(0.044715) * x * x * x);
+          return F(0.5) * x * (F(1) + std::tanh(inner));
+        }
+        return x * F(0.5) * (F(1) + std::erf(x * F(std::numbers::sqrt2 / 2)));
+      } else {
+        return v;
+      }
+    };
+  });
+}
+
+void clamp_impl(const Tensor& out, const Tensor& a, const OptScalar& lo, const OptScalar& hi) {
+  DType ct = meta::clamp(a, lo, hi).dtype;
+  unary(out, a, ct, "clamp", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    bool has_lo = lo.has_value(), has_hi = hi.has_value();
+    A<T> l = has_lo ? lo->to<A<T>>() : A<T>(0), h = has_hi ? hi->to<A<T>>() : A<T>(0);
+    return [=](T v) -> T {
+      A<T> x = v;
+      if constexpr (!std::is_integral_v<A<T>>)
+        if (x != x) return x;
+      if (has_lo && x < l) x = l;
+      if (has_hi && x > h) x = h;  // min wins when min > max, as in PyTorch
+      return x;
+    };
+  });
+}
+
+constexpr auto K = DispatchKey::CPU;
+KILN_REGISTER_POINTWISE(exp, K, &exp_impl);
+KILN_REGISTER_POINTWISE(log, K, &log_impl);
+KILN_REGISTER_POINTWISE(sqrt, K, &sqrt_impl);
+KILN_REGISTER_POINTWISE(rsqrt, K, &rsqrt_impl);
+KILN_REGISTER_POINTWISE(tanh, K, &tanh_impl);
+KILN_REGISTER_POINTWISE(sigmoid, K, &sigmoid_impl);
+KILN_REGISTER_POINTWISE(silu, K, &silu_impl);
+KILN_REGISTER_POINTWISE(sin, K, &sin_impl);
+KILN_REGISTER_POINTWISE(cos, K, &cos_impl);
+KILN_REGISTER_POINTWISE(neg, K, &neg_impl);
+KILN_REGISTER_POINTWISE(abs, K, &abs_impl);
+KILN_REGISTER_POINTWISE(relu, K, &relu_impl);
+KILN_REGISTER_POINTWISE(logical_not, K, &logical_not_impl);
+KILN_REGISTER_POINTWISE(gelu, K, &gelu_impl);
+KILN_REGISTER_POINTWISE(clamp, K, &clamp_impl);
+
+}  // namespace
+}  // namespace kiln::cpu

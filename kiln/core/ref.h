@@ -1,0 +1,68 @@
+#pragma once
+// Intrusive reference counting for tensors and storages: one atomic in the object, a
+// pointer-sized handle, no control block.
+#include <atomic>
+#include <cstdint>
+#include <utility>
+
+namespace kiln {
+
+class RefCounted {
+ public:
+  RefCounted() = default;
+  RefCounted(const RefCounted&) = delete;
+  RefCounted& operator=(const RefCounted&) = delete;
+  int use_count() const { return refs_.load(std::memory_order_relaxed); }
+
+ protected:
+  virtual ~RefCounted() = default;
+
+ private:
+  template <class T> friend class Ref;
+  void retain() const { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void release() const {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+  mutable std::atomic<int32_t> refs_{0};
+};
+
+// Owning handle to a RefCounted object.
+template <class T>
+class Ref {
+ public:
+  Ref() = default;
+  explicit Ref(T* p) : p_(p) {
+    if (p_) p_->retain();
+  }
+  Ref(const Ref& o) : p_(o.p_) {
+    if (p_) p_->retain();
+  }
+  Ref(Ref&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  Ref& operator=(const Ref& o) {
+    Ref(o).swap(*this);
+    return *this;
+  }
+  Ref& operator=(Ref&& o) noexcept {
+    Ref(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~Ref() {
+    if (p_) p_->release();
+  }
+  void swap(Ref& o) noexcept { std::swap(p_, o.p_); }
+  T* get() const { return p_; }
+  T* operator->() const { return p_; }
+  T& operator*() const { return *p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  bool operator==(const Ref& o) const { return p_ == o.p_; }
+
+ private:
+  T* p_ = nullptr;
+};
+
+template <class T, class... Args>
+Ref<T> make_ref(Args&&... args) {
+  return Ref<T>(new T(std::forward<Args>(args)...));
+}
+
+}  // namespace kiln

@@ -1,0 +1,43 @@
+#pragma once
+// Allocators and storages: bytes on one device.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "kiln/core/device.h"
+#include "kiln/core/ref.h"
+
+namespace kiln {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns nbytes of memory (nullptr only for nbytes == 0). Throws on failure.
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* p, size_t nbytes) = 0;
+};
+
+// Host memory aligned to 64 bytes.
+Allocator* cpu_allocator();
+
+// Bytes on one device from one allocator. A meta storage has no bytes (data() is nullptr).
+// The version counter is shared by every tensor viewing this storage; in-place ops bump it.
+class StorageImpl : public RefCounted {
+ public:
+  StorageImpl(size_t nbytes, Device device, Allocator* allocator);
+  ~StorageImpl() override;
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  void* data_ = nullptr;
+  size_t nbytes_;
+  Device device_;
+  Allocator* allocator_;
+  std::atomic<uint64_t> version_{0};
+};
+
+}  // namespace kiln

@@ -1,0 +1,78 @@
+#pragma once
+// TensorImpl: sizes, strides, offset, dtype, device, key set, storage. See DESIGN.md.
+#include <memory>
+
+#include "kiln/core/dispatch_key.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/small_vector.h"
+#include "kiln/core/storage.h"
+
+namespace kiln {
+
+// Per-tensor autograd state; defined by the autograd layer.
+class AutogradMetaBase {
+ public:
+  virtual ~AutogradMetaBase() = default;
+};
+
+class TensorImpl : public RefCounted {
+ public:
+  // A tensor over `storage` with the given geometry. Strides are in elements.
+  TensorImpl(Ref<StorageImpl> storage, DType dtype, IntArrayRef sizes, IntArrayRef strides,
+             int64_t offset);
+
+  IntArrayRef sizes() const { return sizes_; }
+  IntArrayRef strides() const { return strides_; }
+  int64_t dim() const { return static_cast<int64_t>(sizes_.size()); }
+  int64_t numel() const { return numel_; }
+  int64_t storage_offset() const { return offset_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  DispatchKeySet key_set() const { return keys_; }
+  bool is_contiguous() const { return contiguous_; }
+  StorageImpl* storage() const { return storage_.get(); }
+  const Ref<StorageImpl>& storage_ref() const { return storage_; }
+  // First element; nullptr for meta tensors.
+  void* data() const {
+    char* base = static_cast<char*>(storage_->data());
+    return base ? base + offset_ * static_cast<int64_t>(itemsize(dtype_)) : nullptr;
+  }
+
+  // Replaces the geometry (used by view ops on a fresh impl and by resize of outputs).
+  void set_geometry(IntArrayRef sizes, IntArrayRef strides, int64_t offset);
+  void add_key(DispatchKey k) { keys_ = keys_.add(k); }
+  void remove_key(DispatchKey k) { keys_ = keys_.remove(k); }
+
+  // A 0-d tensor made from a C++ number (`add(t, 2.0)`): it promotes like a Scalar, not like a
+  // tensor (PyTorch's wrapped numbers).
+  bool is_wrapped_number() const { return wrapped_number_; }
+  void set_wrapped_number(bool w) { wrapped_number_ = w; }
+
+  bool requires_grad() const { return requires_grad_; }
+  void set_requires_grad(bool r) { requires_grad_ = r; }
+  AutogradMetaBase* autograd_meta() const { return autograd_.get(); }
+  void set_autograd_meta(std::unique_ptr<AutogradMetaBase> m) { autograd_ = std::move(m); }
+
+ private:
+  void refresh();
+
+  Shape sizes_;
+  Shape strides_;
+  int64_t offset_ = 0;
+  int64_t numel_ = 1;
+  Ref<StorageImpl> storage_;
+  DType dtype_;
+  Device device_;
+  DispatchKeySet keys_;
+  bool contiguous_ = true;
+  bool requires_grad_ = false;
+  bool wrapped_number_ = false;
+  std::unique_ptr<AutogradMetaBase> autograd_;
+};
+
+// Row-major strides for `sizes`.
+Shape contiguous_strides(IntArrayRef sizes);
+// Product of sizes, checked against overflow: "[op] ... too many elements".
+int64_t checked_numel(IntArrayRef sizes, const char* op);
+
+}  // namespace kiln

@@ -1,0 +1,74 @@
+#include "kiln/dispatch/op.h"
+
+namespace kiln {
+
+namespace {
+BoxedKernel g_fallbacks[kNumDispatchKeys] = {};
+
+bool is_backend_key(DispatchKey k) { return k >= DispatchKey::CPU && k <= DispatchKey::Meta; }
+}  // namespace
+
+LocalDispatchState& local_dispatch_state() {
+  static thread_local LocalDispatchState state;
+  return state;
+}
+
+ExcludeKeyGuard::ExcludeKeyGuard(DispatchKey k)
+    : state_(local_dispatch_state()), saved_(state_.excluded) {
+  state_.excluded = state_.excluded.add(k);
+}
+ExcludeKeyGuard::~ExcludeKeyGuard() { state_.excluded = saved_; }
+
+IncludeKeyGuard::IncludeKeyGuard(DispatchKey k)
+    : state_(local_dispatch_state()), saved_(state_.included) {
+  state_.included = state_.included.add(k);
+}
+IncludeKeyGuard::~IncludeKeyGuard() { state_.included = saved_; }
+
+void register_fallback(DispatchKey key, BoxedKernel fn) { g_fallbacks[static_cast<int>(key)] = fn; }
+BoxedKernel fallback_for(DispatchKey key) { return g_fallbacks[static_cast<int>(key)]; }
+
+void OpDef::set_kernel_raw(DispatchKey k, void* fn) {
+  KILN_ASSERT(k != DispatchKey::Undefined && k != DispatchKey::NumKeys);
+  unboxed_[static_cast<int>(k)] = fn;
+}
+
+DispatchKey OpDef::resolve_slow(DispatchKeySet ks, BoxedKernel* fallback) const {
+  while (true) {
+    DispatchKey k = ks.highest();
+    if (k == DispatchKey::Undefined)
+      KILN_THROW(Value, "[{}] no tensor argument and no default device to dispatch on", name_);
+    if (unboxed_[static_cast<int>(k)]) return k;
+    if (BoxedKernel f = g_fallbacks[static_cast<int>(k)]) {
+      *fallback = f;
+      return DispatchKey::Undefined;
+    }
+    if (is_backend_key(k)) detail::throw_no_kernel(*this, k);
+    ks = ks.remove(k);  // layers above the backends fall through
+  }
+}
+
+void OpDef::call_boxed_at(DispatchKey key, Stack& stack) const {
+  if (void* fn = unboxed_[static_cast<int>(key)]) return caller_(fn, stack);
+  if (BoxedKernel f = g_fallbacks[static_cast<int>(key)]) return f(*this, key, stack);
+  detail::throw_no_kernel(*this, key);
+}
+
+void OpDef::call_boxed(Stack& stack) const {
+  const LocalDispatchState& tls = local_dispatch_state();
+  DispatchKeySet ks = (detail::key_set_of_stack(stack) | tls.included) - tls.excluded;
+  BoxedKernel fallback = nullptr;
+  DispatchKey k = resolve_slow(ks, &fallback);
+  if (k != DispatchKey::Undefined) return caller_(unboxed_[static_cast<int>(k)], stack);
+  fallback(*this, ks.highest(), stack);
+}
+
+namespace detail {
+void throw_no_kernel(const OpDef& op, DispatchKey key) {
+  throw NotImplementedError(fmt::format("[{}] no kernel for dispatch key {} (is the op supported on "
+                                        "this device?)",
+                                        op.name(), key_name(key)));
+}
+}  // namespace detail
+
+}  // namespace kiln

@@ -1,0 +1,198 @@
+#pragma once
+// Op definitions and the dispatcher. See DESIGN.md "Dispatch".
+//
+// Note [Dispatch key order]
+// A call unions the key sets of its tensor arguments, adds the thread-local included keys,
+// removes the excluded ones, and runs the kernel of the highest key left. A layer above the
+// backends (Autograd, Trace, ...) does its work and calls the op again with its own key
+// excluded (ExcludeKeyGuard). A key with neither a kernel nor a boxed fallback is skipped for
+// the layers above the backends; for a backend key it is a NotImplementedError.
+#include <span>
+#include <string_view>
+#include <utility>
+
+#include "kiln/core/dispatch_key.h"
+#include "kiln/core/error.h"
+#include "kiln/dispatch/ivalue.h"
+
+namespace kiln {
+
+class OpDef;
+
+// A kernel that takes its arguments as a Stack and leaves its results there.
+using BoxedKernel = void (*)(const OpDef& op, DispatchKey key, Stack& stack);
+
+// Thread-local included / excluded keys.
+struct LocalDispatchState {
+  DispatchKeySet included;
+  DispatchKeySet excluded;
+};
+LocalDispatchState& local_dispatch_state();
+
+// RAII: excludes a key for the current thread (how a layer redispatches below itself).
+class ExcludeKeyGuard {
+ public:
+  explicit ExcludeKeyGuard(DispatchKey k);
+  ~ExcludeKeyGuard();
+  ExcludeKeyGuard(const ExcludeKeyGuard&) = delete;
+  ExcludeKeyGuard& operator=(const ExcludeKeyGuard&) = delete;
+
+ private:
+  LocalDispatchState& state_;
+  DispatchKeySet saved_;
+};
+// RAII: includes a key for the current thread (e.g. Trace while tracing).
+class IncludeKeyGuard {
+ public:
+  explicit IncludeKeyGuard(DispatchKey k);
+  ~IncludeKeyGuard();
+  IncludeKeyGuard(const IncludeKeyGuard&) = delete;
+  IncludeKeyGuard& operator=(const IncludeKeyGuard&) = delete;
+
+ private:
+  LocalDispatchState& state_;
+  DispatchKeySet saved_;
+};
+
+// Installs a boxed fallback that handles every op at `key` without a kernel of its own.
+void register_fallback(DispatchKey key, BoxedKernel fn);
+BoxedKernel fallback_for(DispatchKey key);
+
+// What an op's outputs are, for layers that need to know (views alias, in-place mutates).
+enum class OpKind : uint8_t { Functional, InPlace, Out, View, Factory };
+
+// One op: its schema, its meta function, and its kernels per dispatch key.
+class OpDef {
+ public:
+  // Calls a kernel given unboxed argument pointers; generated per signature.
+  using BoxedCaller = void (*)(void* fn, Stack& stack);
+
+  constexpr OpDef(std::string_view name, std::string_view schema, OpKind kind, BoxedCaller caller)
+      : name_(name), schema_(schema), kind_(kind), caller_(caller) {}
+
+  std::string_view name() const { return name_; }
+  std::string_view schema() const { return schema_; }
+  OpKind kind() const { return kind_; }
+  bool has_kernel(DispatchKey k) const { return unboxed_[static_cast<int>(k)] != nullptr; }
+  bool has_meta() const { return meta_ != nullptr; }
+  void* unboxed(DispatchKey k) const { return unboxed_[static_cast<int>(k)]; }
+
+  // Runs the op from boxed arguments, dispatching on the tensors in the stack.
+  void call_boxed(Stack& stack) const;
+  // Runs the kernel at exactly `key` (or the key's fallback) from boxed arguments.
+  void call_boxed_at(DispatchKey key, Stack& stack) const;
+
+  void set_kernel_raw(DispatchKey k, void* fn);
+  void set_meta_raw(void* fn) { meta_ = fn; }
+  void* meta_raw() const { return meta_; }
+
+  // Where the fast path found no kernel at `key`: resolves a fallback, falls through, or
+  // throws. Returns the key whose kernel to run unboxed, or Undefined to run `fallback` boxed.
+  DispatchKey resolve_slow(DispatchKeySet ks, BoxedKernel* fallback) const;
+
+ private:
+  std::string_view name_;
+  std::string_view schema_;
+  OpKind kind_;
+  BoxedCaller caller_;
+  void* meta_ = nullptr;
+  void* unboxed_[kNumDispatchKeys] = {};
+};
+
+namespace detail {
+
+inline DispatchKeySet key_set_of(const Tensor& t) { return t.key_set(); }
+inline DispatchKeySet key_set_of(const TensorList& ts) {
+  DispatchKeySet s;
+  for (const auto& t : ts) s = s | t.key_set();
+  return s;
+}
+inline DispatchKeySet key_set_of(Device d) { return DispatchKeySet(d.dispatch_key()); }
+template <class T>
+DispatchKeySet key_set_of(const T&) {
+  return {};
+}
+
+inline DispatchKeySet key_set_of_stack(const Stack& stack) {
+  DispatchKeySet s;
+  for (const auto& v : stack) {
+    if (auto* t = std::get_if<Tensor>(&v)) s = s | t->key_set();
+    else if (auto* l = std::get_if<TensorList>(&v)) s = s | key_set_of(*l);
+    else if (auto* d = std::get_if<Device>(&v)) s = s | key_set_of(*d);
+  }
+  return s;
+}
+
+template <class Sig>
+struct BoxedCallerFor;
+template <class R, class... A>
+struct BoxedCallerFor<R(A...)> {
+  static void call(void* fn, Stack& stack) {
+    KILN_ASSERT(stack.size() == sizeof...(A), "boxed call expected {} arguments, got {}",
+                sizeof...(A), stack.size());
+    call_impl(fn, stack, std::index_sequence_for<A...>{});
+  }
+  template <size_t... I>
+  static void call_impl(void* fn, Stack& stack, std::index_sequence<I...>) {
+    auto f = reinterpret_cast<R (*)(A...)>(fn);
+    if constexpr (std::is_void_v<R>) {
+      f(from_ivalue<A>(stack[I])...);
+      stack.clear();
+    } else {
+      R r = f(from_ivalue<A>(stack[I])...);
+      stack.clear();
+      push_result(stack, std::move(r));
+    }
+  }
+};
+
+[[noreturn]] void throw_no_kernel(const OpDef& op, DispatchKey key);
+
+}  // namespace detail
+
+// A typed handle: calling it dispatches. One per op, defined in kiln/ops/op_list.cpp.
+template <class Sig>
+class TypedOp;
+template <class R, class... A>
+class TypedOp<R(A...)> {
+ public:
+  using Sig = R(A...);
+  constexpr TypedOp(std::string_view name, std::string_view schema, OpKind kind)
+      : def(name, schema, kind, &detail::BoxedCallerFor<Sig>::call) {}
+
+  R operator()(A... args) const {
+    const LocalDispatchState& tls = local_dispatch_state();
+    DispatchKeySet ks =
+        ((detail::key_set_of(args) | ... | DispatchKeySet()) | tls.included) - tls.excluded;
+    void* fn = def.unboxed(ks.highest());
+    if (__builtin_expect(fn != nullptr, 1))
+      return reinterpret_cast<R (*)(A...)>(fn)(std::forward<A>(args)...);
+    return call_slow(ks, std::forward<A>(args)...);
+  }
+
+  // Calls the kernel at `key` directly (no key computation): for layers that redispatch.
+  R call_at(DispatchKey key, A... args) const {
+    void* fn = def.unboxed(key);
+    if (!fn) detail::throw_no_kernel(def, key);
+    return reinterpret_cast<R (*)(A...)>(fn)(std::forward<A>(args)...);
+  }
+
+  void set_kernel(DispatchKey k, R (*fn)(A...)) { def.set_kernel_raw(k, reinterpret_cast<void*>(fn)); }
+
+  OpDef def;
+
+ private:
+  R call_slow(DispatchKeySet ks, A... args) const {
+    BoxedKernel fallback = nullptr;
+    DispatchKey k = def.resolve_slow(ks, &fallback);
+    if (k != DispatchKey::Undefined)
+      return reinterpret_cast<R (*)(A...)>(def.unboxed(k))(std::forward<A>(args)...);
+    Stack stack;
+    stack.reserve(sizeof...(A));
+    (stack.push_back(detail::to_ivalue(args)), ...);
+    fallback(def, ks.highest(), stack);
+    if constexpr (!std::is_void_v<R>) return detail::PopResult<R>::get(stack);
+  }
+};
+
+}  // namespace kiln

@@ -1,0 +1,9 @@
+#pragma once
+// Umbrella header for Kiln users.
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/core/generator.h"
+#include "kiln/core/scalar.h"
+#include "kiln/core/tensor.h"
+#include "kiln/ops/ops.h"

@@ -1,0 +1,259 @@
+#pragma once
+// Kiln's functional API. Every function dispatches (see kiln/dispatch/op.h); errors are
+// raised before anything is written. Scalar arguments promote like PyTorch's wrapped numbers.
+#include <optional>
+#include <vector>
+
+#include "kiln/core/generator.h"
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+// ---------------------------------------------------------------- factories
+// dtype defaults to default_dtype() (int64 for arange/randint of integers), device to
+// default_device().
+Tensor empty(IntArrayRef sizes, std::optional<DType> dtype = {}, std::optional<Device> device = {});
+Tensor zeros(IntArrayRef sizes, std::optional<DType> dtype = {}, std::optional<Device> device = {});
+Tensor ones(IntArrayRef sizes, std::optional<DType> dtype = {}, std::optional<Device> device = {});
+// dtype defaults to the value's category: bool, int64 or the default float dtype.
+Tensor full(IntArrayRef sizes, const Scalar& value, std::optional<DType> dtype = {},
+            std::optional<Device> device = {});
+Tensor empty_like(const Tensor& t);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, const Scalar& value);
+// [start, end) in steps; int64 when all three are integers, else the default float dtype.
+Tensor arange(const Scalar& end, std::optional<DType> dtype = {}, std::optional<Device> device = {});
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1,
+              std::optional<DType> dtype = {}, std::optional<Device> device = {});
+Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps,
+                std::optional<DType> dtype = {}, std::optional<Device> device = {});
+// Uniform [0, 1), standard normal, and integers in [low, high). `gen` defaults to the
+// process-wide generator (see manual_seed).
+Tensor rand(IntArrayRef sizes, Generator* gen = nullptr, std::optional<DType> dtype = {},
+            std::optional<Device> device = {});
+Tensor randn(IntArrayRef sizes, Generator* gen = nullptr, std::optional<DType> dtype = {},
+             std::optional<Device> device = {});
+Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, Generator* gen = nullptr,
+               std::optional<DType> dtype = {}, std::optional<Device> device = {});
+Tensor rand_like(const Tensor& t, Generator* gen = nullptr);
+Tensor randn_like(const Tensor& t, Generator* gen = nullptr);
+// A tensor holding a copy of `values` with the given shape (1-D when sizes is empty).
+template <class T>
+Tensor from_vector(const std::vector<T>& values, IntArrayRef sizes = {},
+                   std::optional<Device> device = {});
+// A 0-d tensor; `wrapped` marks it as a C++ number for type promotion.
+Tensor scalar_tensor(const Scalar& value, std::optional<DType> dtype = {},
+                     std::optional<Device> device = {});
+
+// ---------------------------------------------------------------- pointwise
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor add(const Tensor& a, const Scalar& b, const Scalar& alpha = 1);
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor sub(const Tensor& a, const Scalar& b, const Scalar& alpha = 1);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Scalar& b);
+// True division: integer inputs give a floating result.
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Scalar& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Scalar& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Scalar& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Scalar& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Scalar& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Scalar& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Scalar& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Scalar& b);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+Tensor logical_not(const Tensor& a);
+Tensor neg(const Tensor& a);
+Tensor abs(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor rsqrt(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor relu(const Tensor& a);
+Tensor silu(const Tensor& a);
+Tensor sin(const Tensor& a);
+Tensor cos(const Tensor& a);
+// approximate = false: x * Phi(x) with erf; true: the tanh approximation.
+Tensor gelu(const Tensor& a, bool approximate_tanh = false);
+Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max = {});
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
+Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value);
+// Cast (same as t.to(dtype)).
+Tensor cast(const Tensor& t, DType dtype);
+
+// In place on `self` (returned). The result must have self's shape and a castable dtype.
+Tensor& add_(Tensor& self, const Tensor& b, const Scalar& alpha = 1);
+Tensor& add_(Tensor& self, const Scalar& b, const Scalar& alpha = 1);
+Tensor& sub_(Tensor& self, const Tensor& b, const Scalar& alpha = 1);
+Tensor& mul_(Tensor& self, const Tensor& b);
+Tensor& mul_(Tensor& self, const Scalar& b);
+Tensor& div_(Tensor& self, const Tensor& b);
+Tensor& div_(Tensor& self, const Scalar& b);
+Tensor& clamp_(Tensor& self, std::optional<Scalar> min, std::optional<Scalar> max = {});
+Tensor& relu_(Tensor& self);
+Tensor& sqrt_(Tensor& self);
+Tensor& neg_(Tensor& self);
+Tensor& exp_(Tensor& self);
+// self += value * t1 * t2 and self += value * t1 / t2.
+Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value = 1);
+Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value = 1);
+// self += weight * (end - self).
+Tensor& lerp_(Tensor& self, const Tensor& end, const Scalar& weight);
+
+// out= variants: `out` must already have the result's shape (no resizing) and a dtype the
+// result can be cast to; it may not overlap the inputs.
+Tensor& add_out(Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor& sub_out(Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& div_out(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& mm_out(Tensor& out, const Tensor& a, const Tensor& b);
+Tensor& sum_out(Tensor& out, const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);
+
+// ---------------------------------------------------------------- reductions
+// `dims` empty means every dim.
+Tensor sum(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false,
+           std::optional<DType> dtype = {});
+Tensor mean(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false,
+            std::optional<DType> dtype = {});
+// correction 1 is the unbiased estimator.
+Tensor var(const Tensor& a, IntArrayRef dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor amax(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);
+// Max/min over all elements.
+Tensor max(const Tensor& a);
+Tensor min(const Tensor& a);
+// (values, indices) along `dim`; ties give the first index.
+std::tuple<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim = false);
+std::tuple<Tensor, Tensor> min(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor& a, std::optional<int64_t> dim = {}, bool keepdim = false);
+Tensor argmin(const Tensor& a, std::optional<int64_t> dim = {}, bool keepdim = false);
+Tensor all(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);
+Tensor any(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);
+Tensor softmax(const Tensor& a, int64_t dim);
+Tensor log_softmax(const Tensor& a, int64_t dim);
+
+// ---------------------------------------------------------------- linear algebra
+Tensor mm(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);
+// beta * self + alpha * (a @ b)
+Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta = 1,
+             const Scalar& alpha = 1);
+// NumPy matmul semantics: 1-D, 2-D and batched with broadcasting of batch dims.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x @ weight^T + bias; weight is [out, in], bias [out] or undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// ---------------------------------------------------------------- neural-net functions
+Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
+Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight = {},
+                double eps = 1e-6);
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+// Mean negative log-likelihood over targets != ignore_index. input is [N, C] log-probabilities.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100);
+// log_softmax + nll_loss over the last dim of [N, C] logits.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100);
+// In training, zeroes each element with probability p and scales the rest by 1/(1-p).
+Tensor dropout(const Tensor& x, double p, bool train = true, Generator* gen = nullptr);
+// softmax(q k^T * scale + mask) v over [..., L, E] inputs. mask is a bool tensor (true = keep)
+// or an additive float tensor; causal masks out keys after each query.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& attn_mask = {}, bool is_causal = false,
+                                    std::optional<double> scale = {});
+
+// ---------------------------------------------------------------- views and shapes
+// Views share storage with the input; writes through one are seen by the other.
+Tensor view(const Tensor& t, IntArrayRef sizes);
+// A view when the strides allow it, else a copy.
+Tensor reshape(const Tensor& t, IntArrayRef sizes);
+Tensor permute(const Tensor& t, IntArrayRef dims);
+Tensor transpose(const Tensor& t, int64_t dim0, int64_t dim1);
+// Transpose of a tensor of at most 2 dims.
+Tensor t(const Tensor& t);
+Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length);
+Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor select(const Tensor& t, int64_t dim, int64_t index);
+Tensor expand(const Tensor& t, IntArrayRef sizes);
+Tensor expand_as(const Tensor& t, const Tensor& other);
+Tensor squeeze(const Tensor& t, std::optional<int64_t> dim = {});
+Tensor unsqueeze(const Tensor& t, int64_t dim);
+Tensor flatten(const Tensor& t, int64_t start_dim = 0, int64_t end_dim = -1);
+Tensor as_strided(const Tensor& t, IntArrayRef sizes, IntArrayRef strides,
+                  std::optional<int64_t> storage_offset = {});
+Tensor detach(const Tensor& t);
+Tensor contiguous(const Tensor& t);
+Tensor clone(const Tensor& t);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// Pieces of `split_size` along dim (the last may be smaller).
+std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& t, IntArrayRef sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim = 0);
+
+// ---------------------------------------------------------------- indexing
+Tensor index_select(const Tensor& t, int64_t dim, const Tensor& index);
+Tensor gather(const Tensor& t, int64_t dim, const Tensor& index);
+// A copy of self with src added at index along dim (in-place variants below).
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
+                 const Scalar& alpha = 1);
+Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
+                   const Scalar& alpha = 1);
+Tensor triu(const Tensor& t, int64_t diagonal = 0);
+Tensor tril(const Tensor& t, int64_t diagonal = 0);
+// num_classes -1 infers max + 1 from the data (a host read).
+Tensor one_hot(const Tensor& t, int64_t num_classes = -1);
+
+// ---------------------------------------------------------------- multi-tensor updates
+void foreach_add_(const std::vector<Tensor>& self, const std::vector<Tensor>& other,
+                  const Scalar& alpha = 1);
+void foreach_mul_(const std::vector<Tensor>& self, const Scalar& scalar);
+void foreach_mul_(const std::vector<Tensor>& self, const std::vector<Tensor>& other);
+void foreach_lerp_(const std::vector<Tensor>& self, const std::vector<Tensor>& end,
+                   const Scalar& weight);
+void foreach_addcmul_(const std::vector<Tensor>& self, const std::vector<Tensor>& t1,
+                      const std::vector<Tensor>& t2, const Scalar& value = 1);
+void foreach_addcdiv_(const std::vector<Tensor>& self, const std::vector<Tensor>& t1,
+                      const std::vector<Tensor>& t2, const Scalar& value = 1);
+std::vector<Tensor> foreach_sqrt(const std::vector<Tensor>& self);
+void foreach_sqrt_(const std::vector<Tensor>& self);
+
+// ---------------------------------------------------------------- operators
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Scalar& b);
+Tensor operator+(const Scalar& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Scalar& b);
+Tensor operator-(const Scalar& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Scalar& b);
+Tensor operator*(const Scalar& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Scalar& b);
+Tensor operator/(const Scalar& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+
+// Whether a and b have the same shape and all elements satisfy |a - b| <= atol + rtol * |b|
+// (NaNs equal when equal_nan).
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+              bool equal_nan = false);
+bool equal(const Tensor& a, const Tensor& b);
+
+}  // namespace kiln

@@ -1,0 +1,250 @@
+// Meta functions and meta-device kernels of factories, copies, multi-output ops and foreach.
+#include "kiln/ops/other_meta.h"
+
+#include <cmath>
+
+#include "kiln/ops/structured.h"
+
+namespace kiln {
+
+namespace detail {
+Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device) {
+  size_t nbytes = static_cast<size_t>(checked_numel(sizes, "empty")) * itemsize(dtype);
+  Allocator* alloc;
+  if (device.is_cpu()) {
+    alloc = cpu_allocator();
+  } else {
+    DeviceInterface* iface = device_interface(device.type());
+    KILN_CHECK_DEVICE(iface != nullptr, "[empty] no backend is loaded for device {}", device);
+    alloc = iface->allocator(device.index());
+  }
+  auto storage = make_ref<StorageImpl>(nbytes, device, alloc);
+  return Tensor(make_ref<TensorImpl>(std::move(storage), dtype, sizes, contiguous_strides(sizes), 0));
+}
+}  // namespace detail
+
+namespace meta {
+
+void factory(const char* op, IntArrayRef sizes, DType) { checked_numel(sizes, op); }
+
+int64_t arange_length(const Scalar& start, const Scalar& end, const Scalar& step) {
+  double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  KILN_CHECK(st != 0, "[arange] step must be nonzero");
+  KILN_CHECK(std::isfinite(s) && std::isfinite(e), "[arange] unsupported range: {} -> {}", s, e);
+  KILN_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
+             "[arange] upper bound and larger bound inconsistent with step sign: start {}, end "
+             "{}, step {}",
+             start, end, step);
+  if (start.is_floating() || end.is_floating() || step.is_floating())
+    return static_cast<int64_t>(std::ceil((e - s) / st));
+  int64_t si = start.to_int(), ei = end.to_int(), sti = step.to_int();
+  return sti > 0 ? (ei - si + sti - 1) / sti : (si - ei - sti - 1) / -sti;
+}
+void arange(const Scalar& start, const Scalar& end, const Scalar& step, DType dtype) {
+  (void)arange_length(start, end, step);
+  KILN_CHECK_TYPE(dtype != kBool, "[arange] bool dtype is not supported");
+}
+void linspace(const Scalar&, const Scalar&, int64_t steps, DType dtype) {
+  KILN_CHECK(steps >= 0, "[linspace] number of steps must be non-negative, got {}", steps);
+  KILN_CHECK_TYPE(dtype != kBool, "[linspace] bool dtype is not supported");
+}
+void randint(int64_t low, int64_t high, IntArrayRef sizes, DType dtype) {
+  factory("randint", sizes, dtype);
+  KILN_CHECK(low < high, "[randint] expected low < high, but got low={} and high={}", low, high);
+  KILN_CHECK_TYPE(dtype != kBool && !is_floating(dtype) ? true : is_floating(dtype),
+                  "[randint] bool dtype is not supported");
+}
+
+void copy_(const Tensor& self, const Tensor& src) {
+  check_defined("copy_", self, "self");
+  check_defined("copy_", src, "src");
+  Shape b = broadcast_shapes("copy_", self.sizes(), src.sizes());
+  KILN_CHECK(std::ranges::equal(b, self.sizes()),
+             "[copy_] src of shape [{}] cannot be broadcast to self of shape [{}]",
+             fmt::join(src.sizes(), ", "), fmt::join(self.sizes(), ", "));
+  TensorSpec spec{Shape(self.sizes()), self.dtype(), self.device()};
+  check_inplace("copy_", self, spec, {&src});
+}
+void fill_(const Tensor& self, const Scalar& value) {
+  check_defined("fill_", self, "self");
+  KILN_CHECK_TYPE(is_floating(self.dtype()) || !value.is_floating() ||
+                      value.to_double() == std::trunc(value.to_double()) || self.dtype() == kBool,
+                  "[fill_] value {} cannot be converted to {} without overflow or truncation",
+                  value, self.dtype());
+  check_inplace("fill_", self, {Shape(self.sizes()), self.dtype(), self.device()}, {});
+}
+TensorSpec to_copy(const Tensor& self, DType dtype, Device device) {
+  check_defined("to", self, "self");
+  return {Shape(self.sizes()), dtype, device};
+}
+namespace {
+TensorSpec minmax_dim(const char* op, const Tensor& self, int64_t dim, bool keepdim) {
+  check_defined(op, self, "self");
+  KILN_CHECK_TYPE(self.dtype() != kBool, "[{}] not supported on bool tensors", op);
+  int64_t d = wrap_dim(dim, self.dim(), op);
+  if (self.dim() > 0)
+    KILN_CHECK_INDEX(self.sizes()[d] > 0,
+                     "[{}] cannot reduce over dim {} of size 0 (the op has no identity)", op, d);
+  auto mask = reduce_mask(op, self, IntArrayRef(&dim, 1));
+  return {reduced_shape(self.sizes(), mask, keepdim), self.dtype(), self.device()};
+}
+}  // namespace
+TensorSpec max_dim(const Tensor& self, int64_t dim, bool keepdim) {
+  return minmax_dim("max", self, dim, keepdim);
+}
+TensorSpec min_dim(const Tensor& self, int64_t dim, bool keepdim) {
+  return minmax_dim("min", self, dim, keepdim);
+}
+TensorSpec native_dropout(const Tensor& input, double p, Generator*) {
+  check_defined("dropout", input, "input");
+  KILN_CHECK(p >= 0 && p <= 1, "[dropout] probability has to be between 0 and 1, but got {}", p);
+  KILN_CHECK_TYPE(is_floating(input.dtype()), "[dropout] expected a floating-point input, got {}",
+                  input.dtype());
+  return {Shape(input.sizes()), input.dtype(), input.device()};
+}
+
+void foreach_lists(const char* op, std::initializer_list<const TensorList*> lists) {
+  const TensorList& self = **lists.begin();
+  size_t li = 0;
+  for (const TensorList* l : lists) {
+    KILN_CHECK(l->size() == self.size(),
+               "[{}] tensor lists must have the same length, got {} and {} (list {})", op,
+               self.size(), l->size(), li);
+    for (size_t i = 0; i < self.size(); ++i) {
+      check_defined(op, (*l)[i], "tensors");
+      KILN_CHECK(std::ranges::equal((*l)[i].sizes(), self[i].sizes()),
+                 "[{}] tensor {} of list {} has shape [{}] but self[{}] has shape [{}]", op, i, li,
+                 fmt::join((*l)[i].sizes(), ", "), i, fmt::join(self[i].sizes(), ", "));
+      KILN_CHECK_DEVICE((*l)[i].device() == self[i].device(),
+                        "[{}] tensor {} of list {} is on {} but self[{}] is on {}", op, i, li,
+                        (*l)[i].device(), i, self[i].device());
+      KILN_CHECK_TYPE(can_cast((*l)[i].dtype(), self[i].dtype()),
+                      "[{}] tensor {} of list {} has dtype {} which can't be cast to {}", op, i, li,
+                      (*l)[i].dtype(), self[i].dtype());
+    }
+    ++li;
+  }
+}
+void foreach_float(const char* op, const TensorList& self) {
+  for (size_t i = 0; i < self.size(); ++i)
+    KILN_CHECK_TYPE(is_floating(self[i].dtype()),
+                    "[{}] expected floating-point tensors, tensor {} is {}", op, i,
+                    self[i].dtype());
+}
+
+}  // namespace meta
+
+// Kernels on the meta device: validate, then make shape-only tensors.
+namespace {
+using detail::empty_tensor;
+Device meta_dev() { return Device(kMeta); }
+
+Tensor meta_empty(IntArrayRef sizes, DType dtype, Device d) {
+  meta::factory("empty", sizes, dtype);
+  return empty_tensor(sizes, dtype, d);
+}
+Tensor meta_full(IntArrayRef sizes, const Scalar&, DType dtype, Device d) {
+  meta::factory("full", sizes, dtype);
+  return empty_tensor(sizes, dtype, d);
+}
+Tensor meta_arange(const Scalar& a, const Scalar& b, const Scalar& s, DType dtype, Device d) {
+  meta::arange(a, b, s, dtype);
+  int64_t n = meta::arange_length(a, b, s);
+  return empty_tensor(IntArrayRef(&n, 1), dtype, d);
+}
+Tensor meta_linspace(const Scalar& a, const Scalar& b, int64_t steps, DType dtype, Device d) {
+  meta::linspace(a, b, steps, dtype);
+  return empty_tensor(IntArrayRef(&steps, 1), dtype, d);
+}
+Tensor meta_rand(IntArrayRef sizes, Generator*, DType dtype, Device d) {
+  meta::factory("rand", sizes, dtype);
+  KILN_CHECK_TYPE(is_floating(dtype), "[rand] expected a floating-point dtype, got {}", dtype);
+  return empty_tensor(sizes, dtype, d);
+}
+Tensor meta_randint(int64_t lo, int64_t hi, IntArrayRef sizes, Generator*, DType dtype, Device d) {
+  meta::randint(lo, hi, sizes, dtype);
+  return empty_tensor(sizes, dtype, d);
+}
+void meta_copy_(const Tensor& self, const Tensor& src) { meta::copy_(self, src); }
+void meta_fill_(const Tensor& self, const Scalar& v) { meta::fill_(self, v); }
+Tensor meta_to_copy(const Tensor& self, DType dtype, Device device) {
+  TensorSpec s = meta::to_copy(self, dtype, device);
+  return empty_tensor(s.sizes, s.dtype, s.device);
+}
+TensorPair meta_max_dim(const Tensor& self, int64_t dim, bool keepdim) {
+  TensorSpec s = meta::max_dim(self, dim, keepdim);
+  return {empty_tensor(s.sizes, s.dtype, meta_dev()), empty_tensor(s.sizes, kInt64, meta_dev())};
+}
+TensorPair meta_min_dim(const Tensor& self, int64_t dim, bool keepdim) {
+  TensorSpec s = meta::min_dim(self, dim, keepdim);
+  return {empty_tensor(s.sizes, s.dtype, meta_dev()), empty_tensor(s.sizes, kInt64, meta_dev())};
+}
+TensorPair meta_dropout(const Tensor& x, double p, Generator* g) {
+  TensorSpec s = meta::native_dropout(x, p, g);
+  return {empty_tensor(s.sizes, s.dtype, meta_dev()), empty_tensor(s.sizes, kBool, meta_dev())};
+}
+void meta_foreach_add_(const TensorList& a, const TensorList& b, const Scalar&) {
+  meta::foreach_lists("foreach_add_", {&a, &b});
+}
+void meta_foreach_mul_(const TensorList& a, const Scalar&) {
+  meta::foreach_lists("foreach_mul_", {&a});
+}
+void meta_foreach_mul_list_(const TensorList& a, const TensorList& b) {
+  meta::foreach_lists("foreach_mul_list_", {&a, &b});
+}
+void meta_foreach_lerp_(const TensorList& a, const TensorList& b, const Scalar&) {
+  meta::foreach_lists("foreach_lerp_", {&a, &b});
+  meta::foreach_float("foreach_lerp_", a);
+}
+void meta_foreach_addcmul_(const TensorList& a, const TensorList& b, const TensorList& c,
+                           const Scalar&) {
+  meta::foreach_lists("foreach_addcmul_", {&a, &b, &c});
+}
+void meta_foreach_addcdiv_(const TensorList& a, const TensorList& b, const TensorList& c,
+                           const Scalar&) {
+  meta::foreach_lists("foreach_addcdiv_", {&a, &b, &c});
+  meta::foreach_float("foreach_addcdiv_", a);
+}
+TensorList meta_foreach_sqrt(const TensorList& a) {
+  meta::foreach_lists("foreach_sqrt", {&a});
+  TensorList out;
+  for (const auto& t : a) out.push_back(empty_tensor(t.sizes(), meta::float_result(t.dtype()), meta_dev()));
+  return out;
+}
+void meta_foreach_sqrt_(const TensorList& a) {
+  meta::foreach_lists("foreach_sqrt_", {&a});
+  meta::foreach_float("foreach_sqrt_", a);
+}
+
+template <class Sig>
+void reg(TypedOp<Sig>& op, Sig* fn) {
+  op.def.set_meta_raw(reinterpret_cast<void*>(fn));
+  op.set_kernel(DispatchKey::Meta, fn);
+}
+const bool registered = [] {
+  reg(ops::empty_op, &meta_empty);
+  reg(ops::full_op, &meta_full);
+  reg(ops::arange_op, &meta_arange);
+  reg(ops::linspace_op, &meta_linspace);
+  reg(ops::rand_op, &meta_rand);
+  reg(ops::randn_op, &meta_rand);
+  reg(ops::randint_op, &meta_randint);
+  reg(ops::copy__op, &meta_copy_);
+  reg(ops::fill__op, &meta_fill_);
+  reg(ops::to_copy_op, &meta_to_copy);
+  reg(ops::max_dim_op, &meta_max_dim);
+  reg(ops::min_dim_op, &meta_min_dim);
+  reg(ops::native_dropout_op, &meta_dropout);
+  reg(ops::foreach_add__op, &meta_foreach_add_);
+  reg(ops::foreach_mul__op, &meta_foreach_mul_);
+  reg(ops::foreach_mul_list__op, &meta_foreach_mul_list_);
+  reg(ops::foreach_lerp__op, &meta_foreach_lerp_);
+  reg(ops::foreach_addcmul__op, &meta_foreach_addcmul_);
+  reg(ops::foreach_addcdiv__op, &meta_foreach_addcdiv_);
+  reg(ops::foreach_sqrt_op, &meta_foreach_sqrt);
+  reg(ops::foreach_sqrt__op, &meta_foreach_sqrt_);
+  return true;
+}();
+}  // namespace
+
+}  // namespace kiln

@@ -1,0 +1,23 @@
+#pragma once
+// Meta functions of the ops in KILN_FORALL_OTHER_OPS that are not views. Internal: backends
+// call them first, so validation happens before any write.
+#include "kiln/ops/meta.h"
+
+namespace kiln::meta {
+
+void factory(const char* op, IntArrayRef sizes, DType dtype);
+void arange(const Scalar& start, const Scalar& end, const Scalar& step, DType dtype);
+int64_t arange_length(const Scalar& start, const Scalar& end, const Scalar& step);
+void linspace(const Scalar& start, const Scalar& end, int64_t steps, DType dtype);
+void randint(int64_t low, int64_t high, IntArrayRef sizes, DType dtype);
+void copy_(const Tensor& self, const Tensor& src);
+void fill_(const Tensor& self, const Scalar& value);
+TensorSpec to_copy(const Tensor& self, DType dtype, Device device);
+TensorSpec max_dim(const Tensor& self, int64_t dim, bool keepdim);
+TensorSpec min_dim(const Tensor& self, int64_t dim, bool keepdim);
+TensorSpec native_dropout(const Tensor& input, double p, Generator* gen);
+// foreach: lists of equal length whose i-th tensors have equal sizes and devices.
+void foreach_lists(const char* op, std::initializer_list<const TensorList*> lists);
+void foreach_float(const char* op, const TensorList& self);
+
+}  // namespace kiln::meta

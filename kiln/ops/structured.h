@@ -1,0 +1,82 @@
+#pragma once
+// Structured kernels: one meta function and one `impl(out, args...)` per backend give an op's
+// functional, in-place and out= kernels. Internal to kiln/ops and the backends.
+#include <type_traits>
+
+#include "kiln/ops/meta.h"
+
+namespace kiln::detail {
+
+// Allocates an uninitialised contiguous tensor (meta tensors get no bytes).
+Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device);
+
+template <class T>
+const Tensor* tensor_ptr(const T& v) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<T>, Tensor>)
+    return &v;
+  else
+    return nullptr;
+}
+template <class First, class... Rest>
+const Tensor& first_arg(const First& f, const Rest&...) {
+  return f;
+}
+
+template <class Sig>
+struct Structured;
+template <class... A>
+struct Structured<Tensor(A...)> {
+  using MetaFn = TensorSpec (*)(A...);
+  using ImplFn = void (*)(const Tensor& out, A...);
+
+  template <MetaFn Meta, ImplFn Impl>
+  static Tensor functional(A... a) {
+    TensorSpec s = Meta(a...);
+    Tensor out = empty_tensor(s.sizes, s.dtype, s.device);
+    Impl(out, a...);
+    return out;
+  }
+  template <auto& Op, MetaFn Meta, ImplFn Impl>
+  static void inplace(A... a) {
+    TensorSpec s = Meta(a...);
+    const Tensor& self = first_arg(a...);
+    meta::check_inplace(Op.def.name(), self, s, {tensor_ptr(a)...});
+    Impl(self, a...);
+    self.impl()->storage()->bump_version();
+  }
+  template <auto& Op, MetaFn Meta, ImplFn Impl>
+  static void out(const Tensor& out, A... a) {
+    TensorSpec s = Meta(a...);
+    meta::check_out(Op.def.name(), out, s, {tensor_ptr(a)...});
+    Impl(out, a...);
+    out.impl()->storage()->bump_version();
+  }
+  // The impl on the meta device: validation and shapes only.
+  static void no_data(const Tensor&, A...) {}
+};
+
+}  // namespace kiln::detail
+
+#define KILN_CONCAT_IMPL(a, b) a##b
+#define KILN_CONCAT(a, b) KILN_CONCAT_IMPL(a, b)
+
+// Registers backend `KEY`'s kernels for a pointwise op (functional, in-place, out=).
+#define KILN_REGISTER_POINTWISE(name, KEY, impl)                                              \
+  static const bool KILN_CONCAT(kiln_reg_##name##_, __LINE__) = [] {                          \
+    using S = ::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>;               \
+    ::kiln::ops::name##_op.set_kernel(KEY, &S::functional<&::kiln::meta::name, impl>);         \
+    ::kiln::ops::name##__op.set_kernel(                                                       \
+        KEY, &S::inplace<::kiln::ops::name##__op, &::kiln::meta::name, impl>);                 \
+    ::kiln::ops::name##_out_op.set_kernel(                                                    \
+        KEY, &S::out<::kiln::ops::name##_out_op, &::kiln::meta::name, impl>);                  \
+    return true;                                                                              \
+  }()
+// Same for a structured op (functional and out=).
+#define KILN_REGISTER_STRUCTURED(name, KEY, impl)                                             \
+  static const bool KILN_CONCAT(kiln_reg_##name##_, __LINE__) = [] {                          \
+    using S = ::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>;               \
+    ::kiln::ops::name##_op.set_kernel(KEY, &S::functional<&::kiln::meta::name, impl>);         \
+    ::kiln::ops::name##_out_op.set_kernel(                                                    \
+        KEY, &S::out<::kiln::ops::name##_out_op, &::kiln::meta::name, impl>);                  \
+    return true;                                                                              \
+  }()
