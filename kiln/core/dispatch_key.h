@@ -56,4 +56,8 @@ class DispatchKeySet {
   uint32_t bits_ = 0;
 };
 
+// The keys of backends (CPU through Meta): what a tensor's storage decides.
+inline constexpr DispatchKeySet kBackendKeys = DispatchKeySet::from_bits(
+    ((1u << (static_cast<int>(DispatchKey::Meta) + 1)) - 1) & ~1u);
+
 }  // namespace kiln

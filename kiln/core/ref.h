@@ -20,8 +20,12 @@ class RefCounted {
  private:
   template <class T> friend class Ref;
   void retain() const { refs_.fetch_add(1, std::memory_order_relaxed); }
+  // The last owner skips the atomic read-modify-write: with one reference, no other thread
+  // can be adding one.
   void release() const {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    if (refs_.load(std::memory_order_acquire) == 1 ||
+        refs_.fetch_sub(1, std::memory_order_acq_rel) == 1)
+      delete this;
   }
   mutable std::atomic<int32_t> refs_{0};
 };
@@ -33,6 +37,13 @@ class Ref {
   Ref() = default;
   explicit Ref(T* p) : p_(p) {
     if (p_) p_->retain();
+  }
+  // Takes ownership of a new object whose count is still 0, without an atomic operation.
+  static Ref adopt_new(T* p) {
+    p->refs_.store(1, std::memory_order_relaxed);
+    Ref r;
+    r.p_ = p;
+    return r;
   }
   Ref(const Ref& o) : p_(o.p_) {
     if (p_) p_->retain();
@@ -62,7 +73,7 @@ class Ref {
 
 template <class T, class... Args>
 Ref<T> make_ref(Args&&... args) {
-  return Ref<T>(new T(std::forward<Args>(args)...));
+  return Ref<T>::adopt_new(new T(std::forward<Args>(args)...));
 }
 
 }  // namespace kiln

@@ -122,7 +122,13 @@ class SmallVector {
       heap_ = nullptr;
       reserve(n);
     }
-    if (n) std::memmove(data(), p, n * sizeof(T));
+    T* d = data();
+    // An inline loop: these copies are a handful of elements on the dispatch path.
+    if (d + n <= p || p + n <= d) {
+      for (size_t i = 0; i < n; ++i) d[i] = p[i];
+    } else {
+      std::memmove(d, p, n * sizeof(T));
+    }
     size_ = n;
   }
   void steal(SmallVector& o) {
@@ -132,7 +138,7 @@ class SmallVector {
       cap_ = o.cap_;
       o.heap_ = nullptr;
     } else {
-      std::memcpy(inline_, o.inline_, size_ * sizeof(T));
+      for (size_t i = 0; i < size_; ++i) inline_[i] = o.inline_[i];
     }
     o.size_ = 0;
   }

@@ -16,6 +16,63 @@ TensorImpl::TensorImpl(Ref<StorageImpl> storage, DType dtype, IntArrayRef sizes,
   refresh();
 }
 
+TensorImpl::TensorImpl(const TensorImpl& base, IntArrayRef sizes, IntArrayRef strides,
+                       int64_t offset)
+    : sizes_(sizes),
+      strides_(strides),
+      offset_(offset),
+      storage_(base.storage_),
+      dtype_(base.dtype_),
+      device_(base.device_),
+      keys_(base.keys_ & kBackendKeys) {
+  refresh();
+}
+
+TensorImpl::TensorImpl(const TensorImpl& base, IntArrayRef sizes, int64_t offset)
+    : sizes_(sizes),
+      strides_(sizes.size()),
+      offset_(offset),
+      numel_(base.numel_),
+      storage_(base.storage_),
+      dtype_(base.dtype_),
+      device_(base.device_),
+      keys_(base.keys_ & kBackendKeys) {
+  int64_t s = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides_[i] = s;
+    s *= sizes[i] > 1 ? sizes[i] : 1;
+  }
+}
+
+namespace {
+// A bounded free list of impl-sized blocks per thread. A block freed on another thread joins
+// that thread's list; that is fine, the blocks are plain heap memory.
+struct ImplCache {
+  static constexpr int kMax = 128;
+  void* blocks[kMax];
+  int count = 0;
+  ~ImplCache() {
+    while (count) ::operator delete(blocks[--count]);
+  }
+};
+thread_local ImplCache t_impl_cache __attribute__((tls_model("initial-exec")));
+}  // namespace
+
+void* TensorImpl::operator new(size_t nbytes) {
+  ImplCache& c = t_impl_cache;
+  if (nbytes == sizeof(TensorImpl) && c.count) return c.blocks[--c.count];
+  return ::operator new(nbytes);
+}
+
+void TensorImpl::operator delete(void* p, size_t nbytes) {
+  ImplCache& c = t_impl_cache;
+  if (nbytes == sizeof(TensorImpl) && c.count < ImplCache::kMax) {
+    c.blocks[c.count++] = p;
+    return;
+  }
+  ::operator delete(p);
+}
+
 void TensorImpl::set_geometry(IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
   sizes_ = sizes;
   strides_ = strides;

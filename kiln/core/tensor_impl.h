@@ -20,6 +20,14 @@ class TensorImpl : public RefCounted {
   // A tensor over `storage` with the given geometry. Strides are in elements.
   TensorImpl(Ref<StorageImpl> storage, DType dtype, IntArrayRef sizes, IntArrayRef strides,
              int64_t offset);
+  // A view of `base`: its storage, dtype, device and backend key set, with a new geometry.
+  TensorImpl(const TensorImpl& base, IntArrayRef sizes, IntArrayRef strides, int64_t offset);
+  // A row-major view of `base` with `sizes` (whose product must be base's numel).
+  TensorImpl(const TensorImpl& base, IntArrayRef sizes, int64_t offset);
+
+  // Impls are made and dropped on every op: recycle their memory through a per-thread cache.
+  static void* operator new(size_t nbytes);
+  static void operator delete(void* p, size_t nbytes);
 
   IntArrayRef sizes() const { return sizes_; }
   IntArrayRef strides() const { return strides_; }

@@ -8,10 +8,10 @@ BoxedKernel g_fallbacks[kNumDispatchKeys] = {};
 bool is_backend_key(DispatchKey k) { return k >= DispatchKey::CPU && k <= DispatchKey::Meta; }
 }  // namespace
 
-LocalDispatchState& local_dispatch_state() {
-  static thread_local LocalDispatchState state;
-  return state;
-}
+namespace detail {
+// Two words of static TLS; trivially constructible, so no guard on access.
+thread_local LocalDispatchState tls_dispatch_state __attribute__((tls_model("initial-exec")));
+}  // namespace detail
 
 ExcludeKeyGuard::ExcludeKeyGuard(DispatchKey k)
     : state_(local_dispatch_state()), saved_(state_.excluded) {

@@ -27,7 +27,11 @@ struct LocalDispatchState {
   DispatchKeySet included;
   DispatchKeySet excluded;
 };
-LocalDispatchState& local_dispatch_state();
+namespace detail {
+// Initial-exec TLS: one instruction to reach, even from the shared library. See op.cpp.
+extern thread_local LocalDispatchState tls_dispatch_state __attribute__((tls_model("initial-exec")));
+}  // namespace detail
+inline LocalDispatchState& local_dispatch_state() { return detail::tls_dispatch_state; }
 
 // RAII: excludes a key for the current thread (how a layer redispatches below itself).
 class ExcludeKeyGuard {

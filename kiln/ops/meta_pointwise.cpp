@@ -8,8 +8,13 @@ namespace {
 TensorSpec binary_spec(const char* op, const Tensor& a, const Tensor& b, DType dtype) {
   check_defined(op, a, "self");
   check_defined(op, b, "other");
+  // Fast path: same device, same sizes.
+  if (a.device() == b.device() && a.dim() == b.dim()) {
+    bool same = true;
+    for (int64_t i = 0; i < a.dim(); ++i) same = same && a.sizes()[i] == b.sizes()[i];
+    if (same) return {Shape(a.sizes()), dtype, a.device()};
+  }
   Device dev = common_device(op, {&a, &b});
-  if (std::ranges::equal(a.sizes(), b.sizes())) return {Shape(a.sizes()), dtype, dev};
   return {broadcast_shapes(op, a.sizes(), b.sizes()), dtype, dev};
 }
 void check_alpha(const char* op, DType result, const Scalar& alpha) {

@@ -10,12 +10,18 @@ namespace kiln {
 namespace detail {
 
 Tensor make_view(const Tensor& self, IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
-  auto impl = make_ref<TensorImpl>(self.impl()->storage_ref(), self.dtype(), sizes, strides, offset);
-  return Tensor(std::move(impl));
+  return Tensor(make_ref<TensorImpl>(*self.impl(), sizes, strides, offset));
 }
 
 Shape infer_size(const char* op, IntArrayRef shape, int64_t numel) {
   Shape out(shape);
+  int64_t product = 1;
+  bool plain = true;
+  for (int64_t s : shape) {
+    plain = plain && s >= 0;
+    product *= s;
+  }
+  if (plain && product == numel) return out;  // the common case: nothing to infer
   int64_t known = 1;
   std::optional<size_t> infer;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -82,7 +88,15 @@ using detail::make_view;
 
 Tensor view_kernel(const Tensor& self, IntArrayRef sizes) {
   meta::check_defined("view", self, "self");
+  if (self.is_contiguous()) {
+    int64_t product = 1;
+    for (int64_t s : sizes) product *= s >= 0 ? s : -1;
+    if (product == self.numel())  // nothing to infer: build the row-major view directly
+      return Tensor(make_ref<TensorImpl>(*self.impl(), sizes, self.storage_offset()));
+  }
   Shape shape = detail::infer_size("view", sizes, self.numel());
+  if (self.is_contiguous())
+    return make_view(self, shape, contiguous_strides(shape), self.storage_offset());
   auto st = detail::view_strides(self.sizes(), self.strides(), shape);
   KILN_CHECK(st.has_value(),
              "[view] size [{}] is not compatible with the input's size [{}] and stride [{}] (at "

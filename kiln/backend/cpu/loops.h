@@ -116,6 +116,18 @@ void loop_range(const Loop<N>& l, int64_t begin, int64_t end, Inner&& inner) {
   }
 }
 
+// Splits [0, n) into one contiguous range per OpenMP thread and calls run(begin, end).
+template <class F>
+void parallel_range(int64_t n, F&& run) {
+#pragma omp parallel
+  {
+    int nt = omp_threads(), t = omp_thread();
+    int64_t chunk = (n + nt - 1) / nt;
+    int64_t b = std::min<int64_t>(n, t * chunk), e = std::min<int64_t>(n, b + chunk);
+    if (b < e) run(b, e);
+  }
+}
+
 // Runs loop_range over the whole loop, split across threads when it is large.
 template <int N, class Inner>
 void loop_parallel(const Loop<N>& l, Inner&& inner) {
@@ -124,19 +136,39 @@ void loop_parallel(const Loop<N>& l, Inner&& inner) {
     loop_range(l, 0, n, inner);
     return;
   }
-#pragma omp parallel
-  {
-    int nt = omp_threads(), t = omp_thread();
-    int64_t chunk = (n + nt - 1) / nt;
-    int64_t b = std::min<int64_t>(n, t * chunk), e = std::min<int64_t>(n, b + chunk);
-    loop_range(l, b, e, inner);
-  }
+  parallel_range(n, [&](int64_t b, int64_t e) { loop_range(l, b, e, inner); });
 }
+inline bool same_sizes(const Tensor& a, const Tensor& b) {
+  if (a.dim() != b.dim()) return false;
+  for (int64_t i = 0; i < a.dim(); ++i)
+    if (a.sizes()[i] != b.sizes()[i]) return false;
+  return true;
+}
+
 // Applies out[i] = f(in0[i], in1[i], ...) with the given element types. Inputs must already
 // have type In (the callers cast them first).
 template <class Out, class... In, class F>
 void elementwise(const Tensor& out, const std::array<const Tensor*, sizeof...(In)>& inputs, F f) {
   constexpr int N = sizeof...(In) + 1;
+  // Fast path: every operand contiguous with out's shape, so one flat loop does it.
+  bool flat = out.is_contiguous();
+  for (const Tensor* t : inputs) flat = flat && t->is_contiguous() && same_sizes(*t, out);
+  if (flat) {
+    Out* o = static_cast<Out*>(out.impl()->data());
+    int64_t n = out.numel();
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      std::tuple<const In*...> in{static_cast<const In*>(inputs[I]->impl()->data())...};
+      auto run = [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) o[i] = f(std::get<I>(in)[i]...);
+      };
+      if (n < kGrainSize) {
+        run(0, n);
+        return;
+      }
+      parallel_range(n, run);
+    }(std::index_sequence_for<In...>{});
+    return;
+  }
   Loop<N> l = make_loop<N>(out, inputs);
   loop_parallel(l, [&](const std::array<char*, N>& p, const std::array<int64_t, N>& st, int64_t n) {
     [&]<size_t... I>(std::index_sequence<I...>) {

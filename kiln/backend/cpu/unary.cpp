@@ -14,7 +14,8 @@ using A = acc_t<T>;
 // out = f(a) computed in `compute` (a cast to it first), cast into out's dtype if it differs.
 template <class Make>
 void unary(const Tensor& out, const Tensor& a, DType compute, const char* op, Make make) {
-  Tensor ca = as_dtype(a, compute);
+  Tensor ta;
+  const Tensor& ca = a.dtype() == compute ? a : (ta = as_dtype(a, compute));
   with_result_dtype(out, compute, [&](const Tensor& r) {
     KILN_DISPATCH_TYPES(compute, op, [&] {
       using T = scalar_t;
