@@ -72,8 +72,10 @@ struct Row {
 int main(int argc, char** argv) {
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--smoke")) g_smoke = true;
-    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    if (!std::strcmp(argv[i], "--smoke"))
+      g_smoke = true;
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json_path = argv[++i];
     else {
       fmt::print(stderr, "usage: kiln_bench [--smoke] [--json FILE]\n");
       return 2;
@@ -92,8 +94,18 @@ int main(int argc, char** argv) {
                     time_ns([&] { at::add(ta, tb); }, 200000), 0.2});
     rows.push_back({"dispatch_add_out_1elem", time_ns([&] { kiln::add_out(out, a, b); }, 200000),
                     time_ns([&] { at::add_out(tout, ta, tb); }, 200000), 0.2});
-    rows.push_back({"dispatch_view", time_ns([&] { kiln::view(a, {1, 1}); }, 500000),
-                    time_ns([&] { ta.view({1, 1}); }, 500000), 0.1});
+    rows.push_back({"dispatch_view",
+                    time_ns(
+                        [&] {
+                          kiln::view(a, {1, 1});
+                        },
+                        500000),
+                    time_ns(
+                        [&] {
+                          ta.view({1, 1});
+                        },
+                        500000),
+                    0.1});
     rows.push_back({"dispatch_detach", time_ns([&] { kiln::detach(a); }, 500000),
                     time_ns([&] { ta.detach(); }, 500000), 0.1});
   }
@@ -113,8 +125,8 @@ int main(int argc, char** argv) {
       return x;
     };
     check_same("chain", kchain(), tchain(), 1e-5);
-    rows.push_back({"chain_us_per_op_x1000", time_ns(kchain, 200) / 256,
-                    time_ns(tchain, 200) / 256, 0.5});
+    rows.push_back(
+        {"chain_us_per_op_x1000", time_ns(kchain, 200) / 256, time_ns(tchain, 200) / 256, 0.5});
   }
 
   // mm 64x64
@@ -138,8 +150,9 @@ int main(int argc, char** argv) {
     double ratio = r.kiln_ns / r.torch_ns;
     fmt::print("{:<26} {:>12.1f} {:>12.1f} {:>8.3f} {:>7}{:.2f}{}\n", r.key, r.kiln_ns, r.torch_ns,
                ratio, "<=", r.target, ratio <= r.target ? "" : "  (missed)");
-    json += fmt::format("  \"{}\": {{\"kiln_ns\": {:.1f}, \"libtorch_ns\": {:.1f}, \"ratio\": {:.4f}}}{}\n",
-                        r.key, r.kiln_ns, r.torch_ns, ratio, i + 1 < rows.size() ? "," : "");
+    json += fmt::format(
+        "  \"{}\": {{\"kiln_ns\": {:.1f}, \"libtorch_ns\": {:.1f}, \"ratio\": {:.4f}}}{}\n", r.key,
+        r.kiln_ns, r.torch_ns, ratio, i + 1 < rows.size() ? "," : "");
   }
   json += "}\n";
   if (!json_path.empty()) std::ofstream(json_path) << json;

@@ -36,10 +36,11 @@ int main() {
   Tensor Y = matmul(X, w_true) + 0.01 * randn({256, 1});
   Tensor w = zeros({3, 1});
   for (int step = 0; step <= 200; ++step) {
-    Tensor err = matmul(X, w) - Y;                        // [256, 1]
+    Tensor err = matmul(X, w) - Y;                                // [256, 1]
     Tensor grad = matmul(transpose(X, 0, 1), err) * (2.0 / 256);  // [3, 1]
     sub_(w, grad, 0.1);
-    if (step % 50 == 0) fmt::print("step {:3d}  loss {:.6f}\n", step, mean(err * err).item<double>());
+    if (step % 50 == 0)
+      fmt::print("step {:3d}  loss {:.6f}\n", step, mean(err * err).item<double>());
   }
   fmt::print("learned w = {}\ntrue    w = {}\n", w.view({3}), w_true.view({3}));
   bool ok = allclose(w, w_true, 0, 0.01);

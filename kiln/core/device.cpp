@@ -76,10 +76,9 @@ Registry& registry() {
 }  // namespace
 
 std::string_view key_name(DispatchKey k) {
-  constexpr std::string_view names[] = {"Undefined",   "CPU",         "CUDA",
-                                        "PrivateUse1", "PrivateUse2", "PrivateUse3",
-                                        "Meta",        "Profile",     "Trace",
-                                        "Sharded",     "Autograd"};
+  constexpr std::string_view names[] = {"Undefined",   "CPU",         "CUDA",    "PrivateUse1",
+                                        "PrivateUse2", "PrivateUse3", "Meta",    "Profile",
+                                        "Trace",       "Sharded",     "Autograd"};
   static_assert(std::size(names) == kNumDispatchKeys);
   return names[static_cast<int>(k)];
 }
@@ -102,11 +101,11 @@ Device::Device(std::string_view spec) {
     type_part = spec.substr(0, colon);
     std::string_view idx = spec.substr(colon + 1);
     auto [ptr, ec] = std::from_chars(idx.data(), idx.data() + idx.size(), index);
-    KILN_CHECK_DEVICE(!idx.empty() && ec == std::errc() && ptr == idx.data() + idx.size() &&
-                          index >= 0,
-                      "[device] invalid device string '{}': the index after ':' must be a "
-                      "non-negative integer",
-                      spec);
+    KILN_CHECK_DEVICE(
+        !idx.empty() && ec == std::errc() && ptr == idx.data() + idx.size() && index >= 0,
+        "[device] invalid device string '{}': the index after ':' must be a "
+        "non-negative integer",
+        spec);
   }
   auto& r = registry();
   DeviceType type;
@@ -128,8 +127,8 @@ std::string Device::str() const {
   return e.single_device ? e.name : fmt::format("{}:{}", e.name, index_);
 }
 
-DeviceType register_device_type(std::string_view name, DispatchKey key,
-                                DeviceInterface* interface, bool single_device) {
+DeviceType register_device_type(std::string_view name, DispatchKey key, DeviceInterface* interface,
+                                bool single_device) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   return r.add(name, key, interface, single_device);
@@ -147,8 +146,7 @@ void alias_device(std::string_view alias, std::string_view target) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto t = r.by_name.find(std::string(target));
-  KILN_CHECK_DEVICE(t != r.by_name.end(), "[alias_device] unknown target device type '{}'",
-                    target);
+  KILN_CHECK_DEVICE(t != r.by_name.end(), "[alias_device] unknown target device type '{}'", target);
   KILN_CHECK_DEVICE(alias != target, "[alias_device] cannot alias '{}' to itself", alias);
   r.by_name[std::string(alias)] = t->second;
 }

@@ -43,7 +43,7 @@ class Device {
   // Index -1 means "the type's default index" (0).
   Device(DeviceType type, int index = -1);  // NOLINT: a type alone is a device
   // Parses "cpu", "meta", "cuda", "cuda:1", or any registered name or alias.
-  Device(std::string_view spec);  // NOLINT
+  Device(std::string_view spec);                                // NOLINT
   Device(const char* spec) : Device(std::string_view(spec)) {}  // NOLINT
 
   DeviceType type() const { return type_; }
@@ -60,8 +60,8 @@ class Device {
 };
 
 // Registers a device type; returns its id. Throws if the name is taken or the key is in use.
-DeviceType register_device_type(std::string_view name, DispatchKey key,
-                                DeviceInterface* interface, bool single_device);
+DeviceType register_device_type(std::string_view name, DispatchKey key, DeviceInterface* interface,
+                                bool single_device);
 // Installs the interface of an already named type (e.g. the CUDA backend filling in "cuda").
 void set_device_interface(DeviceType type, DeviceInterface* interface);
 // Makes `alias` parse as `target`, e.g. alias_device("cuda", "sim"). Devices already made keep

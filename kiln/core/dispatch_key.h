@@ -57,7 +57,7 @@ class DispatchKeySet {
 };
 
 // The keys of backends (CPU through Meta): what a tensor's storage decides.
-inline constexpr DispatchKeySet kBackendKeys = DispatchKeySet::from_bits(
-    ((1u << (static_cast<int>(DispatchKey::Meta) + 1)) - 1) & ~1u);
+inline constexpr DispatchKeySet kBackendKeys =
+    DispatchKeySet::from_bits(((1u << (static_cast<int>(DispatchKey::Meta) + 1)) - 1) & ~1u);
 
 }  // namespace kiln

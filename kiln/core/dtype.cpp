@@ -11,7 +11,7 @@ std::atomic<DType> g_default_dtype{kFloat32};
 }
 
 std::string_view name(DType t) {
-  constexpr std::string_view names[] = {"bool",     "uint8",    "int32",   "int64",
+  constexpr std::string_view names[] = {"bool",    "uint8",    "int32",   "int64",
                                         "float16", "bfloat16", "float32", "float64"};
   return names[static_cast<int>(t)];
 }
@@ -22,12 +22,11 @@ DType parse_dtype(std::string_view s) {
     DType t;
   };
   static constexpr Entry entries[] = {
-      {"bool", kBool},       {"uint8", kUInt8},        {"int32", kInt32},
-      {"int", kInt32},       {"int64", kInt64},        {"long", kInt64},
-      {"float16", kFloat16}, {"half", kFloat16},       {"f16", kFloat16},
-      {"bfloat16", kBFloat16}, {"bf16", kBFloat16},    {"float32", kFloat32},
-      {"float", kFloat32},   {"f32", kFloat32},        {"float64", kFloat64},
-      {"double", kFloat64},  {"f64", kFloat64}};
+      {"bool", kBool},     {"uint8", kUInt8},       {"int32", kInt32},     {"int", kInt32},
+      {"int64", kInt64},   {"long", kInt64},        {"float16", kFloat16}, {"half", kFloat16},
+      {"f16", kFloat16},   {"bfloat16", kBFloat16}, {"bf16", kBFloat16},   {"float32", kFloat32},
+      {"float", kFloat32}, {"f32", kFloat32},       {"float64", kFloat64}, {"double", kFloat64},
+      {"f64", kFloat64}};
   for (const auto& e : entries)
     if (e.name == s) return e.t;
   KILN_THROW(Value,
@@ -39,8 +38,8 @@ DType parse_dtype(std::string_view s) {
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
   // Table over (Bool, UInt8, Int32, Int64, Float16, BFloat16, Float32, Float64).
-  constexpr DType b1 = kBool, u1 = kUInt8, i4 = kInt32, i8 = kInt64, f2 = kFloat16,
-                  bf = kBFloat16, f4 = kFloat32, f8 = kFloat64;
+  constexpr DType b1 = kBool, u1 = kUInt8, i4 = kInt32, i8 = kInt64, f2 = kFloat16, bf = kBFloat16,
+                  f4 = kFloat32, f8 = kFloat64;
   static constexpr DType table[kNumDTypes][kNumDTypes] = {
       /* b1 */ {b1, u1, i4, i8, f2, bf, f4, f8},
       /* u1 */ {u1, u1, i4, i8, f2, bf, f4, f8},

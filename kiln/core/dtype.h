@@ -49,21 +49,56 @@ DType default_dtype();
 void set_default_dtype(DType t);
 
 // The C++ type of each dtype, and the reverse.
-template <class T> struct dtype_of;
-template <> struct dtype_of<bool> { static constexpr DType value = kBool; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = kUInt8; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = kInt32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = kInt64; };
-template <> struct dtype_of<Half> { static constexpr DType value = kFloat16; };
-template <> struct dtype_of<BFloat16> { static constexpr DType value = kBFloat16; };
-template <> struct dtype_of<float> { static constexpr DType value = kFloat32; };
-template <> struct dtype_of<double> { static constexpr DType value = kFloat64; };
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = kBool;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = kUInt8;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = kInt32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = kInt64;
+};
+template <>
+struct dtype_of<Half> {
+  static constexpr DType value = kFloat16;
+};
+template <>
+struct dtype_of<BFloat16> {
+  static constexpr DType value = kBFloat16;
+};
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = kFloat32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = kFloat64;
+};
 
 // The type arithmetic is done in: float for the 16-bit floats, the type itself otherwise.
-template <class T> struct acc_type { using type = T; };
-template <> struct acc_type<Half> { using type = float; };
-template <> struct acc_type<BFloat16> { using type = float; };
-template <class T> using acc_t = typename acc_type<T>::type;
+template <class T>
+struct acc_type {
+  using type = T;
+};
+template <>
+struct acc_type<Half> {
+  using type = float;
+};
+template <>
+struct acc_type<BFloat16> {
+  using type = float;
+};
+template <class T>
+using acc_t = typename acc_type<T>::type;
 
 }  // namespace kiln
 
@@ -81,29 +116,30 @@ struct fmt::formatter<kiln::DType> : fmt::formatter<std::string_view> {
     using scalar_t = T;             \
     return __VA_ARGS__();           \
   }
-#define KILN_DISPATCH_TYPES(dtype, opname, ...)                                             \
-  [&] {                                                                                     \
-    switch (dtype) {                                                                        \
-      KILN_DTYPE_CASE(::kiln::DType::Bool, bool, __VA_ARGS__)                               \
-      KILN_DTYPE_CASE(::kiln::DType::UInt8, uint8_t, __VA_ARGS__)                           \
-      KILN_DTYPE_CASE(::kiln::DType::Int32, int32_t, __VA_ARGS__)                           \
-      KILN_DTYPE_CASE(::kiln::DType::Int64, int64_t, __VA_ARGS__)                           \
-      KILN_DTYPE_CASE(::kiln::DType::Float16, ::kiln::Half, __VA_ARGS__)                    \
-      KILN_DTYPE_CASE(::kiln::DType::BFloat16, ::kiln::BFloat16, __VA_ARGS__)               \
-      KILN_DTYPE_CASE(::kiln::DType::Float32, float, __VA_ARGS__)                           \
-      KILN_DTYPE_CASE(::kiln::DType::Float64, double, __VA_ARGS__)                          \
-    }                                                                                       \
-    KILN_THROW(Type, "[{}] unsupported dtype", opname);                                     \
+#define KILN_DISPATCH_TYPES(dtype, opname, ...)                               \
+  [&] {                                                                       \
+    switch (dtype) {                                                          \
+      KILN_DTYPE_CASE(::kiln::DType::Bool, bool, __VA_ARGS__)                 \
+      KILN_DTYPE_CASE(::kiln::DType::UInt8, uint8_t, __VA_ARGS__)             \
+      KILN_DTYPE_CASE(::kiln::DType::Int32, int32_t, __VA_ARGS__)             \
+      KILN_DTYPE_CASE(::kiln::DType::Int64, int64_t, __VA_ARGS__)             \
+      KILN_DTYPE_CASE(::kiln::DType::Float16, ::kiln::Half, __VA_ARGS__)      \
+      KILN_DTYPE_CASE(::kiln::DType::BFloat16, ::kiln::BFloat16, __VA_ARGS__) \
+      KILN_DTYPE_CASE(::kiln::DType::Float32, float, __VA_ARGS__)             \
+      KILN_DTYPE_CASE(::kiln::DType::Float64, double, __VA_ARGS__)            \
+    }                                                                         \
+    KILN_THROW(Type, "[{}] unsupported dtype", opname);                       \
   }()
 // Floating types only; anything else is a TypeError naming the op and dtype.
-#define KILN_DISPATCH_FLOAT_TYPES(dtype, opname, ...)                                       \
-  [&] {                                                                                     \
-    switch (dtype) {                                                                        \
-      KILN_DTYPE_CASE(::kiln::DType::Float16, ::kiln::Half, __VA_ARGS__)                    \
-      KILN_DTYPE_CASE(::kiln::DType::BFloat16, ::kiln::BFloat16, __VA_ARGS__)               \
-      KILN_DTYPE_CASE(::kiln::DType::Float32, float, __VA_ARGS__)                           \
-      KILN_DTYPE_CASE(::kiln::DType::Float64, double, __VA_ARGS__)                          \
-      default: break;                                                                       \
-    }                                                                                       \
-    KILN_THROW(Type, "[{}] expected a floating-point dtype, got {}", opname, dtype);       \
+#define KILN_DISPATCH_FLOAT_TYPES(dtype, opname, ...)                                \
+  [&] {                                                                              \
+    switch (dtype) {                                                                 \
+      KILN_DTYPE_CASE(::kiln::DType::Float16, ::kiln::Half, __VA_ARGS__)             \
+      KILN_DTYPE_CASE(::kiln::DType::BFloat16, ::kiln::BFloat16, __VA_ARGS__)        \
+      KILN_DTYPE_CASE(::kiln::DType::Float32, float, __VA_ARGS__)                    \
+      KILN_DTYPE_CASE(::kiln::DType::Float64, double, __VA_ARGS__)                   \
+      default:                                                                       \
+        break;                                                                       \
+    }                                                                                \
+    KILN_THROW(Type, "[{}] expected a floating-point dtype, got {}", opname, dtype); \
   }()

@@ -4,12 +4,18 @@ namespace kiln::detail {
 
 void throw_error(ErrorKind kind, const std::string& msg) {
   switch (kind) {
-    case ErrorKind::Value: throw ValueError(msg);
-    case ErrorKind::Type: throw TypeError(msg);
-    case ErrorKind::Index: throw IndexError(msg);
-    case ErrorKind::Device: throw DeviceError(msg);
-    case ErrorKind::NotImplemented: throw NotImplementedError(msg);
-    case ErrorKind::Internal: break;
+    case ErrorKind::Value:
+      throw ValueError(msg);
+    case ErrorKind::Type:
+      throw TypeError(msg);
+    case ErrorKind::Index:
+      throw IndexError(msg);
+    case ErrorKind::Device:
+      throw DeviceError(msg);
+    case ErrorKind::NotImplemented:
+      throw NotImplementedError(msg);
+    case ErrorKind::Internal:
+      break;
   }
   throw Error(msg);
 }

@@ -13,19 +13,34 @@ class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
-class ValueError : public Error { using Error::Error; };
-class TypeError : public Error { using Error::Error; };
-class IndexError : public Error { using Error::Error; };
-class DeviceError : public Error { using Error::Error; };
-class NotImplementedError : public Error { using Error::Error; };
-class CompileError : public Error { using Error::Error; };
-class DistributedError : public Error { using Error::Error; };
+class ValueError : public Error {
+  using Error::Error;
+};
+class TypeError : public Error {
+  using Error::Error;
+};
+class IndexError : public Error {
+  using Error::Error;
+};
+class DeviceError : public Error {
+  using Error::Error;
+};
+class NotImplementedError : public Error {
+  using Error::Error;
+};
+class CompileError : public Error {
+  using Error::Error;
+};
+class DistributedError : public Error {
+  using Error::Error;
+};
 
 namespace detail {
 // Out of line so that call sites stay small. `kind` picks the exception type.
 enum class ErrorKind { Value, Type, Index, Device, NotImplemented, Internal };
 [[noreturn]] void throw_error(ErrorKind kind, const std::string& msg);
-[[noreturn]] void throw_internal(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void throw_internal(const char* file, int line, const char* cond,
+                                 const std::string& msg);
 }  // namespace detail
 
 }  // namespace kiln
@@ -35,18 +50,18 @@ enum class ErrorKind { Value, Type, Index, Device, NotImplemented, Internal };
 #define KILN_CHECK_TYPE(cond, ...) KILN_CHECK_KIND(cond, Type, __VA_ARGS__)
 #define KILN_CHECK_INDEX(cond, ...) KILN_CHECK_KIND(cond, Index, __VA_ARGS__)
 #define KILN_CHECK_DEVICE(cond, ...) KILN_CHECK_KIND(cond, Device, __VA_ARGS__)
-#define KILN_CHECK_KIND(cond, kind, ...)                                                     \
-  do {                                                                                       \
-    if (__builtin_expect(!(cond), 0))                                                        \
+#define KILN_CHECK_KIND(cond, kind, ...)                                                      \
+  do {                                                                                        \
+    if (__builtin_expect(!(cond), 0))                                                         \
       ::kiln::detail::throw_error(::kiln::detail::ErrorKind::kind, fmt::format(__VA_ARGS__)); \
   } while (0)
 #define KILN_THROW(kind, ...) \
   ::kiln::detail::throw_error(::kiln::detail::ErrorKind::kind, fmt::format(__VA_ARGS__))
 
 // Internal invariant, always on; failure means a bug in Kiln.
-#define KILN_ASSERT(cond, ...)                                                             \
-  do {                                                                                     \
-    if (__builtin_expect(!(cond), 0))                                                      \
+#define KILN_ASSERT(cond, ...)                                                                \
+  do {                                                                                        \
+    if (__builtin_expect(!(cond), 0))                                                         \
       ::kiln::detail::throw_internal(__FILE__, __LINE__, #cond, fmt::format("" __VA_ARGS__)); \
   } while (0)
 

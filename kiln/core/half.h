@@ -10,14 +10,15 @@ namespace kiln {
 struct Half {
   uint16_t bits = 0;
   Half() = default;
-  Half(float f) : bits(from_float(f)) {}  // NOLINT: implicit like a builtin float type
+  Half(float f) : bits(from_float(f)) {}             // NOLINT: implicit like a builtin float type
   operator float() const { return to_float(bits); }  // NOLINT
 
   static uint16_t from_float(float f) {
     uint32_t x = std::bit_cast<uint32_t>(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t absx = x & 0x7fffffffu;
-    if (absx >= 0x7f800000u) return static_cast<uint16_t>(sign | (absx > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (absx >= 0x7f800000u)
+      return static_cast<uint16_t>(sign | (absx > 0x7f800000u ? 0x7e00u : 0x7c00u));
     if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
     if (absx < 0x38800000u) {                                               // subnormal or zero
       // Add 0.5 so the float adder performs the round-to-nearest-even for us.
@@ -54,7 +55,9 @@ struct BFloat16 {
   uint16_t bits = 0;
   BFloat16() = default;
   BFloat16(float f) : bits(from_float(f)) {}  // NOLINT
-  operator float() const { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }  // NOLINT
+  operator float() const {
+    return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+  }  // NOLINT
 
   static uint16_t from_float(float f) {
     uint32_t x = std::bit_cast<uint32_t>(f);

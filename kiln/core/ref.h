@@ -18,7 +18,8 @@ class RefCounted {
   virtual ~RefCounted() = default;
 
  private:
-  template <class T> friend class Ref;
+  template <class T>
+  friend class Ref;
   void retain() const { refs_.fetch_add(1, std::memory_order_relaxed); }
   // The last owner skips the atomic read-modify-write: with one reference, no other thread
   // can be adding one.

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <initializer_list>
 #include <new>
-#include <utility>
 #include <type_traits>
+#include <utility>
 
 namespace kiln {
 
@@ -20,7 +20,8 @@ class ArrayRef {
   constexpr ArrayRef(const T* data, size_t size) : data_(data), size_(size) {}
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winit-list-lifetime"
-  constexpr ArrayRef(std::initializer_list<T> il) : data_(il.begin()), size_(il.size()) {}  // NOLINT
+  constexpr ArrayRef(std::initializer_list<T> il)
+      : data_(il.begin()), size_(il.size()) {}  // NOLINT
 #pragma GCC diagnostic pop
   template <class C, class = decltype(std::declval<const C&>().data()),
             class = std::enable_if_t<!std::is_same_v<C, T>>>

@@ -67,9 +67,7 @@ struct PopResult {
 };
 template <class... T>
 struct PopResult<std::tuple<T...>> {
-  static std::tuple<T...> get(Stack& s) {
-    return get_impl(s, std::index_sequence_for<T...>{});
-  }
+  static std::tuple<T...> get(Stack& s) { return get_impl(s, std::index_sequence_for<T...>{}); }
   template <size_t... I>
   static std::tuple<T...> get_impl(Stack& s, std::index_sequence<I...>) {
     return {std::get<T>(std::move(s.at(I)))...};

@@ -65,9 +65,10 @@ void OpDef::call_boxed(Stack& stack) const {
 
 namespace detail {
 void throw_no_kernel(const OpDef& op, DispatchKey key) {
-  throw NotImplementedError(fmt::format("[{}] no kernel for dispatch key {} (is the op supported on "
-                                        "this device?)",
-                                        op.name(), key_name(key)));
+  throw NotImplementedError(
+      fmt::format("[{}] no kernel for dispatch key {} (is the op supported on "
+                  "this device?)",
+                  op.name(), key_name(key)));
 }
 }  // namespace detail
 

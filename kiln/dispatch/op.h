@@ -29,7 +29,8 @@ struct LocalDispatchState {
 };
 namespace detail {
 // Initial-exec TLS: one instruction to reach, even from the shared library. See op.cpp.
-extern thread_local LocalDispatchState tls_dispatch_state __attribute__((tls_model("initial-exec")));
+extern thread_local LocalDispatchState tls_dispatch_state
+    __attribute__((tls_model("initial-exec")));
 }  // namespace detail
 inline LocalDispatchState& local_dispatch_state() { return detail::tls_dispatch_state; }
 
@@ -120,9 +121,12 @@ DispatchKeySet key_set_of(const T&) {
 inline DispatchKeySet key_set_of_stack(const Stack& stack) {
   DispatchKeySet s;
   for (const auto& v : stack) {
-    if (auto* t = std::get_if<Tensor>(&v)) s = s | t->key_set();
-    else if (auto* l = std::get_if<TensorList>(&v)) s = s | key_set_of(*l);
-    else if (auto* d = std::get_if<Device>(&v)) s = s | key_set_of(*d);
+    if (auto* t = std::get_if<Tensor>(&v))
+      s = s | t->key_set();
+    else if (auto* l = std::get_if<TensorList>(&v))
+      s = s | key_set_of(*l);
+    else if (auto* d = std::get_if<Device>(&v))
+      s = s | key_set_of(*d);
   }
   return s;
 }
@@ -181,7 +185,9 @@ class TypedOp<R(A...)> {
     return reinterpret_cast<R (*)(A...)>(fn)(std::forward<A>(args)...);
   }
 
-  void set_kernel(DispatchKey k, R (*fn)(A...)) { def.set_kernel_raw(k, reinterpret_cast<void*>(fn)); }
+  void set_kernel(DispatchKey k, R (*fn)(A...)) {
+    def.set_kernel_raw(k, reinterpret_cast<void*>(fn));
+  }
 
   OpDef def;
 

@@ -21,8 +21,8 @@ Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar&
 Tensor matmul(const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.defined() && b.defined(), "[matmul] undefined tensor argument");
   int64_t da = a.dim(), db = b.dim();
-  KILN_CHECK(da >= 1 && db >= 1, "[matmul] both arguments need at least 1 dimension, got {}-D and {}-D",
-             da, db);
+  KILN_CHECK(da >= 1 && db >= 1,
+             "[matmul] both arguments need at least 1 dimension, got {}-D and {}-D", da, db);
   if (da == 1 && db == 1) {
     KILN_CHECK(a.size(0) == b.size(0), "[matmul] size mismatch: a is [{}], b is [{}]", a.size(0),
                b.size(0));
@@ -122,8 +122,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   KILN_CHECK(q.size(-1) == k.size(-1),
              "[{}] q and k must have the same embedding size, got {} and {}", op, q.size(-1),
              k.size(-1));
-  KILN_CHECK(k.size(-2) == v.size(-2), "[{}] k and v must have the same length, got {} and {}",
-             op, k.size(-2), v.size(-2));
+  KILN_CHECK(k.size(-2) == v.size(-2), "[{}] k and v must have the same length, got {} and {}", op,
+             k.size(-2), v.size(-2));
   KILN_CHECK(!(is_causal && attn_mask.defined()),
              "[{}] pass either attn_mask or is_causal, not both", op);
   double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
@@ -133,8 +133,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     Tensor keep = tril(ones({L, S}, kBool, q.device()));
     scores = where(keep, scores, -INFINITY);
   } else if (attn_mask.defined()) {
-    if (attn_mask.dtype() == kBool) scores = where(attn_mask, scores, -INFINITY);
-    else scores = scores + attn_mask;
+    if (attn_mask.dtype() == kBool)
+      scores = where(attn_mask, scores, -INFINITY);
+    else
+      scores = scores + attn_mask;
   }
   return matmul(softmax_op(scores, -1), v);
 }
@@ -158,11 +160,12 @@ Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   KILN_CHECK(t.defined() && t.dim() > 0, "[narrow] cannot be applied to a 0-dim tensor");
   int64_t d = wrap_dim(dim, t.dim(), "narrow");
   int64_t n = t.size(d);
-  KILN_CHECK_INDEX(start >= -n && start <= n, "[narrow] start {} is out of range for dim {} of size {}",
-                   start, d, n);
+  KILN_CHECK_INDEX(start >= -n && start <= n,
+                   "[narrow] start {} is out of range for dim {} of size {}", start, d, n);
   if (start < 0) start += n;
   KILN_CHECK_INDEX(length >= 0 && start + length <= n,
-                   "[narrow] start ({}) + length ({}) exceeds dimension size ({})", start, length, n);
+                   "[narrow] start ({}) + length ({}) exceeds dimension size ({})", start, length,
+                   n);
   return slice_op(t, d, start, start + length, 1);
 }
 Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t step) {
@@ -224,11 +227,11 @@ std::vector<Tensor> split(const Tensor& t, IntArrayRef sizes, int64_t dim) {
   int64_t d = wrap_dim(dim, t.dim(), "split");
   int64_t total = 0;
   for (int64_t s : sizes) {
-    KILN_CHECK(s >= 0, "[split] split sizes must be non-negative, got [{}]", fmt::join(sizes, ", "));
+    KILN_CHECK(s >= 0, "[split] split sizes must be non-negative, got [{}]",
+               fmt::join(sizes, ", "));
     total += s;
   }
-  KILN_CHECK(total == t.size(d),
-             "[split] split sizes [{}] sum to {} but dimension {} has size {}",
+  KILN_CHECK(total == t.size(d), "[split] split sizes [{}] sum to {} but dimension {} has size {}",
              fmt::join(sizes, ", "), total, d, t.size(d));
   std::vector<Tensor> out;
   int64_t start = 0;

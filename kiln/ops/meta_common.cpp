@@ -43,8 +43,8 @@ DType result_type(std::initializer_list<const Tensor*> tensors) {
     }
   }
   if (!zero_dim_result && !wrapped_result) return dim_result.value_or(default_dtype());
-  DType lower = wrapped_result ? combine_categories(zero_dim_result, *wrapped_result)
-                               : *zero_dim_result;
+  DType lower =
+      wrapped_result ? combine_categories(zero_dim_result, *wrapped_result) : *zero_dim_result;
   return combine_categories(dim_result, lower);
 }
 
@@ -94,8 +94,10 @@ SmallVector<bool, 8> reduce_mask(const char* op, const Tensor& self, IntArrayRef
 Shape reduced_shape(IntArrayRef sizes, const SmallVector<bool, 8>& mask, bool keepdim) {
   Shape out;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    if (!mask[i]) out.push_back(sizes[i]);
-    else if (keepdim) out.push_back(1);
+    if (!mask[i])
+      out.push_back(sizes[i]);
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }
@@ -115,8 +117,10 @@ std::pair<int64_t, int64_t> byte_range(const Tensor& t) {
   for (int64_t i = 0; i < t.dim(); ++i) {
     if (t.sizes()[i] == 0) return {0, 0};
     int64_t ext = (t.sizes()[i] - 1) * t.strides()[i];
-    if (ext < 0) lo += ext;
-    else hi += ext;
+    if (ext < 0)
+      lo += ext;
+    else
+      hi += ext;
   }
   int64_t isz = static_cast<int64_t>(t.itemsize());
   return {lo * isz, (hi + 1) * isz};
@@ -125,14 +129,14 @@ bool same_view(const Tensor& a, const Tensor& b) {
   return a.storage_offset() == b.storage_offset() && a.dtype() == b.dtype() &&
          std::ranges::equal(a.sizes(), b.sizes()) && std::ranges::equal(a.strides(), b.strides());
 }
-void check_written(std::string_view op, const char* what, const Tensor& out,
-                   const TensorSpec& spec, std::initializer_list<const Tensor*> inputs) {
+void check_written(std::string_view op, const char* what, const Tensor& out, const TensorSpec& spec,
+                   std::initializer_list<const Tensor*> inputs) {
   KILN_CHECK(std::ranges::equal(out.sizes(), spec.sizes),
              "[{}] {} has shape [{}] but the result has shape [{}]", op, what,
              fmt::join(out.sizes(), ", "), fmt::join(spec.sizes, ", "));
   KILN_CHECK_TYPE(can_cast(spec.dtype, out.dtype()),
-                  "[{}] result type {} can't be cast to the desired output type {}", op,
-                  spec.dtype, out.dtype());
+                  "[{}] result type {} can't be cast to the desired output type {}", op, spec.dtype,
+                  out.dtype());
   KILN_CHECK_DEVICE(out.device() == spec.device, "[{}] {} is on {} but the result is on {}", op,
                     what, out.device(), spec.device);
   KILN_CHECK(!has_internal_overlap(out),

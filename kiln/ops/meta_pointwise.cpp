@@ -79,9 +79,7 @@ KILN_BOOL_BINARY_META(logical_or)
 KILN_BOOL_BINARY_META(logical_xor)
 #undef KILN_BOOL_BINARY_META
 
-TensorSpec neg(const Tensor& a) {
-  return unary_no_bool("neg", a, "; use logical_not() instead");
-}
+TensorSpec neg(const Tensor& a) { return unary_no_bool("neg", a, "; use logical_not() instead"); }
 TensorSpec abs(const Tensor& a) { return unary_no_bool("abs", a, ""); }
 TensorSpec relu(const Tensor& a) { return unary_no_bool("relu", a, ""); }
 #define KILN_FLOAT_UNARY_META(name) \
@@ -134,17 +132,17 @@ TensorSpec where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 
 namespace kiln::detail {
 namespace {
-#define KILN_REGISTER_META_POINTWISE(name, ARGS, schema)                             \
-  ops::name##_op.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));             \
-  ops::name##__op.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));            \
-  ops::name##_out_op.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));         \
-  {                                                                                  \
-    using S = Structured<decltype(ops::name##_op)::Sig>;                             \
+#define KILN_REGISTER_META_POINTWISE(name, ARGS, schema)                                    \
+  ops::name##_op.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                    \
+  ops::name##__op.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                   \
+  ops::name##_out_op.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                \
+  {                                                                                         \
+    using S = Structured<decltype(ops::name##_op)::Sig>;                                    \
     ops::name##_op.set_kernel(DispatchKey::Meta, &S::functional<&meta::name, &S::no_data>); \
-    ops::name##__op.set_kernel(DispatchKey::Meta,                                    \
-                               &S::inplace<ops::name##__op, &meta::name, &S::no_data>); \
-    ops::name##_out_op.set_kernel(DispatchKey::Meta,                                 \
-                                  &S::out<ops::name##_out_op, &meta::name, &S::no_data>); \
+    ops::name##__op.set_kernel(DispatchKey::Meta,                                           \
+                               &S::inplace<ops::name##__op, &meta::name, &S::no_data>);     \
+    ops::name##_out_op.set_kernel(DispatchKey::Meta,                                        \
+                                  &S::out<ops::name##_out_op, &meta::name, &S::no_data>);   \
   }
 const bool registered = [] {
   KILN_FORALL_POINTWISE(KILN_REGISTER_META_POINTWISE)

@@ -104,8 +104,10 @@ TensorSpec log_softmax(const Tensor& self, int64_t dim) {
 
 namespace {
 void check_matmul_dtypes(const char* op, const Tensor& a, const Tensor& b) {
-  KILN_CHECK_TYPE(a.dtype() == b.dtype(), "[{}] expected both operands to have the same dtype, "
-                  "but got {} and {}", op, a.dtype(), b.dtype());
+  KILN_CHECK_TYPE(a.dtype() == b.dtype(),
+                  "[{}] expected both operands to have the same dtype, "
+                  "but got {} and {}",
+                  op, a.dtype(), b.dtype());
   KILN_CHECK_TYPE(a.dtype() != kBool, "[{}] not supported for bool tensors", op);
 }
 }  // namespace
@@ -113,8 +115,8 @@ void check_matmul_dtypes(const char* op, const Tensor& a, const Tensor& b) {
 TensorSpec mm(const Tensor& a, const Tensor& b) {
   check_defined("mm", a, "self");
   check_defined("mm", b, "mat2");
-  KILN_CHECK(a.dim() == 2 && b.dim() == 2, "[mm] expected 2-D tensors, got {}-D and {}-D",
-             a.dim(), b.dim());
+  KILN_CHECK(a.dim() == 2 && b.dim() == 2, "[mm] expected 2-D tensors, got {}-D and {}-D", a.dim(),
+             b.dim());
   KILN_CHECK(a.size(1) == b.size(0),
              "[mm] size mismatch: a is [{}], b is [{}] (a.size(1) must equal b.size(0))",
              fmt::join(a.sizes(), ", "), fmt::join(b.sizes(), ", "));
@@ -124,8 +126,8 @@ TensorSpec mm(const Tensor& a, const Tensor& b) {
 TensorSpec bmm(const Tensor& a, const Tensor& b) {
   check_defined("bmm", a, "self");
   check_defined("bmm", b, "mat2");
-  KILN_CHECK(a.dim() == 3 && b.dim() == 3, "[bmm] expected 3-D tensors, got {}-D and {}-D",
-             a.dim(), b.dim());
+  KILN_CHECK(a.dim() == 3 && b.dim() == 3, "[bmm] expected 3-D tensors, got {}-D and {}-D", a.dim(),
+             b.dim());
   KILN_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1),
              "[bmm] size mismatch: a is [{}], b is [{}] (expected [B, n, m] and [B, m, p])",
              fmt::join(a.sizes(), ", "), fmt::join(b.sizes(), ", "));
@@ -155,16 +157,15 @@ void check_norm_args(const char* op, const Tensor& x, IntArrayRef shape, const T
   int64_t k = static_cast<int64_t>(shape.size());
   KILN_CHECK(k >= 1, "[{}] normalized_shape must have at least one dimension", op);
   bool ok = x.dim() >= k && std::ranges::equal(x.sizes().subspan(x.dim() - k), shape);
-  KILN_CHECK(ok,
-             "[{}] input of shape [{}] does not end with normalized_shape [{}]", op,
+  KILN_CHECK(ok, "[{}] input of shape [{}] does not end with normalized_shape [{}]", op,
              fmt::join(x.sizes(), ", "), fmt::join(shape, ", "));
   for (const Tensor* p : {&w, b}) {
     if (!p || !p->defined()) continue;
     KILN_CHECK(std::ranges::equal(p->sizes(), shape),
                "[{}] weight/bias of shape [{}] must equal normalized_shape [{}]", op,
                fmt::join(p->sizes(), ", "), fmt::join(shape, ", "));
-    KILN_CHECK_TYPE(p->dtype() == x.dtype(), "[{}] weight/bias dtype {} differs from input {}",
-                    op, p->dtype(), x.dtype());
+    KILN_CHECK_TYPE(p->dtype() == x.dtype(), "[{}] weight/bias dtype {} differs from input {}", op,
+                    p->dtype(), x.dtype());
   }
   check_same_device(op, {&x, &w, b});
 }
@@ -294,8 +295,7 @@ TensorSpec scatter_add(const Tensor& self, int64_t dim, const Tensor& index, con
                "[scatter_add] index size {} exceeds self size {} at dim {}", index.sizes()[i],
                self.sizes()[i], i);
   }
-  return {Shape(self.sizes()), self.dtype(),
-          common_device("scatter_add", {&self, &index, &src})};
+  return {Shape(self.sizes()), self.dtype(), common_device("scatter_add", {&self, &index, &src})};
 }
 
 TensorSpec index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
@@ -306,8 +306,8 @@ TensorSpec index_add(const Tensor& self, int64_t dim, const Tensor& index, const
   check_index_dtype("index_add", index, "index");
   KILN_CHECK(index.dim() <= 1, "[index_add] index must be 0-D or 1-D, got shape [{}]",
              fmt::join(index.sizes(), ", "));
-  KILN_CHECK_TYPE(source.dtype() == self.dtype(), "[index_add] source dtype {} differs from self {}",
-                  source.dtype(), self.dtype());
+  KILN_CHECK_TYPE(source.dtype() == self.dtype(),
+                  "[index_add] source dtype {} differs from self {}", source.dtype(), self.dtype());
   int64_t d = wrap_dim(dim, self.dim(), "index_add");
   Shape expected(self.sizes());
   if (self.dim() > 0) expected[d] = index.numel();
@@ -317,8 +317,7 @@ TensorSpec index_add(const Tensor& self, int64_t dim, const Tensor& index, const
              fmt::join(source.sizes(), ", "), fmt::join(expected, ", "));
   KILN_CHECK_TYPE(is_floating(self.dtype()) || !alpha.is_floating(),
                   "[index_add] alpha must be an integer for integer tensors");
-  return {Shape(self.sizes()), self.dtype(),
-          common_device("index_add", {&self, &index, &source})};
+  return {Shape(self.sizes()), self.dtype(), common_device("index_add", {&self, &index, &source})};
 }
 
 TensorSpec triu(const Tensor& self, int64_t) {
@@ -347,14 +346,14 @@ TensorSpec one_hot(const Tensor& self, int64_t num_classes) {
 
 namespace kiln::detail {
 namespace {
-#define KILN_REGISTER_META_STRUCTURED(name, ARGS, schema)                                  \
-  ops::name##_op.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                   \
-  ops::name##_out_op.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));               \
-  {                                                                                        \
-    using S = Structured<decltype(ops::name##_op)::Sig>;                                   \
+#define KILN_REGISTER_META_STRUCTURED(name, ARGS, schema)                                   \
+  ops::name##_op.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                    \
+  ops::name##_out_op.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                \
+  {                                                                                         \
+    using S = Structured<decltype(ops::name##_op)::Sig>;                                    \
     ops::name##_op.set_kernel(DispatchKey::Meta, &S::functional<&meta::name, &S::no_data>); \
-    ops::name##_out_op.set_kernel(DispatchKey::Meta,                                       \
-                                  &S::out<ops::name##_out_op, &meta::name, &S::no_data>);  \
+    ops::name##_out_op.set_kernel(DispatchKey::Meta,                                        \
+                                  &S::out<ops::name##_out_op, &meta::name, &S::no_data>);   \
   }
 const bool registered = [] {
   KILN_FORALL_STRUCTURED(KILN_REGISTER_META_STRUCTURED)

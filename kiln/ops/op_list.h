@@ -21,151 +21,155 @@ using OptDType = std::optional<DType>;
 
 namespace kiln::ops {
 
-#define KILN_FORALL_POINTWISE(_)                                                             \
+#define KILN_FORALL_POINTWISE(_)                                                           \
   _(add, (const Tensor&, const Tensor&, const Scalar&),                                    \
-    "add(Tensor self, Tensor other, Scalar alpha=1)")                                        \
+    "add(Tensor self, Tensor other, Scalar alpha=1)")                                      \
   _(sub, (const Tensor&, const Tensor&, const Scalar&),                                    \
-    "sub(Tensor self, Tensor other, Scalar alpha=1)")                                        \
-  _(mul, (const Tensor&, const Tensor&), "mul(Tensor self, Tensor other)")                   \
-  _(div, (const Tensor&, const Tensor&), "div(Tensor self, Tensor other)")                   \
-  _(pow, (const Tensor&, const Tensor&), "pow(Tensor self, Tensor exponent)")                \
-  _(maximum, (const Tensor&, const Tensor&), "maximum(Tensor self, Tensor other)")           \
-  _(minimum, (const Tensor&, const Tensor&), "minimum(Tensor self, Tensor other)")           \
-  _(eq, (const Tensor&, const Tensor&), "eq(Tensor self, Tensor other)")                     \
-  _(ne, (const Tensor&, const Tensor&), "ne(Tensor self, Tensor other)")                     \
-  _(lt, (const Tensor&, const Tensor&), "lt(Tensor self, Tensor other)")                     \
-  _(le, (const Tensor&, const Tensor&), "le(Tensor self, Tensor other)")                     \
-  _(gt, (const Tensor&, const Tensor&), "gt(Tensor self, Tensor other)")                     \
-  _(ge, (const Tensor&, const Tensor&), "ge(Tensor self, Tensor other)")                     \
-  _(logical_and, (const Tensor&, const Tensor&), "logical_and(Tensor self, Tensor other)")   \
-  _(logical_or, (const Tensor&, const Tensor&), "logical_or(Tensor self, Tensor other)")     \
-  _(logical_xor, (const Tensor&, const Tensor&), "logical_xor(Tensor self, Tensor other)")   \
-  _(neg, (const Tensor&), "neg(Tensor self)")                                                \
-  _(abs, (const Tensor&), "abs(Tensor self)")                                                \
-  _(exp, (const Tensor&), "exp(Tensor self)")                                                \
-  _(log, (const Tensor&), "log(Tensor self)")                                                \
-  _(sqrt, (const Tensor&), "sqrt(Tensor self)")                                              \
-  _(rsqrt, (const Tensor&), "rsqrt(Tensor self)")                                            \
-  _(tanh, (const Tensor&), "tanh(Tensor self)")                                              \
-  _(sigmoid, (const Tensor&), "sigmoid(Tensor self)")                                        \
-  _(relu, (const Tensor&), "relu(Tensor self)")                                              \
-  _(silu, (const Tensor&), "silu(Tensor self)")                                              \
-  _(sin, (const Tensor&), "sin(Tensor self)")                                                \
-  _(cos, (const Tensor&), "cos(Tensor self)")                                                \
-  _(logical_not, (const Tensor&), "logical_not(Tensor self)")                                \
-  _(gelu, (const Tensor&, bool), "gelu(Tensor self, bool tanh_approximation=False)")         \
-  _(clamp, (const Tensor&, const OptScalar&, const OptScalar&),                              \
-    "clamp(Tensor self, Scalar? min=None, Scalar? max=None)")                                \
-  _(where, (const Tensor&, const Tensor&, const Tensor&),                                    \
+    "sub(Tensor self, Tensor other, Scalar alpha=1)")                                      \
+  _(mul, (const Tensor&, const Tensor&), "mul(Tensor self, Tensor other)")                 \
+  _(div, (const Tensor&, const Tensor&), "div(Tensor self, Tensor other)")                 \
+  _(pow, (const Tensor&, const Tensor&), "pow(Tensor self, Tensor exponent)")              \
+  _(maximum, (const Tensor&, const Tensor&), "maximum(Tensor self, Tensor other)")         \
+  _(minimum, (const Tensor&, const Tensor&), "minimum(Tensor self, Tensor other)")         \
+  _(eq, (const Tensor&, const Tensor&), "eq(Tensor self, Tensor other)")                   \
+  _(ne, (const Tensor&, const Tensor&), "ne(Tensor self, Tensor other)")                   \
+  _(lt, (const Tensor&, const Tensor&), "lt(Tensor self, Tensor other)")                   \
+  _(le, (const Tensor&, const Tensor&), "le(Tensor self, Tensor other)")                   \
+  _(gt, (const Tensor&, const Tensor&), "gt(Tensor self, Tensor other)")                   \
+  _(ge, (const Tensor&, const Tensor&), "ge(Tensor self, Tensor other)")                   \
+  _(logical_and, (const Tensor&, const Tensor&), "logical_and(Tensor self, Tensor other)") \
+  _(logical_or, (const Tensor&, const Tensor&), "logical_or(Tensor self, Tensor other)")   \
+  _(logical_xor, (const Tensor&, const Tensor&), "logical_xor(Tensor self, Tensor other)") \
+  _(neg, (const Tensor&), "neg(Tensor self)")                                              \
+  _(abs, (const Tensor&), "abs(Tensor self)")                                              \
+  _(exp, (const Tensor&), "exp(Tensor self)")                                              \
+  _(log, (const Tensor&), "log(Tensor self)")                                              \
+  _(sqrt, (const Tensor&), "sqrt(Tensor self)")                                            \
+  _(rsqrt, (const Tensor&), "rsqrt(Tensor self)")                                          \
+  _(tanh, (const Tensor&), "tanh(Tensor self)")                                            \
+  _(sigmoid, (const Tensor&), "sigmoid(Tensor self)")                                      \
+  _(relu, (const Tensor&), "relu(Tensor self)")                                            \
+  _(silu, (const Tensor&), "silu(Tensor self)")                                            \
+  _(sin, (const Tensor&), "sin(Tensor self)")                                              \
+  _(cos, (const Tensor&), "cos(Tensor self)")                                              \
+  _(logical_not, (const Tensor&), "logical_not(Tensor self)")                              \
+  _(gelu, (const Tensor&, bool), "gelu(Tensor self, bool tanh_approximation=False)")       \
+  _(clamp, (const Tensor&, const OptScalar&, const OptScalar&),                            \
+    "clamp(Tensor self, Scalar? min=None, Scalar? max=None)")                              \
+  _(where, (const Tensor&, const Tensor&, const Tensor&),                                  \
     "where(Tensor condition, Tensor self, Tensor other)")
 
-#define KILN_FORALL_STRUCTURED(_)                                                            \
-  _(sum, (const Tensor&, IntArrayRef, bool, const OptDType&),                                \
-    "sum(Tensor self, int[] dim=[], bool keepdim=False, DType? dtype=None)")                 \
-  _(mean, (const Tensor&, IntArrayRef, bool, const OptDType&),                               \
-    "mean(Tensor self, int[] dim=[], bool keepdim=False, DType? dtype=None)")                \
-  _(var, (const Tensor&, IntArrayRef, int64_t, bool),                                        \
-    "var(Tensor self, int[] dim=[], int correction=1, bool keepdim=False)")                  \
-  _(amax, (const Tensor&, IntArrayRef, bool), "amax(Tensor self, int[] dim=[], bool keepdim=False)") \
-  _(amin, (const Tensor&, IntArrayRef, bool), "amin(Tensor self, int[] dim=[], bool keepdim=False)") \
+#define KILN_FORALL_STRUCTURED(_)                                                                  \
+  _(sum, (const Tensor&, IntArrayRef, bool, const OptDType&),                                      \
+    "sum(Tensor self, int[] dim=[], bool keepdim=False, DType? dtype=None)")                       \
+  _(mean, (const Tensor&, IntArrayRef, bool, const OptDType&),                                     \
+    "mean(Tensor self, int[] dim=[], bool keepdim=False, DType? dtype=None)")                      \
+  _(var, (const Tensor&, IntArrayRef, int64_t, bool),                                              \
+    "var(Tensor self, int[] dim=[], int correction=1, bool keepdim=False)")                        \
+  _(amax, (const Tensor&, IntArrayRef, bool),                                                      \
+    "amax(Tensor self, int[] dim=[], bool keepdim=False)")                                         \
+  _(amin, (const Tensor&, IntArrayRef, bool),                                                      \
+    "amin(Tensor self, int[] dim=[], bool keepdim=False)")                                         \
   _(all, (const Tensor&, IntArrayRef, bool), "all(Tensor self, int[] dim=[], bool keepdim=False)") \
   _(any, (const Tensor&, IntArrayRef, bool), "any(Tensor self, int[] dim=[], bool keepdim=False)") \
-  _(argmax, (const Tensor&, const OptInt&, bool),                                            \
-    "argmax(Tensor self, int? dim=None, bool keepdim=False)")                                \
-  _(argmin, (const Tensor&, const OptInt&, bool),                                            \
-    "argmin(Tensor self, int? dim=None, bool keepdim=False)")                                \
-  _(softmax, (const Tensor&, int64_t), "softmax(Tensor self, int dim)")                      \
-  _(log_softmax, (const Tensor&, int64_t), "log_softmax(Tensor self, int dim)")              \
-  _(mm, (const Tensor&, const Tensor&), "mm(Tensor self, Tensor mat2)")                      \
-  _(bmm, (const Tensor&, const Tensor&), "bmm(Tensor self, Tensor mat2)")                    \
-  _(addmm, (const Tensor&, const Tensor&, const Tensor&, const Scalar&, const Scalar&),      \
-    "addmm(Tensor self, Tensor mat1, Tensor mat2, Scalar beta=1, Scalar alpha=1)")           \
-  _(layer_norm, (const Tensor&, IntArrayRef, const Tensor&, const Tensor&, double),          \
-    "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight, Tensor? bias, "        \
-    "float eps=1e-5)")                                                                       \
-  _(rms_norm, (const Tensor&, IntArrayRef, const Tensor&, double),                           \
-    "rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float eps=1e-6)")        \
-  _(embedding, (const Tensor&, const Tensor&), "embedding(Tensor weight, Tensor indices)")   \
-  _(nll_loss, (const Tensor&, const Tensor&, int64_t),                                       \
-    "nll_loss(Tensor self, Tensor target, int ignore_index=-100)")                           \
-  _(cat, (const TensorList&, int64_t), "cat(Tensor[] tensors, int dim=0)")                   \
-  _(index_select, (const Tensor&, int64_t, const Tensor&),                                   \
-    "index_select(Tensor self, int dim, Tensor index)")                                      \
+  _(argmax, (const Tensor&, const OptInt&, bool),                                                  \
+    "argmax(Tensor self, int? dim=None, bool keepdim=False)")                                      \
+  _(argmin, (const Tensor&, const OptInt&, bool),                                                  \
+    "argmin(Tensor self, int? dim=None, bool keepdim=False)")                                      \
+  _(softmax, (const Tensor&, int64_t), "softmax(Tensor self, int dim)")                            \
+  _(log_softmax, (const Tensor&, int64_t), "log_softmax(Tensor self, int dim)")                    \
+  _(mm, (const Tensor&, const Tensor&), "mm(Tensor self, Tensor mat2)")                            \
+  _(bmm, (const Tensor&, const Tensor&), "bmm(Tensor self, Tensor mat2)")                          \
+  _(addmm, (const Tensor&, const Tensor&, const Tensor&, const Scalar&, const Scalar&),            \
+    "addmm(Tensor self, Tensor mat1, Tensor mat2, Scalar beta=1, Scalar alpha=1)")                 \
+  _(layer_norm, (const Tensor&, IntArrayRef, const Tensor&, const Tensor&, double),                \
+    "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight, Tensor? bias, "              \
+    "float eps=1e-5)")                                                                             \
+  _(rms_norm, (const Tensor&, IntArrayRef, const Tensor&, double),                                 \
+    "rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float eps=1e-6)")              \
+  _(embedding, (const Tensor&, const Tensor&), "embedding(Tensor weight, Tensor indices)")         \
+  _(nll_loss, (const Tensor&, const Tensor&, int64_t),                                             \
+    "nll_loss(Tensor self, Tensor target, int ignore_index=-100)")                                 \
+  _(cat, (const TensorList&, int64_t), "cat(Tensor[] tensors, int dim=0)")                         \
+  _(index_select, (const Tensor&, int64_t, const Tensor&),                                         \
+    "index_select(Tensor self, int dim, Tensor index)")                                            \
   _(gather, (const Tensor&, int64_t, const Tensor&), "gather(Tensor self, int dim, Tensor index)") \
-  _(scatter_add, (const Tensor&, int64_t, const Tensor&, const Tensor&),                     \
-    "scatter_add(Tensor self, int dim, Tensor index, Tensor src)")                           \
-  _(index_add, (const Tensor&, int64_t, const Tensor&, const Tensor&, const Scalar&),        \
-    "index_add(Tensor self, int dim, Tensor index, Tensor source, Scalar alpha=1)")          \
-  _(triu, (const Tensor&, int64_t), "triu(Tensor self, int diagonal=0)")                     \
-  _(tril, (const Tensor&, int64_t), "tril(Tensor self, int diagonal=0)")                     \
+  _(scatter_add, (const Tensor&, int64_t, const Tensor&, const Tensor&),                           \
+    "scatter_add(Tensor self, int dim, Tensor index, Tensor src)")                                 \
+  _(index_add, (const Tensor&, int64_t, const Tensor&, const Tensor&, const Scalar&),              \
+    "index_add(Tensor self, int dim, Tensor index, Tensor source, Scalar alpha=1)")                \
+  _(triu, (const Tensor&, int64_t), "triu(Tensor self, int diagonal=0)")                           \
+  _(tril, (const Tensor&, int64_t), "tril(Tensor self, int diagonal=0)")                           \
   _(one_hot, (const Tensor&, int64_t), "one_hot(Tensor self, int num_classes)")
 
-#define KILN_FORALL_OTHER_OPS(_)                                                             \
-  /* views: share storage, no kernel work; one kernel serves every backend */                 \
-  _(view, View, Tensor(const Tensor&, IntArrayRef), "view(Tensor(a) self, int[] size)")      \
-  _(as_strided, View, Tensor(const Tensor&, IntArrayRef, IntArrayRef, int64_t),              \
-    "as_strided(Tensor(a) self, int[] size, int[] stride, int storage_offset)")              \
-  _(permute, View, Tensor(const Tensor&, IntArrayRef), "permute(Tensor(a) self, int[] dims)") \
-  _(transpose, View, Tensor(const Tensor&, int64_t, int64_t),                                \
-    "transpose(Tensor(a) self, int dim0, int dim1)")                                         \
-  _(slice, View, Tensor(const Tensor&, int64_t, int64_t, int64_t, int64_t),                  \
-    "slice(Tensor(a) self, int dim, int start, int end, int step=1)")                        \
-  _(select, View, Tensor(const Tensor&, int64_t, int64_t),                                   \
-    "select(Tensor(a) self, int dim, int index)")                                            \
-  _(expand, View, Tensor(const Tensor&, IntArrayRef), "expand(Tensor(a) self, int[] size)")  \
+#define KILN_FORALL_OTHER_OPS(_)                                                                   \
+  /* views: share storage, no kernel work; one kernel serves every backend */                      \
+  _(view, View, Tensor(const Tensor&, IntArrayRef), "view(Tensor(a) self, int[] size)")            \
+  _(as_strided, View, Tensor(const Tensor&, IntArrayRef, IntArrayRef, int64_t),                    \
+    "as_strided(Tensor(a) self, int[] size, int[] stride, int storage_offset)")                    \
+  _(permute, View, Tensor(const Tensor&, IntArrayRef), "permute(Tensor(a) self, int[] dims)")      \
+  _(transpose, View, Tensor(const Tensor&, int64_t, int64_t),                                      \
+    "transpose(Tensor(a) self, int dim0, int dim1)")                                               \
+  _(slice, View, Tensor(const Tensor&, int64_t, int64_t, int64_t, int64_t),                        \
+    "slice(Tensor(a) self, int dim, int start, int end, int step=1)")                              \
+  _(select, View, Tensor(const Tensor&, int64_t, int64_t),                                         \
+    "select(Tensor(a) self, int dim, int index)")                                                  \
+  _(expand, View, Tensor(const Tensor&, IntArrayRef), "expand(Tensor(a) self, int[] size)")        \
   _(squeeze, View, Tensor(const Tensor&, const OptInt&), "squeeze(Tensor(a) self, int? dim=None)") \
-  _(unsqueeze, View, Tensor(const Tensor&, int64_t), "unsqueeze(Tensor(a) self, int dim)")   \
-  _(alias, View, Tensor(const Tensor&), "alias(Tensor(a) self)")                             \
-  _(detach, View, Tensor(const Tensor&), "detach(Tensor(a) self)")                           \
-  /* factories: dispatch on the device argument */                                           \
-  _(empty, Factory, Tensor(IntArrayRef, DType, Device), "empty(int[] size, DType dtype, Device device)") \
-  _(full, Factory, Tensor(IntArrayRef, const Scalar&, DType, Device),                        \
-    "full(int[] size, Scalar fill_value, DType dtype, Device device)")                       \
-  _(arange, Factory, Tensor(const Scalar&, const Scalar&, const Scalar&, DType, Device),     \
-    "arange(Scalar start, Scalar end, Scalar step, DType dtype, Device device)")             \
-  _(linspace, Factory, Tensor(const Scalar&, const Scalar&, int64_t, DType, Device),         \
-    "linspace(Scalar start, Scalar end, int steps, DType dtype, Device device)")             \
-  _(rand, Factory, Tensor(IntArrayRef, Generator*, DType, Device),                           \
-    "rand(int[] size, Generator? generator, DType dtype, Device device)")                    \
-  _(randn, Factory, Tensor(IntArrayRef, Generator*, DType, Device),                          \
-    "randn(int[] size, Generator? generator, DType dtype, Device device)")                   \
-  _(randint, Factory, Tensor(int64_t, int64_t, IntArrayRef, Generator*, DType, Device),      \
-    "randint(int low, int high, int[] size, Generator? generator, DType dtype, Device device)") \
-  /* copies and fills */                                                                     \
-  _(copy_, InPlace, void(const Tensor&, const Tensor&), "copy_(Tensor(a!) self, Tensor src)") \
-  _(fill_, InPlace, void(const Tensor&, const Scalar&), "fill_(Tensor(a!) self, Scalar value)") \
-  _(to_copy, Functional, Tensor(const Tensor&, DType, Device),                               \
-    "to_copy(Tensor self, DType dtype, Device device)")                                      \
-  /* ops with several outputs */                                                             \
-  _(max_dim, Functional, TensorPair(const Tensor&, int64_t, bool),                           \
-    "max_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")  \
-  _(min_dim, Functional, TensorPair(const Tensor&, int64_t, bool),                           \
-    "min_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")  \
-  _(native_dropout, Functional, TensorPair(const Tensor&, double, Generator*),               \
-    "native_dropout(Tensor input, float p, Generator? generator) -> (Tensor out, Tensor mask)") \
-  /* multi-tensor (foreach) updates for optimizers */                                        \
-  _(foreach_add_, InPlace, void(const TensorList&, const TensorList&, const Scalar&),        \
-    "foreach_add_(Tensor(a!)[] self, Tensor[] other, Scalar alpha=1)")                       \
-  _(foreach_mul_, InPlace, void(const TensorList&, const Scalar&),                           \
-    "foreach_mul_(Tensor(a!)[] self, Scalar scalar)")                                        \
-  _(foreach_mul_list_, InPlace, void(const TensorList&, const TensorList&),                  \
-    "foreach_mul_list_(Tensor(a!)[] self, Tensor[] other)")                                  \
-  _(foreach_lerp_, InPlace, void(const TensorList&, const TensorList&, const Scalar&),       \
-    "foreach_lerp_(Tensor(a!)[] self, Tensor[] end, Scalar weight)")                         \
-  _(foreach_addcmul_, InPlace,                                                               \
-    void(const TensorList&, const TensorList&, const TensorList&, const Scalar&),            \
-    "foreach_addcmul_(Tensor(a!)[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1)") \
-  _(foreach_addcdiv_, InPlace,                                                               \
-    void(const TensorList&, const TensorList&, const TensorList&, const Scalar&),            \
-    "foreach_addcdiv_(Tensor(a!)[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1)") \
-  _(foreach_sqrt, Functional, TensorList(const TensorList&), "foreach_sqrt(Tensor[] self) -> Tensor[]") \
+  _(unsqueeze, View, Tensor(const Tensor&, int64_t), "unsqueeze(Tensor(a) self, int dim)")         \
+  _(alias, View, Tensor(const Tensor&), "alias(Tensor(a) self)")                                   \
+  _(detach, View, Tensor(const Tensor&), "detach(Tensor(a) self)")                                 \
+  /* factories: dispatch on the device argument */                                                 \
+  _(empty, Factory, Tensor(IntArrayRef, DType, Device),                                            \
+    "empty(int[] size, DType dtype, Device device)")                                               \
+  _(full, Factory, Tensor(IntArrayRef, const Scalar&, DType, Device),                              \
+    "full(int[] size, Scalar fill_value, DType dtype, Device device)")                             \
+  _(arange, Factory, Tensor(const Scalar&, const Scalar&, const Scalar&, DType, Device),           \
+    "arange(Scalar start, Scalar end, Scalar step, DType dtype, Device device)")                   \
+  _(linspace, Factory, Tensor(const Scalar&, const Scalar&, int64_t, DType, Device),               \
+    "linspace(Scalar start, Scalar end, int steps, DType dtype, Device device)")                   \
+  _(rand, Factory, Tensor(IntArrayRef, Generator*, DType, Device),                                 \
+    "rand(int[] size, Generator? generator, DType dtype, Device device)")                          \
+  _(randn, Factory, Tensor(IntArrayRef, Generator*, DType, Device),                                \
+    "randn(int[] size, Generator? generator, DType dtype, Device device)")                         \
+  _(randint, Factory, Tensor(int64_t, int64_t, IntArrayRef, Generator*, DType, Device),            \
+    "randint(int low, int high, int[] size, Generator? generator, DType dtype, Device device)")    \
+  /* copies and fills */                                                                           \
+  _(copy_, InPlace, void(const Tensor&, const Tensor&), "copy_(Tensor(a!) self, Tensor src)")      \
+  _(fill_, InPlace, void(const Tensor&, const Scalar&), "fill_(Tensor(a!) self, Scalar value)")    \
+  _(to_copy, Functional, Tensor(const Tensor&, DType, Device),                                     \
+    "to_copy(Tensor self, DType dtype, Device device)")                                            \
+  /* ops with several outputs */                                                                   \
+  _(max_dim, Functional, TensorPair(const Tensor&, int64_t, bool),                                 \
+    "max_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
+  _(min_dim, Functional, TensorPair(const Tensor&, int64_t, bool),                                 \
+    "min_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
+  _(native_dropout, Functional, TensorPair(const Tensor&, double, Generator*),                     \
+    "native_dropout(Tensor input, float p, Generator? generator) -> (Tensor out, Tensor mask)")    \
+  /* multi-tensor (foreach) updates for optimizers */                                              \
+  _(foreach_add_, InPlace, void(const TensorList&, const TensorList&, const Scalar&),              \
+    "foreach_add_(Tensor(a!)[] self, Tensor[] other, Scalar alpha=1)")                             \
+  _(foreach_mul_, InPlace, void(const TensorList&, const Scalar&),                                 \
+    "foreach_mul_(Tensor(a!)[] self, Scalar scalar)")                                              \
+  _(foreach_mul_list_, InPlace, void(const TensorList&, const TensorList&),                        \
+    "foreach_mul_list_(Tensor(a!)[] self, Tensor[] other)")                                        \
+  _(foreach_lerp_, InPlace, void(const TensorList&, const TensorList&, const Scalar&),             \
+    "foreach_lerp_(Tensor(a!)[] self, Tensor[] end, Scalar weight)")                               \
+  _(foreach_addcmul_, InPlace,                                                                     \
+    void(const TensorList&, const TensorList&, const TensorList&, const Scalar&),                  \
+    "foreach_addcmul_(Tensor(a!)[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1)")     \
+  _(foreach_addcdiv_, InPlace,                                                                     \
+    void(const TensorList&, const TensorList&, const TensorList&, const Scalar&),                  \
+    "foreach_addcdiv_(Tensor(a!)[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1)")     \
+  _(foreach_sqrt, Functional, TensorList(const TensorList&),                                       \
+    "foreach_sqrt(Tensor[] self) -> Tensor[]")                                                     \
   _(foreach_sqrt_, InPlace, void(const TensorList&), "foreach_sqrt_(Tensor(a!)[] self)")
 
 #define KILN_EXPAND(...) __VA_ARGS__
 
-#define KILN_DECLARE_POINTWISE(name, ARGS, schema)    \
-  extern TypedOp<Tensor ARGS> name##_op;              \
-  extern TypedOp<void ARGS> name##__op;               \
+#define KILN_DECLARE_POINTWISE(name, ARGS, schema) \
+  extern TypedOp<Tensor ARGS> name##_op;           \
+  extern TypedOp<void ARGS> name##__op;            \
   extern TypedOp<void(const Tensor&, KILN_EXPAND ARGS)> name##_out_op;
 #define KILN_DECLARE_STRUCTURED(name, ARGS, schema) \
   extern TypedOp<Tensor ARGS> name##_op;            \

@@ -97,14 +97,14 @@ KILN_INSTANTIATE_FROM_VECTOR(float)
 KILN_INSTANTIATE_FROM_VECTOR(double)
 #undef KILN_INSTANTIATE_FROM_VECTOR
 
-Tensor scalar_tensor(const Scalar& value, std::optional<DType> dtype, std::optional<Device> device) {
+Tensor scalar_tensor(const Scalar& value, std::optional<DType> dtype,
+                     std::optional<Device> device) {
   DType d = dtype ? *dtype : value.dtype();
   Device dev = device ? *device : Device(kCPU);
   Tensor t = detail::empty_tensor({}, d, dev);
   if (dev.is_cpu()) {
-    KILN_DISPATCH_TYPES(d, "scalar_tensor", [&] {
-      *static_cast<scalar_t*>(t.impl()->data()) = value.to<scalar_t>();
-    });
+    KILN_DISPATCH_TYPES(d, "scalar_tensor",
+                        [&] { *static_cast<scalar_t*>(t.impl()->data()) = value.to<scalar_t>(); });
   } else {
     t.fill_(value);
   }
@@ -120,8 +120,8 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) { return sub_o
 Tensor sub(const Tensor& a, const Scalar& b, const Scalar& alpha) {
   return sub_op(a, wrap(b), alpha);
 }
-#define KILN_BINARY_WRAPPERS(name)                                                    \
-  Tensor name(const Tensor& a, const Tensor& b) { return name##_op(a, b); }           \
+#define KILN_BINARY_WRAPPERS(name)                                          \
+  Tensor name(const Tensor& a, const Tensor& b) { return name##_op(a, b); } \
   Tensor name(const Tensor& a, const Scalar& b) { return name##_op(a, wrap(b)); }
 KILN_BINARY_WRAPPERS(mul)
 KILN_BINARY_WRAPPERS(div)

@@ -23,7 +23,8 @@ Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, const Scalar& value);
 // [start, end) in steps; int64 when all three are integers, else the default float dtype.
-Tensor arange(const Scalar& end, std::optional<DType> dtype = {}, std::optional<Device> device = {});
+Tensor arange(const Scalar& end, std::optional<DType> dtype = {},
+              std::optional<Device> device = {});
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1,
               std::optional<DType> dtype = {}, std::optional<Device> device = {});
 Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps,

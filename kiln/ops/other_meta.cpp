@@ -19,7 +19,8 @@ Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device) {
     alloc = iface->allocator(device.index());
   }
   auto storage = make_ref<StorageImpl>(nbytes, device, alloc);
-  return Tensor(make_ref<TensorImpl>(std::move(storage), dtype, sizes, contiguous_strides(sizes), 0));
+  return Tensor(
+      make_ref<TensorImpl>(std::move(storage), dtype, sizes, contiguous_strides(sizes), 0));
 }
 }  // namespace detail
 
@@ -208,7 +209,8 @@ void meta_foreach_addcdiv_(const TensorList& a, const TensorList& b, const Tenso
 TensorList meta_foreach_sqrt(const TensorList& a) {
   meta::foreach_lists("foreach_sqrt", {&a});
   TensorList out;
-  for (const auto& t : a) out.push_back(empty_tensor(t.sizes(), meta::float_result(t.dtype()), meta_dev()));
+  for (const auto& t : a)
+    out.push_back(empty_tensor(t.sizes(), meta::float_result(t.dtype()), meta_dev()));
   return out;
 }
 void meta_foreach_sqrt_(const TensorList& a) {

@@ -61,22 +61,22 @@ struct Structured<Tensor(A...)> {
 #define KILN_CONCAT(a, b) KILN_CONCAT_IMPL(a, b)
 
 // Registers backend `KEY`'s kernels for a pointwise op (functional, in-place, out=).
-#define KILN_REGISTER_POINTWISE(name, KEY, impl)                                              \
-  static const bool KILN_CONCAT(kiln_reg_##name##_, __LINE__) = [] {                          \
-    using S = ::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>;               \
-    ::kiln::ops::name##_op.set_kernel(KEY, &S::functional<&::kiln::meta::name, impl>);         \
-    ::kiln::ops::name##__op.set_kernel(                                                       \
-        KEY, &S::inplace<::kiln::ops::name##__op, &::kiln::meta::name, impl>);                 \
-    ::kiln::ops::name##_out_op.set_kernel(                                                    \
-        KEY, &S::out<::kiln::ops::name##_out_op, &::kiln::meta::name, impl>);                  \
-    return true;                                                                              \
+#define KILN_REGISTER_POINTWISE(name, KEY, impl)                                       \
+  static const bool KILN_CONCAT(kiln_reg_##name##_, __LINE__) = [] {                   \
+    using S = ::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>;       \
+    ::kiln::ops::name##_op.set_kernel(KEY, &S::functional<&::kiln::meta::name, impl>); \
+    ::kiln::ops::name##__op.set_kernel(                                                \
+        KEY, &S::inplace<::kiln::ops::name##__op, &::kiln::meta::name, impl>);         \
+    ::kiln::ops::name##_out_op.set_kernel(                                             \
+        KEY, &S::out<::kiln::ops::name##_out_op, &::kiln::meta::name, impl>);          \
+    return true;                                                                       \
   }()
 // Same for a structured op (functional and out=).
-#define KILN_REGISTER_STRUCTURED(name, KEY, impl)                                             \
-  static const bool KILN_CONCAT(kiln_reg_##name##_, __LINE__) = [] {                          \
-    using S = ::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>;               \
-    ::kiln::ops::name##_op.set_kernel(KEY, &S::functional<&::kiln::meta::name, impl>);         \
-    ::kiln::ops::name##_out_op.set_kernel(                                                    \
-        KEY, &S::out<::kiln::ops::name##_out_op, &::kiln::meta::name, impl>);                  \
-    return true;                                                                              \
+#define KILN_REGISTER_STRUCTURED(name, KEY, impl)                                      \
+  static const bool KILN_CONCAT(kiln_reg_##name##_, __LINE__) = [] {                   \
+    using S = ::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>;       \
+    ::kiln::ops::name##_op.set_kernel(KEY, &S::functional<&::kiln::meta::name, impl>); \
+    ::kiln::ops::name##_out_op.set_kernel(                                             \
+        KEY, &S::out<::kiln::ops::name##_out_op, &::kiln::meta::name, impl>);          \
+    return true;                                                                       \
   }()

@@ -16,9 +16,12 @@ Scalar Tensor::item() const {
   Tensor host = device().is_cpu() ? *this : to(Device(kCPU));
   return KILN_DISPATCH_TYPES(dtype(), "item", [&]() -> Scalar {
     scalar_t v = *static_cast<const scalar_t*>(host.impl()->data());
-    if constexpr (std::is_same_v<scalar_t, bool>) return Scalar(v);
-    else if constexpr (std::is_integral_v<scalar_t>) return Scalar(static_cast<int64_t>(v));
-    else return Scalar(static_cast<double>(v));
+    if constexpr (std::is_same_v<scalar_t, bool>)
+      return Scalar(v);
+    else if constexpr (std::is_integral_v<scalar_t>)
+      return Scalar(static_cast<int64_t>(v));
+    else
+      return Scalar(static_cast<double>(v));
   });
 }
 
@@ -85,21 +88,29 @@ struct Formatter {
         amax = std::max(amax, a);
         if (a != 0) amin = std::min(amin, a);
       }
-      if (!any_finite) mode = Mode::Fixed;
-      else if (all_int) mode = amax > 1e8 ? Mode::Sci : Mode::FloatInt;
-      else if (amax / amin > 1000 || amax > 1e8 || amin < 1e-4) mode = Mode::Sci;
-      else mode = Mode::Fixed;
+      if (!any_finite)
+        mode = Mode::Fixed;
+      else if (all_int)
+        mode = amax > 1e8 ? Mode::Sci : Mode::FloatInt;
+      else if (amax / amin > 1000 || amax > 1e8 || amin < 1e-4)
+        mode = Mode::Sci;
+      else
+        mode = Mode::Fixed;
     }
     for (double x : v) width = std::max(width, raw(x).size());
   }
   std::string raw(double x) const {
     switch (mode) {
-      case Mode::Bool: return x != 0 ? "True" : "False";
-      case Mode::Int: return fmt::format("{}", static_cast<int64_t>(x));
+      case Mode::Bool:
+        return x != 0 ? "True" : "False";
+      case Mode::Int:
+        return fmt::format("{}", static_cast<int64_t>(x));
       case Mode::FloatInt:
         return std::isfinite(x) ? fmt::format("{:.0f}.", x) : fmt::format("{}", x);
-      case Mode::Fixed: return fmt::format("{:.4f}", x);
-      case Mode::Sci: return fmt::format("{:.4e}", x);
+      case Mode::Fixed:
+        return fmt::format("{:.4f}", x);
+      case Mode::Sci:
+        return fmt::format("{:.4e}", x);
     }
     return {};
   }
@@ -113,7 +124,8 @@ constexpr int64_t kSummarizeThreshold = 1000;
 constexpr int64_t kEdgeItems = 3;
 
 void print_rec(std::string& out, const std::vector<double>& v, IntArrayRef sizes, size_t dim,
-               int64_t offset, int64_t stride_elems, const Formatter& f, int indent, bool summarize) {
+               int64_t offset, int64_t stride_elems, const Formatter& f, int indent,
+               bool summarize) {
   if (dim == sizes.size()) {
     out += f(v[offset]);
     return;
@@ -157,10 +169,13 @@ std::string Tensor::str() const {
   } else {
     std::vector<double> v = to_vector<double>();
     Formatter f(v, dtype());
-    if (dim() == 0) body = f.raw(v[0]);
-    else print_rec(body, v, sizes(), 0, 0, 1, f, 7, numel() > kSummarizeThreshold);
+    if (dim() == 0)
+      body = f.raw(v[0]);
+    else
+      print_rec(body, v, sizes(), 0, 0, 1, f, 7, numel() > kSummarizeThreshold);
   }
-  if (show_size) suffix.push_back(fmt::format("size=({}{})", fmt::join(sizes(), ", "), dim() == 1 ? "," : ""));
+  if (show_size)
+    suffix.push_back(fmt::format("size=({}{})", fmt::join(sizes(), ", "), dim() == 1 ? "," : ""));
   if (dtype() != default_dtype() && dtype() != kInt64 && dtype() != kBool)
     suffix.push_back(fmt::format("dtype={}", dtype()));
   std::string s = "tensor(" + body;

@@ -36,8 +36,8 @@ Shape infer_size(const char* op, IntArrayRef shape, int64_t numel) {
     }
   }
   if (infer) {
-    KILN_CHECK(known != 0 && numel % known == 0,
-               "[{}] shape [{}] is invalid for input of size {}", op, fmt::join(shape, ", "), numel);
+    KILN_CHECK(known != 0 && numel % known == 0, "[{}] shape [{}] is invalid for input of size {}",
+               op, fmt::join(shape, ", "), numel);
     out[*infer] = numel / known;
   } else {
     KILN_CHECK(known == numel, "[{}] shape [{}] is invalid for input of size {}", op,
@@ -101,15 +101,16 @@ Tensor view_kernel(const Tensor& self, IntArrayRef sizes) {
   KILN_CHECK(st.has_value(),
              "[view] size [{}] is not compatible with the input's size [{}] and stride [{}] (at "
              "least one dimension spans two contiguous subspaces); use reshape() instead",
-             fmt::join(shape, ", "), fmt::join(self.sizes(), ", "), fmt::join(self.strides(), ", "));
+             fmt::join(shape, ", "), fmt::join(self.sizes(), ", "),
+             fmt::join(self.strides(), ", "));
   return make_view(self, shape, *st, self.storage_offset());
 }
 
 Tensor as_strided_kernel(const Tensor& self, IntArrayRef sizes, IntArrayRef strides,
                          int64_t offset) {
   meta::check_defined("as_strided", self, "self");
-  KILN_CHECK(sizes.size() == strides.size(),
-             "[as_strided] got {} sizes but {} strides", sizes.size(), strides.size());
+  KILN_CHECK(sizes.size() == strides.size(), "[as_strided] got {} sizes but {} strides",
+             sizes.size(), strides.size());
   KILN_CHECK(offset >= 0, "[as_strided] negative storage offset {}", offset);
   int64_t max_index = offset;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -199,7 +200,8 @@ Tensor expand_kernel(const Tensor& self, IntArrayRef sizes) {
     int64_t j = i - (n - self.dim());
     int64_t want = sizes[i];
     if (j < 0) {
-      KILN_CHECK(want >= 0, "[expand] -1 is not allowed in a leading, non-existing dimension {}", i);
+      KILN_CHECK(want >= 0, "[expand] -1 is not allowed in a leading, non-existing dimension {}",
+                 i);
       out[i] = want;
       st[i] = 0;
       continue;

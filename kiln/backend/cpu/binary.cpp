@@ -16,8 +16,8 @@ struct Tag {
 };
 
 template <class Make>
-void binary_same(const Tensor& out, const Tensor& a, const Tensor& b, DType compute,
-                 const char* op, Make make) {
+void binary_same(const Tensor& out, const Tensor& a, const Tensor& b, DType compute, const char* op,
+                 Make make) {
   Tensor ta, tb;  // casts, only when needed
   const Tensor& ca = a.dtype() == compute ? a : (ta = as_dtype(a, compute));
   const Tensor& cb = b.dtype() == compute ? b : (tb = as_dtype(b, compute));
@@ -29,8 +29,8 @@ void binary_same(const Tensor& out, const Tensor& a, const Tensor& b, DType comp
 }
 
 template <class Make>
-void binary_bool(const Tensor& out, const Tensor& a, const Tensor& b, DType compute,
-                 const char* op, Make make) {
+void binary_bool(const Tensor& out, const Tensor& a, const Tensor& b, DType compute, const char* op,
+                 Make make) {
   Tensor ta, tb;
   const Tensor& ca = a.dtype() == compute ? a : (ta = as_dtype(a, compute));
   const Tensor& cb = b.dtype() == compute ? b : (tb = as_dtype(b, compute));
@@ -68,8 +68,10 @@ void sub_impl(const Tensor& out, const Tensor& a, const Tensor& b, const Scalar&
 void mul_impl(const Tensor& out, const Tensor& a, const Tensor& b) {
   binary_same(out, a, b, meta::result_type(a, b), "mul", [](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, bool>) return [](T x, T y) -> T { return x && y; };
-    else return [](T x, T y) -> T { return static_cast<A<T>>(x) * static_cast<A<T>>(y); };
+    if constexpr (std::is_same_v<T, bool>)
+      return [](T x, T y) -> T { return x && y; };
+    else
+      return [](T x, T y) -> T { return static_cast<A<T>>(x) * static_cast<A<T>>(y); };
   });
 }
 void div_impl(const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -96,9 +98,12 @@ T int_pow(T base, T exp) {
 void pow_impl(const Tensor& out, const Tensor& a, const Tensor& b) {
   binary_same(out, a, b, meta::result_type(a, b), "pow", [](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, bool>) return [](T x, T) -> T { return x; };  // meta rejects bool
-    else if constexpr (std::is_integral_v<T>) return [](T x, T y) -> T { return int_pow<T>(x, y); };
-    else return [](T x, T y) -> T { return std::pow(static_cast<A<T>>(x), static_cast<A<T>>(y)); };
+    if constexpr (std::is_same_v<T, bool>)
+      return [](T x, T) -> T { return x; };  // meta rejects bool
+    else if constexpr (std::is_integral_v<T>)
+      return [](T x, T y) -> T { return int_pow<T>(x, y); };
+    else
+      return [](T x, T y) -> T { return std::pow(static_cast<A<T>>(x), static_cast<A<T>>(y)); };
   });
 }
 // maximum/minimum propagate NaN, as in PyTorch.
@@ -125,15 +130,15 @@ void minimum_impl(const Tensor& out, const Tensor& a, const Tensor& b) {
   });
 }
 
-#define KILN_COMPARISON(name, expr)                                                   \
-  void name##_impl(const Tensor& out, const Tensor& a, const Tensor& b) {             \
-    binary_bool(out, a, b, meta::result_type(a, b), #name, [](auto tag) {             \
-      using T = typename decltype(tag)::type;                                         \
-      return [](T x_, T y_) -> bool {                                                 \
-        A<T> x = x_, y = y_;                                                          \
-        return expr;                                                                  \
-      };                                                                              \
-    });                                                                               \
+#define KILN_COMPARISON(name, expr)                                       \
+  void name##_impl(const Tensor& out, const Tensor& a, const Tensor& b) { \
+    binary_bool(out, a, b, meta::result_type(a, b), #name, [](auto tag) { \
+      using T = typename decltype(tag)::type;                             \
+      return [](T x_, T y_) -> bool {                                     \
+        A<T> x = x_, y = y_;                                              \
+        return expr;                                                      \
+      };                                                                  \
+    });                                                                   \
   }
 KILN_COMPARISON(eq, x == y)
 KILN_COMPARISON(ne, x != y)

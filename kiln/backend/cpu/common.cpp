@@ -29,10 +29,12 @@ void copy_kernel(const Tensor& dst, const Tensor& src) {
     KILN_DISPATCH_TYPES(src.dtype(), "copy_", [&] {
       using I = scalar_t;
       elementwise<O, I>(dst, {&src}, [](I x) -> O {
-        if constexpr (std::is_same_v<O, bool>) return static_cast<float>(x) != 0.0f;
+        if constexpr (std::is_same_v<O, bool>)
+          return static_cast<float>(x) != 0.0f;
         else if constexpr (std::is_same_v<O, Half> || std::is_same_v<O, BFloat16>)
           return O(static_cast<float>(x));
-        else return static_cast<O>(static_cast<acc_t<I>>(x));
+        else
+          return static_cast<O>(static_cast<acc_t<I>>(x));
       });
     });
   });
@@ -130,7 +132,8 @@ Tensor cpu_linspace(const Scalar& start, const Scalar& end, int64_t steps, DType
   meta::linspace(start, end, steps, dtype);
   Tensor out = empty_cpu({steps}, dtype);
   KILN_DISPATCH_TYPES(dtype, "linspace", [&] {
-    using A = std::conditional_t<std::is_floating_point_v<acc_t<scalar_t>>, acc_t<scalar_t>, double>;
+    using A =
+        std::conditional_t<std::is_floating_point_v<acc_t<scalar_t>>, acc_t<scalar_t>, double>;
     scalar_t* p = static_cast<scalar_t*>(out.impl()->data());
     A s = static_cast<A>(start.to_double()), e = static_cast<A>(end.to_double());
     if (steps == 1) p[0] = static_cast<scalar_t>(s);
@@ -204,8 +207,8 @@ Tensor cpu_randn(IntArrayRef sizes, Generator* gen, DType dtype, Device) {
     } else {
       philox_fill(out.numel(), 2, gen, [&](int64_t i, const std::array<uint32_t, 4>& r, int j) {
         double u1 = 1.0 - u24(r[2 * j]), u2 = u24(r[2 * j + 1]);
-        p[i] = static_cast<scalar_t>(static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
-                                                        std::cos(two_pi * u2)));
+        p[i] = static_cast<scalar_t>(
+            static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(two_pi * u2)));
       });
     }
   });

@@ -41,7 +41,8 @@ void update(const char* op, const TensorList& self, Make make, const Lists&... l
       [&]<size_t... I>(std::index_sequence<I...>) {
         std::array<const Tensor*, sizeof...(Lists) + 1> ins{&s, &cast[I]...};
         elementwise<T, T, std::conditional_t<true, T, decltype(I)>...>(s, ins, f);
-      }(std::index_sequence_for<Lists...>{});
+      }
+      (std::index_sequence_for<Lists...>{});
     });
     s.impl()->storage()->bump_version();
   }
@@ -54,11 +55,14 @@ using A = std::conditional_t<std::is_same_v<T, bool>, int, acc_t<T>>;
 void add_(const TensorList& self, const TensorList& other, const Scalar& alpha) {
   meta::foreach_lists("foreach_add_", {&self, &other});
   check_writable("foreach_add_", self, {&other});
-  update("foreach_add_", self, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    A<T> al = alpha.to<A<T>>();
-    return [al](T x, T y) -> T { return static_cast<A<T>>(x) + al * static_cast<A<T>>(y); };
-  }, other);
+  update(
+      "foreach_add_", self,
+      [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        A<T> al = alpha.to<A<T>>();
+        return [al](T x, T y) -> T { return static_cast<A<T>>(x) + al * static_cast<A<T>>(y); };
+      },
+      other);
 }
 void mul_(const TensorList& self, const Scalar& scalar) {
   meta::foreach_lists("foreach_mul_", {&self});
@@ -72,49 +76,61 @@ void mul_(const TensorList& self, const Scalar& scalar) {
 void mul_list_(const TensorList& self, const TensorList& other) {
   meta::foreach_lists("foreach_mul_list_", {&self, &other});
   check_writable("foreach_mul_list_", self, {&other});
-  update("foreach_mul_list_", self, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    return [](T x, T y) -> T { return static_cast<A<T>>(x) * static_cast<A<T>>(y); };
-  }, other);
+  update(
+      "foreach_mul_list_", self,
+      [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        return [](T x, T y) -> T { return static_cast<A<T>>(x) * static_cast<A<T>>(y); };
+      },
+      other);
 }
 void lerp_(const TensorList& self, const TensorList& end, const Scalar& weight) {
   meta::foreach_lists("foreach_lerp_", {&self, &end});
   meta::foreach_float("foreach_lerp_", self);
   check_writable("foreach_lerp_", self, {&end});
-  update("foreach_lerp_", self, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    A<T> w = weight.to<A<T>>();
-    // PyTorch's formula: the endpoint nearer the weight anchors the sum, for exactness.
-    return [w](T s, T e) -> T {
-      A<T> x = s, y = e;
-      return std::abs(w) < A<T>(0.5) ? x + w * (y - x) : y - (y - x) * (A<T>(1) - w);
-    };
-  }, end);
+  update(
+      "foreach_lerp_", self,
+      [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        A<T> w = weight.to<A<T>>();
+        // PyTorch's formula: the endpoint nearer the weight anchors the sum, for exactness.
+        return [w](T s, T e) -> T {
+          A<T> x = s, y = e;
+          return std::abs(w) < A<T>(0.5) ? x + w * (y - x) : y - (y - x) * (A<T>(1) - w);
+        };
+      },
+      end);
 }
 void addcmul_(const TensorList& self, const TensorList& t1, const TensorList& t2,
               const Scalar& value) {
   meta::foreach_lists("foreach_addcmul_", {&self, &t1, &t2});
   check_writable("foreach_addcmul_", self, {&t1, &t2});
-  update("foreach_addcmul_", self, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    A<T> v = value.to<A<T>>();
-    return [v](T s, T a, T b) -> T {
-      return static_cast<A<T>>(s) + v * static_cast<A<T>>(a) * static_cast<A<T>>(b);
-    };
-  }, t1, t2);
+  update(
+      "foreach_addcmul_", self,
+      [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        A<T> v = value.to<A<T>>();
+        return [v](T s, T a, T b) -> T {
+          return static_cast<A<T>>(s) + v * static_cast<A<T>>(a) * static_cast<A<T>>(b);
+        };
+      },
+      t1, t2);
 }
 void addcdiv_(const TensorList& self, const TensorList& t1, const TensorList& t2,
               const Scalar& value) {
   meta::foreach_lists("foreach_addcdiv_", {&self, &t1, &t2});
   meta::foreach_float("foreach_addcdiv_", self);
   check_writable("foreach_addcdiv_", self, {&t1, &t2});
-  update("foreach_addcdiv_", self, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    A<T> v = value.to<A<T>>();
-    return [v](T s, T a, T b) -> T {
-      return static_cast<A<T>>(s) + v * (static_cast<A<T>>(a) / static_cast<A<T>>(b));
-    };
-  }, t1, t2);
+  update(
+      "foreach_addcdiv_", self,
+      [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        A<T> v = value.to<A<T>>();
+        return [v](T s, T a, T b) -> T {
+          return static_cast<A<T>>(s) + v * (static_cast<A<T>>(a) / static_cast<A<T>>(b));
+        };
+      },
+      t1, t2);
 }
 void sqrt_(const TensorList& self) {
   meta::foreach_lists("foreach_sqrt_", {&self});

@@ -59,8 +59,7 @@ void gather_impl(const Tensor& out, const Tensor& self, int64_t dim, const Tenso
     KILN_DISPATCH_TYPES(self.dtype(), "gather", [&] {
       const scalar_t* ps = static_cast<const scalar_t*>(src.impl()->data());
       scalar_t* py = static_cast<scalar_t*>(y.impl()->data());
-      for_each_indexed(index.sizes(), st, d, idx,
-                       [&](int64_t p, int64_t off) { py[p] = ps[off]; });
+      for_each_indexed(index.sizes(), st, d, idx, [&](int64_t p, int64_t off) { py[p] = ps[off]; });
     });
   });
 }
@@ -131,7 +130,9 @@ void tri_common(const Tensor& out, const Tensor& self, int64_t k, bool upper) {
   copy_kernel(out, y);
 }
 void triu_impl(const Tensor& out, const Tensor& self, int64_t k) { tri_common(out, self, k, true); }
-void tril_impl(const Tensor& out, const Tensor& self, int64_t k) { tri_common(out, self, k, false); }
+void tril_impl(const Tensor& out, const Tensor& self, int64_t k) {
+  tri_common(out, self, k, false);
+}
 
 void one_hot_impl(const Tensor& out, const Tensor& self, int64_t num_classes) {
   std::vector<int64_t> idx = checked_indices("one_hot", self, num_classes, "num_classes");

@@ -63,8 +63,7 @@ Loop<N> make_loop(const Tensor& out, const std::array<const Tensor*, N - 1>& inp
     int c = 0;
     for (int d = 1; d < l.ndim; ++d) {
       bool can = true;
-      for (int k = 0; k < N; ++k)
-        can = can && l.strides[k][d] == l.strides[k][c] * l.sizes[c];
+      for (int k = 0; k < N; ++k) can = can && l.strides[k][d] == l.strides[k][c] * l.sizes[c];
       if (can) {
         l.sizes[c] *= l.sizes[d];
       } else {
@@ -166,7 +165,8 @@ void elementwise(const Tensor& out, const std::array<const Tensor*, sizeof...(In
         return;
       }
       parallel_range(n, run);
-    }(std::index_sequence_for<In...>{});
+    }
+    (std::index_sequence_for<In...>{});
     return;
   }
   Loop<N> l = make_loop<N>(out, inputs);
@@ -199,7 +199,8 @@ void elementwise(const Tensor& out, const std::array<const Tensor*, sizeof...(In
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<Out*>(p[0] + i * st[0]) =
             f(*reinterpret_cast<const In*>(p[I + 1] + i * st[I + 1])...);
-    }(std::index_sequence_for<In...>{});
+    }
+    (std::index_sequence_for<In...>{});
   });
 }
 

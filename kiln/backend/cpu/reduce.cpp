@@ -196,13 +196,13 @@ Shape flat_dims(const Tensor& self) {
 }
 void argmax_impl(const Tensor& out, const Tensor& self, const OptInt& dim, bool) {
   int64_t d = dim.value_or(0);
-  arg_extreme("argmax", Tensor(), out, self, dim ? IntArrayRef(&d, 1) : IntArrayRef(flat_dims(self)),
-              true);
+  arg_extreme("argmax", Tensor(), out, self,
+              dim ? IntArrayRef(&d, 1) : IntArrayRef(flat_dims(self)), true);
 }
 void argmin_impl(const Tensor& out, const Tensor& self, const OptInt& dim, bool) {
   int64_t d = dim.value_or(0);
-  arg_extreme("argmin", Tensor(), out, self, dim ? IntArrayRef(&d, 1) : IntArrayRef(flat_dims(self)),
-              false);
+  arg_extreme("argmin", Tensor(), out, self,
+              dim ? IntArrayRef(&d, 1) : IntArrayRef(flat_dims(self)), false);
 }
 
 TensorPair minmax_dim(const char* op, const Tensor& self, int64_t dim, bool keepdim, bool is_max) {

@@ -25,19 +25,19 @@ void unary(const Tensor& out, const Tensor& a, DType compute, const char* op, Ma
 }
 
 // For ops defined on floats only: the Make functor sees only floating types.
-#define KILN_FLOAT_UNARY(name, expr)                                                   \
-  void name##_impl(const Tensor& out, const Tensor& a) {                               \
-    unary(out, a, meta::float_result(a.dtype()), #name, [](auto* tag) {                \
-      using T = std::remove_pointer_t<decltype(tag)>;                                  \
-      return [](T v) -> T {                                                            \
-        if constexpr (std::is_floating_point_v<A<T>>) {                                \
-          A<T> x = v;                                                                  \
-          return expr;                                                                 \
-        } else {                                                                       \
-          return v; /* unreachable: float_result never picks an integer type */        \
-        }                                                                              \
-      };                                                                               \
-    });                                                                                \
+#define KILN_FLOAT_UNARY(name, expr)                                            \
+  void name##_impl(const Tensor& out, const Tensor& a) {                        \
+    unary(out, a, meta::float_result(a.dtype()), #name, [](auto* tag) {         \
+      using T = std::remove_pointer_t<decltype(tag)>;                           \
+      return [](T v) -> T {                                                     \
+        if constexpr (std::is_floating_point_v<A<T>>) {                         \
+          A<T> x = v;                                                           \
+          return expr;                                                          \
+        } else {                                                                \
+          return v; /* unreachable: float_result never picks an integer type */ \
+        }                                                                       \
+      };                                                                        \
+    });                                                                         \
   }
 KILN_FLOAT_UNARY(exp, std::exp(x))
 KILN_FLOAT_UNARY(log, std::log(x))
@@ -61,8 +61,10 @@ void abs_impl(const Tensor& out, const Tensor& a) {
     using T = std::remove_pointer_t<decltype(tag)>;
     return [](T v) -> T {
       A<T> x = v;
-      if constexpr (std::is_unsigned_v<A<T>>) return x;
-      else return x < A<T>(0) ? -x : x;
+      if constexpr (std::is_unsigned_v<A<T>>)
+        return x;
+      else
+        return x < A<T>(0) ? -x : x;
     };
   });
 }
@@ -78,9 +80,8 @@ void relu_impl(const Tensor& out, const Tensor& a) {
 void logical_not_impl(const Tensor& out, const Tensor& a) {
   with_result_dtype(out, kBool, [&](const Tensor& r) {
     KILN_DISPATCH_TYPES(a.dtype(), "logical_not", [&] {
-      elementwise<bool, scalar_t>(r, {&a}, [](scalar_t v) {
-        return !(static_cast<A<scalar_t>>(v) != A<scalar_t>(0));
-      });
+      elementwise<bool, scalar_t>(
+          r, {&a}, [](scalar_t v) { return !(static_cast<A<scalar_t>>(v) != A<scalar_t>(0)); });
     });
   });
 }
