@@ -34,6 +34,12 @@ class DeviceInterface {
   virtual void synchronize(int index) = 0;
 };
 
+// Note [Canonical devices]
+// A Device is only ever built by the registry's rules: a name or alias is looked up once, at
+// parse time, and single-device types (cpu, meta) normalise their index to 0. So every
+// spelling of one device ("cpu", "cpu:0", Device(kCPU), an alias of cpu) yields the same
+// value, and equality, hashing, printing and cache guards never see an alias.
+//
 // {type, index}. Constructed only in canonical form: aliases are resolved by the registry, and
 // single-device types (cpu, meta) always have index 0, so equal devices compare, hash and print
 // equal however they were spelled.

@@ -11,6 +11,12 @@ namespace kiln {
 // independently: element i of a draw uses block (offset + i / 4), lane i % 4.
 std::array<uint32_t, 4> philox4x32(uint64_t counter_lo, uint64_t counter_hi, uint64_t key);
 
+// Note [Philox layout]
+// A draw of n values reserves ceil(n / per_block) blocks of 4 x 32 bits and element i reads
+// block (offset + i / per_block), lanes chosen by i % per_block (per_block is 4 for 32-bit
+// uniforms, 2 for doubles and normals). Values therefore depend only on (seed, offset, i):
+// not on thread count, loop order or device, which is what lets a captured graph replay a
+// draw by restoring the offset.
 // Generator state is (seed, offset): a draw of n values reads blocks [offset, offset + ceil(n/4))
 // and advances offset by that many. Saving and restoring the pair replays a draw exactly, which
 // is what a captured graph needs.

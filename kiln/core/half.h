@@ -42,7 +42,7 @@ struct Half {
         return sign ? -v : v;
       }
     } else if (exp == 31) {
-      out = sign | 0x7f800000u | (mant << 13);
+      out = sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0u);  // NaNs come out quiet
     } else {
       out = sign | ((exp + 112) << 23) | (mant << 13);
     }

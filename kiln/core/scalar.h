@@ -1,5 +1,6 @@
 #pragma once
 // Scalar: a number passed to an op (alpha, a fill value, a clamp bound).
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -65,6 +66,10 @@ struct fmt::formatter<kiln::Scalar> : fmt::formatter<double> {
   auto format(const kiln::Scalar& s, format_context& ctx) const {
     if (s.is_bool()) return fmt::format_to(ctx.out(), "{}", s.to_bool());
     if (s.is_integral()) return fmt::format_to(ctx.out(), "{}", s.to_int());
-    return fmt::format_to(ctx.out(), "{}", s.to_double());
+    double d = s.to_double();
+    // Keep a float visibly a float: 2.0 prints as "2.0", not "2".
+    if (d == static_cast<double>(static_cast<int64_t>(d)) && std::abs(d) < 1e15)
+      return fmt::format_to(ctx.out(), "{:.1f}", d);
+    return fmt::format_to(ctx.out(), "{}", d);
   }
 };

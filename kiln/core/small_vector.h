@@ -121,6 +121,7 @@ class SmallVector {
     if (n > capacity()) {
       std::free(heap_);
       heap_ = nullptr;
+      size_ = 0;  // nothing to carry over into the new block
       reserve(n);
     }
     T* d = data();

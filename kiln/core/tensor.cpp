@@ -23,7 +23,13 @@ void* Tensor::data_ptr() const {
   return impl_->data();
 }
 
+uint64_t Tensor::version() const {
+  if (!defined()) detail::throw_undefined("version");
+  return impl_->storage()->version();
+}
+
 namespace detail {
+void throw_undefined(const char* what) { KILN_THROW(Value, "[{}] tensor is undefined", what); }
 void throw_data_type_mismatch(DType expected, DType actual) {
   KILN_THROW(Type, "[data] requested {} pointer but the tensor's dtype is {}", expected, actual);
 }

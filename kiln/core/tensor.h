@@ -34,7 +34,7 @@ class Tensor {
   bool is_contiguous() const { return impl_->is_contiguous(); }
   size_t itemsize() const { return kiln::itemsize(dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(); }
-  uint64_t version() const { return impl_->storage()->version(); }
+  uint64_t version() const;
   // Raw pointer to the first element. Throws for meta tensors and non-host devices.
   void* data_ptr() const;
   // Typed pointer; throws if T does not match dtype().
@@ -75,10 +75,12 @@ using TensorList = std::vector<Tensor>;
 
 namespace detail {
 [[noreturn]] void throw_data_type_mismatch(DType expected, DType actual);
-}
+[[noreturn]] void throw_undefined(const char* what);
+}  // namespace detail
 
 template <class T>
 T* Tensor::data() const {
+  if (!defined()) detail::throw_undefined("data");
   if (dtype() != dtype_of<std::remove_const_t<T>>::value)
     detail::throw_data_type_mismatch(dtype_of<std::remove_const_t<T>>::value, dtype());
   return static_cast<T*>(data_ptr());

@@ -41,7 +41,7 @@ DispatchKey OpDef::resolve_slow(DispatchKeySet ks, BoxedKernel* fallback) const 
     if (unboxed_[static_cast<int>(k)]) return k;
     if (BoxedKernel f = g_fallbacks[static_cast<int>(k)]) {
       *fallback = f;
-      return DispatchKey::Undefined;
+      return k;
     }
     if (is_backend_key(k)) detail::throw_no_kernel(*this, k);
     ks = ks.remove(k);  // layers above the backends fall through
@@ -59,8 +59,8 @@ void OpDef::call_boxed(Stack& stack) const {
   DispatchKeySet ks = (detail::key_set_of_stack(stack) | tls.included) - tls.excluded;
   BoxedKernel fallback = nullptr;
   DispatchKey k = resolve_slow(ks, &fallback);
-  if (k != DispatchKey::Undefined) return caller_(unboxed_[static_cast<int>(k)], stack);
-  fallback(*this, ks.highest(), stack);
+  if (!fallback) return caller_(unboxed_[static_cast<int>(k)], stack);
+  fallback(*this, k, stack);
 }
 
 namespace detail {

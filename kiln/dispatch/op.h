@@ -91,8 +91,9 @@ class OpDef {
   void set_meta_raw(void* fn) { meta_ = fn; }
   void* meta_raw() const { return meta_; }
 
-  // Where the fast path found no kernel at `key`: resolves a fallback, falls through, or
-  // throws. Returns the key whose kernel to run unboxed, or Undefined to run `fallback` boxed.
+  // Where the fast path found no kernel: walks down `ks` to the first key with a kernel or a
+  // boxed fallback (layers above the backends fall through; a backend without either throws).
+  // Returns that key; `*fallback` is set when the key is served by its fallback.
   DispatchKey resolve_slow(DispatchKeySet ks, BoxedKernel* fallback) const;
 
  private:
@@ -195,12 +196,11 @@ class TypedOp<R(A...)> {
   R call_slow(DispatchKeySet ks, A... args) const {
     BoxedKernel fallback = nullptr;
     DispatchKey k = def.resolve_slow(ks, &fallback);
-    if (k != DispatchKey::Undefined)
-      return reinterpret_cast<R (*)(A...)>(def.unboxed(k))(std::forward<A>(args)...);
+    if (!fallback) return reinterpret_cast<R (*)(A...)>(def.unboxed(k))(std::forward<A>(args)...);
     Stack stack;
     stack.reserve(sizeof...(A));
     (stack.push_back(detail::to_ivalue(args)), ...);
-    fallback(def, ks.highest(), stack);
+    fallback(def, k, stack);
     if constexpr (!std::is_void_v<R>) return detail::PopResult<R>::get(stack);
   }
 };

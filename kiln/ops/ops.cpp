@@ -11,8 +11,9 @@ namespace kiln {
 using namespace ops;  // NOLINT: the *_op handles
 
 namespace {
+// Wrapped numbers keep their category's widest type (int64, float64), as in PyTorch.
 Tensor wrap(const Scalar& s) {
-  Tensor t = scalar_tensor(s);
+  Tensor t = scalar_tensor(s, s.dtype(), Device(kCPU));
   t.impl()->set_wrapped_number(true);
   return t;
 }
@@ -99,8 +100,8 @@ KILN_INSTANTIATE_FROM_VECTOR(double)
 
 Tensor scalar_tensor(const Scalar& value, std::optional<DType> dtype,
                      std::optional<Device> device) {
-  DType d = dtype ? *dtype : value.dtype();
-  Device dev = device ? *device : Device(kCPU);
+  DType d = dtype ? *dtype : value.is_floating() ? default_dtype() : value.dtype();
+  Device dev = device_or(device);
   Tensor t = detail::empty_tensor({}, d, dev);
   if (dev.is_cpu()) {
     KILN_DISPATCH_TYPES(d, "scalar_tensor",

@@ -52,8 +52,7 @@ void linspace(const Scalar&, const Scalar&, int64_t steps, DType dtype) {
 void randint(int64_t low, int64_t high, IntArrayRef sizes, DType dtype) {
   factory("randint", sizes, dtype);
   KILN_CHECK(low < high, "[randint] expected low < high, but got low={} and high={}", low, high);
-  KILN_CHECK_TYPE(dtype != kBool && !is_floating(dtype) ? true : is_floating(dtype),
-                  "[randint] bool dtype is not supported");
+  (void)dtype;  // every dtype holds some range; values are cast like PyTorch's
 }
 
 void copy_(const Tensor& self, const Tensor& src) {
@@ -63,6 +62,9 @@ void copy_(const Tensor& self, const Tensor& src) {
   KILN_CHECK(std::ranges::equal(b, self.sizes()),
              "[copy_] src of shape [{}] cannot be broadcast to self of shape [{}]",
              fmt::join(src.sizes(), ", "), fmt::join(self.sizes(), ", "));
+  KILN_CHECK_DEVICE(!src.device().is_meta() || self.device().is_meta(),
+                    "[copy_] cannot copy data out of a meta tensor into a tensor on {}",
+                    self.device());
   TensorSpec spec{Shape(self.sizes()), self.dtype(), self.device()};
   check_inplace("copy_", self, spec, {&src});
 }
@@ -76,6 +78,8 @@ void fill_(const Tensor& self, const Scalar& value) {
 }
 TensorSpec to_copy(const Tensor& self, DType dtype, Device device) {
   check_defined("to", self, "self");
+  KILN_CHECK_DEVICE(!self.device().is_meta() || device.is_meta(),
+                    "[to] cannot copy data out of a meta tensor to {}", device);
   return {Shape(self.sizes()), dtype, device};
 }
 namespace {

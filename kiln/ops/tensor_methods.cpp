@@ -67,92 +67,128 @@ template std::vector<double> Tensor::to_vector<double>() const;
 
 namespace {
 
-// How every element is printed, chosen from all of them (PyTorch's _Formatter).
+// PyTorch's print options: precision 4, linewidth 80, summarise above 1000 elements showing 3
+// at each edge.
+constexpr int64_t kSummarizeThreshold = 1000;
+constexpr int64_t kEdgeItems = 3;
+constexpr size_t kLineWidth = 80;
+
+// How every element is printed, chosen from all of them (PyTorch's _Formatter): integers as
+// they are; floats as "1." when all are integral, "0.1000" fixed, or "1.0000e-05" when the
+// nonzero finite magnitudes span more than 1000x, exceed 1e8, or go below 1e-4.
 struct Formatter {
-  enum class Mode { Bool, Int, FloatInt, Fixed, Sci } mode;
+  bool floating = false, int_mode = true, sci_mode = false;
   size_t width = 1;
 
-  explicit Formatter(const std::vector<double>& v, DType dtype) {
-    if (dtype == kBool) {
-      mode = Mode::Bool;
-    } else if (!is_floating(dtype)) {
-      mode = Mode::Int;
-    } else {
-      double amax = 0, amin = INFINITY;
-      bool all_int = true, any_finite = false;
-      for (double x : v) {
-        if (!std::isfinite(x)) continue;
-        any_finite = true;
-        if (x != std::trunc(x)) all_int = false;
-        double a = std::abs(x);
-        amax = std::max(amax, a);
-        if (a != 0) amin = std::min(amin, a);
-      }
-      if (!any_finite)
-        mode = Mode::Fixed;
-      else if (all_int)
-        mode = amax > 1e8 ? Mode::Sci : Mode::FloatInt;
-      else if (amax / amin > 1000 || amax > 1e8 || amin < 1e-4)
-        mode = Mode::Sci;
-      else
-        mode = Mode::Fixed;
+  Formatter(const std::vector<double>& v, DType dtype) {
+    floating = is_floating(dtype);
+    if (!floating) {
+      for (double x : v) width = std::max(width, plain(x, dtype).size());
+      dtype_ = dtype;
+      return;
     }
-    for (double x : v) width = std::max(width, raw(x).size());
+    double amax = 0, amin = INFINITY;
+    bool any = false;
+    for (double x : v) {
+      if (!std::isfinite(x) || x == 0) continue;
+      any = true;
+      if (x != std::trunc(x)) int_mode = false;
+      amax = std::max(amax, std::abs(x));
+      amin = std::min(amin, std::abs(x));
+    }
+    if (!any) return;
+    if (int_mode) {
+      sci_mode = amax / amin > 1000.0 || amax > 1.0e8;
+    } else {
+      sci_mode = amax / amin > 1000.0 || amax > 1.0e8 || amin < 1.0e-4;
+    }
+    for (double x : v) {
+      if (!std::isfinite(x) || x == 0) continue;
+      size_t w = sci_mode   ? fmt::format("{:.4e}", x).size()
+                 : int_mode ? fmt::format("{:.0f}", x).size() + 1
+                            : fmt::format("{:.4f}", x).size();
+      width = std::max(width, w);
+    }
+  }
+  std::string plain(double x, DType dtype) const {
+    if (dtype == kBool) return x != 0 ? "True" : "False";
+    return fmt::format("{}", static_cast<int64_t>(x));
   }
   std::string raw(double x) const {
-    switch (mode) {
-      case Mode::Bool:
-        return x != 0 ? "True" : "False";
-      case Mode::Int:
-        return fmt::format("{}", static_cast<int64_t>(x));
-      case Mode::FloatInt:
-        return std::isfinite(x) ? fmt::format("{:.0f}.", x) : fmt::format("{}", x);
-      case Mode::Fixed:
-        return fmt::format("{:.4f}", x);
-      case Mode::Sci:
-        return fmt::format("{:.4e}", x);
-    }
-    return {};
+    if (!floating) return plain(x, dtype_);
+    if (std::isnan(x)) return "nan";
+    if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+    if (sci_mode) return fmt::format("{:.4e}", x);
+    if (int_mode) return fmt::format("{:.0f}.", x);
+    return fmt::format("{:.4f}", x);
   }
   std::string operator()(double x) const {
     std::string s = raw(x);
     return std::string(width - std::min(width, s.size()), ' ') + s;
   }
+
+ private:
+  DType dtype_ = kFloat32;
 };
 
-constexpr int64_t kSummarizeThreshold = 1000;
-constexpr int64_t kEdgeItems = 3;
+struct Printer {
+  const std::vector<double>& v;
+  IntArrayRef sizes;
+  const Formatter& f;
+  bool summarize;
 
-void print_rec(std::string& out, const std::vector<double>& v, IntArrayRef sizes, size_t dim,
-               int64_t offset, int64_t stride_elems, const Formatter& f, int indent,
-               bool summarize) {
+  // The elements of dim `dim` to show: all, or the edges when summarising.
+  std::vector<int64_t> shown(int64_t n) const {
+    std::vector<int64_t> idx;
+    if (summarize && n > 2 * kEdgeItems) {
+      for (int64_t i = 0; i < kEdgeItems; ++i) idx.push_back(i);
+      idx.push_back(-1);  // the "..." marker
+      for (int64_t i = n - kEdgeItems; i < n; ++i) idx.push_back(i);
+    } else {
+      for (int64_t i = 0; i < n; ++i) idx.push_back(i);
+    }
+    return idx;
+  }
+  std::string rec(size_t dim, int64_t offset, size_t indent) const {
+    int64_t inner = 1;
+    for (size_t i = dim + 1; i < sizes.size(); ++i) inner *= sizes[i];
+    std::vector<int64_t> idx = shown(sizes[dim]);
+    if (dim + 1 == sizes.size()) {
+      std::vector<std::string> items;
+      for (int64_t i : idx) items.push_back(i < 0 ? " ..." : f(v[offset + i]));
+      size_t per_line =
+          std::max<size_t>(1, (kLineWidth - std::min(kLineWidth, indent)) / (f.width + 2));
+      std::string out = "[";
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i > 0) out += (i % per_line == 0) ? ",\n" + std::string(indent + 1, ' ') : ", ";
+        out += items[i];
+      }
+      return out + "]";
+    }
+    std::string sep =
+        "," + std::string(sizes.size() - dim - 1, '\n') + std::string(indent + 1, ' ');
+    std::string out = "[";
+    for (size_t k = 0; k < idx.size(); ++k) {
+      if (k > 0) out += sep;
+      out += idx[k] < 0 ? "..." : rec(dim + 1, offset + idx[k] * inner, indent + 1);
+    }
+    return out + "]";
+  }
+};
+
+// The values PyTorch's formatter looks at: only the shown edges when summarising.
+void collect_shown(const std::vector<double>& v, IntArrayRef sizes, size_t dim, int64_t offset,
+                   bool summarize, std::vector<double>& out) {
   if (dim == sizes.size()) {
-    out += f(v[offset]);
+    out.push_back(v[offset]);
     return;
   }
-  int64_t n = sizes[dim];
-  int64_t inner = 1;
+  int64_t n = sizes[dim], inner = 1;
   for (size_t i = dim + 1; i < sizes.size(); ++i) inner *= sizes[i];
-  out += '[';
-  bool last = dim + 1 == sizes.size();
   for (int64_t i = 0; i < n; ++i) {
-    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
-      out += last ? "..., " : fmt::format("...,\n{}", std::string(indent + dim + 1, ' '));
-      i = n - kEdgeItems - 1;
-      continue;
-    }
-    print_rec(out, v, sizes, dim + 1, offset + i * inner, stride_elems, f, indent, summarize);
-    if (i + 1 < n) {
-      if (last) {
-        out += ", ";
-      } else {
-        out += ',';
-        out += std::string(sizes.size() - dim - 1, '\n');
-        out += std::string(indent + dim + 1, ' ');
-      }
-    }
+    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) i = n - kEdgeItems;
+    collect_shown(v, sizes, dim + 1, offset + i * inner, summarize, out);
   }
-  out += ']';
 }
 
 }  // namespace
@@ -162,22 +198,28 @@ std::string Tensor::str() const {
   std::vector<std::string> suffix;
   if (!device().is_cpu()) suffix.push_back(fmt::format("device='{}'", device()));
   std::string body;
-  bool show_size = numel() == 0 && dim() != 1;
+  auto size_str = [&] {
+    return fmt::format("size=({}{})", fmt::join(sizes(), ", "), dim() == 1 ? "," : "");
+  };
+  bool default_like = dtype() == default_dtype() || dtype() == kInt64 || dtype() == kBool;
   if (device().is_meta()) {
     body = "...";
-    show_size = true;
+    suffix.push_back(size_str());
+    if (dtype() != default_dtype()) suffix.push_back(fmt::format("dtype={}", dtype()));
+  } else if (numel() == 0) {
+    // No elements to infer an integer dtype from, so any non-default dtype is named.
+    body = "[]";
+    if (dim() != 1) suffix.push_back(size_str());
+    if (dtype() != default_dtype()) suffix.push_back(fmt::format("dtype={}", dtype()));
   } else {
     std::vector<double> v = to_vector<double>();
-    Formatter f(v, dtype());
-    if (dim() == 0)
-      body = f.raw(v[0]);
-    else
-      print_rec(body, v, sizes(), 0, 0, 1, f, 7, numel() > kSummarizeThreshold);
+    bool summarize = numel() > kSummarizeThreshold;
+    std::vector<double> shown;
+    collect_shown(v, sizes(), 0, 0, summarize, shown);
+    Formatter f(shown, dtype());
+    body = dim() == 0 ? f.raw(v[0]) : Printer{v, sizes(), f, summarize}.rec(0, 0, 7);
+    if (!default_like) suffix.push_back(fmt::format("dtype={}", dtype()));
   }
-  if (show_size)
-    suffix.push_back(fmt::format("size=({}{})", fmt::join(sizes(), ", "), dim() == 1 ? "," : ""));
-  if (dtype() != default_dtype() && dtype() != kInt64 && dtype() != kBool)
-    suffix.push_back(fmt::format("dtype={}", dtype()));
   std::string s = "tensor(" + body;
   for (const auto& x : suffix) s += ", " + x;
   return s + ")";
