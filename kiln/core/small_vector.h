@@ -145,7 +145,7 @@ class SmallVector {
     o.size_ = 0;
   }
   void release() {
-    std::free(heap_);
+    if (heap_) std::free(heap_);  // skip the libc call in the common, inline case
     heap_ = nullptr;
   }
 

@@ -46,16 +46,24 @@ TensorImpl::TensorImpl(const TensorImpl& base, IntArrayRef sizes, int64_t offset
 
 namespace {
 // A bounded free list of impl-sized blocks per thread. A block freed on another thread joins
-// that thread's list; that is fine, the blocks are plain heap memory.
+// that thread's list; that is fine, the blocks are plain heap memory. The list itself is plain
+// data in initial-exec TLS (no guard on access); a separate guarded object frees the blocks
+// when the thread exits, registered the first time the thread caches a block.
 struct ImplCache {
   static constexpr int kMax = 128;
   void* blocks[kMax];
-  int count = 0;
-  ~ImplCache() {
-    while (count) ::operator delete(blocks[--count]);
-  }
+  int count;
+  bool registered;
 };
 thread_local ImplCache t_impl_cache __attribute__((tls_model("initial-exec")));
+
+struct ImplCacheCleanup {
+  ~ImplCacheCleanup() {
+    ImplCache& c = t_impl_cache;
+    while (c.count) ::operator delete(c.blocks[--c.count]);
+  }
+};
+thread_local ImplCacheCleanup t_impl_cache_cleanup;
 }  // namespace
 
 void* TensorImpl::operator new(size_t nbytes) {
@@ -67,6 +75,10 @@ void* TensorImpl::operator new(size_t nbytes) {
 void TensorImpl::operator delete(void* p, size_t nbytes) {
   ImplCache& c = t_impl_cache;
   if (nbytes == sizeof(TensorImpl) && c.count < ImplCache::kMax) {
+    if (!c.registered) {
+      (void)&t_impl_cache_cleanup;  // odr-use: constructs it, so its destructor runs at exit
+      c.registered = true;
+    }
     c.blocks[c.count++] = p;
     return;
   }

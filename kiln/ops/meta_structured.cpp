@@ -63,11 +63,14 @@ TensorSpec amin(const Tensor& self, IntArrayRef dims, bool keepdim) {
   check_nonempty_reduction("amin", self, dims);
   return reduction("amin", self, dims, keepdim, self.dtype());
 }
+// uint8 in, uint8 out: PyTorch keeps this legacy rule for all/any.
 TensorSpec all(const Tensor& self, IntArrayRef dims, bool keepdim) {
-  return reduction("all", self, dims, keepdim, kBool);
+  check_defined("all", self, "self");
+  return reduction("all", self, dims, keepdim, self.dtype() == kUInt8 ? kUInt8 : kBool);
 }
 TensorSpec any(const Tensor& self, IntArrayRef dims, bool keepdim) {
-  return reduction("any", self, dims, keepdim, kBool);
+  check_defined("any", self, "self");
+  return reduction("any", self, dims, keepdim, self.dtype() == kUInt8 ? kUInt8 : kBool);
 }
 namespace {
 TensorSpec arg_reduction(const char* op, const Tensor& self, const OptInt& dim, bool keepdim) {

@@ -214,16 +214,30 @@ Tensor& exp_(Tensor& self) {
   exp__op(self);
   return self;
 }
+namespace {
+// The operands of an in-place op broadcast to self's shape (and never beyond it).
+Tensor broadcast_to_self(const char* op, const Tensor& self, const Tensor& t) {
+  meta::check_defined(op, self, "self");
+  meta::check_defined(op, t, "tensor");
+  Shape b = meta::broadcast_shapes(op, self.sizes(), t.sizes());
+  KILN_CHECK(std::ranges::equal(b, self.sizes()),
+             "[{}] an operand of shape [{}] does not broadcast to self's shape [{}]", op,
+             fmt::join(t.sizes(), ", "), fmt::join(self.sizes(), ", "));
+  return expand_op(t, self.sizes());
+}
+}  // namespace
 Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
-  foreach_addcmul__op({self}, {t1}, {t2}, value);
+  foreach_addcmul__op({self}, {broadcast_to_self("addcmul_", self, t1)},
+                      {broadcast_to_self("addcmul_", self, t2)}, value);
   return self;
 }
 Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
-  foreach_addcdiv__op({self}, {t1}, {t2}, value);
+  foreach_addcdiv__op({self}, {broadcast_to_self("addcdiv_", self, t1)},
+                      {broadcast_to_self("addcdiv_", self, t2)}, value);
   return self;
 }
 Tensor& lerp_(Tensor& self, const Tensor& end, const Scalar& weight) {
-  foreach_lerp__op({self}, {end}, weight);
+  foreach_lerp__op({self}, {broadcast_to_self("lerp_", self, end)}, weight);
   return self;
 }
 Tensor& add_out(Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha) {

@@ -90,8 +90,12 @@ Tensor view_kernel(const Tensor& self, IntArrayRef sizes) {
   meta::check_defined("view", self, "self");
   if (self.is_contiguous()) {
     int64_t product = 1;
-    for (int64_t s : sizes) product *= s >= 0 ? s : -1;
-    if (product == self.numel())  // nothing to infer: build the row-major view directly
+    bool plain = true;
+    for (int64_t s : sizes) {
+      plain = plain && s >= 0;
+      product *= s;
+    }
+    if (plain && product == self.numel())  // nothing to infer: build the row-major view directly
       return Tensor(make_ref<TensorImpl>(*self.impl(), sizes, self.storage_offset()));
   }
   Shape shape = detail::infer_size("view", sizes, self.numel());

@@ -84,6 +84,7 @@ int omp_thread();
 // [begin, end) of the loop, in order.
 template <int N, class Inner>
 void loop_range(const Loop<N>& l, int64_t begin, int64_t end, Inner&& inner) {
+  if (begin >= end) return;
   if (l.ndim == 0) {
     if (begin < end) {
       std::array<int64_t, N> st{};
@@ -149,6 +150,7 @@ inline bool same_sizes(const Tensor& a, const Tensor& b) {
 template <class Out, class... In, class F>
 void elementwise(const Tensor& out, const std::array<const Tensor*, sizeof...(In)>& inputs, F f) {
   constexpr int N = sizeof...(In) + 1;
+  if (out.numel() == 0) return;
   // Fast path: every operand contiguous with out's shape, so one flat loop does it.
   bool flat = out.is_contiguous();
   for (const Tensor* t : inputs) flat = flat && t->is_contiguous() && same_sizes(*t, out);
