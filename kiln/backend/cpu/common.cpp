@@ -118,8 +118,12 @@ Tensor cpu_arange(const Scalar& start, const Scalar& end, const Scalar& step, DT
   KILN_DISPATCH_TYPES(dtype, "arange", [&] {
     scalar_t* p = static_cast<scalar_t*>(out.impl()->data());
     if (is_floating(dtype)) {
-      double s = start.to_double(), st = step.to_double();
-      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(s + st * static_cast<double>(i));
+      // start + step * i as one fused multiply-add, in PyTorch's CPU accumulation type (double
+      // for float32/float64, float for the 16-bit types), so values match it bit for bit.
+      using A = std::conditional_t<sizeof(scalar_t) == 2, float, double>;
+      A s = static_cast<A>(start.to_double()), st = static_cast<A>(step.to_double());
+      for (int64_t i = 0; i < n; ++i)
+        p[i] = static_cast<scalar_t>(std::fma(st, static_cast<A>(i), s));
     } else {
       int64_t s = start.to_int(), st = step.to_int();
       for (int64_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(s + st * i);
@@ -142,8 +146,8 @@ Tensor cpu_linspace(const Scalar& start, const Scalar& end, int64_t steps, DType
     // Symmetric like PyTorch: the second half counts back from `end`.
     int64_t half = steps / 2;
     for (int64_t i = 0; i < steps; ++i)
-      p[i] = static_cast<scalar_t>(i < half ? s + step * static_cast<A>(i)
-                                            : e - step * static_cast<A>(steps - i - 1));
+      p[i] = static_cast<scalar_t>(i < half ? std::fma(step, static_cast<A>(i), s)
+                                            : std::fma(-step, static_cast<A>(steps - i - 1), e));
   });
   return out;
 }

@@ -46,7 +46,9 @@ void for_rows(int64_t rows, int64_t len, F f) {
 }
 
 void sum_impl(const Tensor& out, const Tensor& self, IntArrayRef dims, bool, const OptDType& dt) {
-  DType t = meta::sum(self, dims, false, dt).dtype;
+  // With out=, PyTorch reduces in out's dtype (a float32 out of a float16 input sums in float32).
+  DType t = out.dtype();
+  (void)dt;
   Rows R = to_rows("sum", self, dims, t);
   with_contiguous_result(out, t, [&](const Tensor& o) {
     KILN_DISPATCH_TYPES(t, "sum", [&] {
@@ -63,7 +65,8 @@ void sum_impl(const Tensor& out, const Tensor& self, IntArrayRef dims, bool, con
 }
 
 void mean_impl(const Tensor& out, const Tensor& self, IntArrayRef dims, bool, const OptDType& dt) {
-  DType t = meta::mean(self, dims, false, dt).dtype;
+  DType t = out.dtype();  // as for sum
+  (void)dt;
   Rows R = to_rows("mean", self, dims, t);
   with_contiguous_result(out, t, [&](const Tensor& o) {
     KILN_DISPATCH_FLOAT_TYPES(t, "mean", [&] {

@@ -1,0 +1,528 @@
+// Op table: mm, bmm, addmm, matmul, linear, and the neural-net functions (layer_norm,
+// rms_norm, embedding, nll_loss, cross_entropy, dropout, scaled_dot_product_attention).
+//
+// Products and norms use Tol::Accum: dot products over many terms are legitimately
+// accumulated in a different order or blocking than ATen's (BLAS kernels block differently).
+#include <cmath>
+
+#include "tests/ops/op_test_util.h"
+
+namespace kiln::test {
+namespace {
+
+constexpr auto C = Layout::Contig;
+constexpr auto T = Layout::Transposed;
+constexpr auto S = Layout::Strided;
+constexpr auto E = Layout::Expanded;
+
+// Small integers keep integer products exact and far from overflow.
+Draw draw_small() { return draw_uniform(-3, 3); }
+const std::vector<DType> kMatmulDTypes = kNumericDTypes;
+
+MakeFn specs(std::vector<Spec> in) {
+  std::vector<Draw> draws(in.size(), draw_small());
+  return make_from(std::move(draws), std::move(in));
+}
+
+void add_mm(Cases& cs) {
+  const std::vector<std::pair<const char*, std::vector<Spec>>> mm_configs = {
+      {"contig", {{{3, 4}, C}, {{4, 5}, C}}},
+      {"a_t", {{{3, 4}, T}, {{4, 5}, C}}},
+      {"b_t", {{{3, 4}, C}, {{4, 5}, T}}},
+      {"both_t", {{{3, 4}, T}, {{4, 5}, T}}},
+      {"strided", {{{3, 4}, S}, {{4, 5}, S}}},
+      {"expanded", {{{3, 4}, E}, {{4, 5}, C}}},
+      {"outer", {{{4, 1}, C}, {{1, 5}, C}}},
+      {"dot", {{{1, 7}, C}, {{7, 1}, C}}},
+      {"zero_k", {{{3, 0}, C}, {{0, 5}, C}}},
+      {"zero_m", {{{0, 4}, C}, {{4, 5}, C}}},
+      {"zero_n", {{{3, 4}, C}, {{4, 0}, C}}},
+      {"large", {{{128, 256}, C}, {{256, 96}, C}}},
+      {"large_t", {{{128, 256}, T}, {{256, 96}, T}}},
+  };
+  for (const auto& [label, in] : mm_configs) {
+    OpCase row{.name = std::string("mm_") + label,
+               .ops = {"mm"},
+               .dtypes = kMatmulDTypes,
+               .make = specs(in),
+               .kiln = [](const KArgs& x) { return KTensors{mm(x[0], x[1])}; },
+               .aten = [](const AArgs& a) { return ATensors{at::mm(a[0], a[1])}; },
+               .tol = Tol::Accum};
+    cs.push_back(row);
+    if (std::string(label) == "contig" || std::string(label) == "a_t") {
+      auto kf = [](const KArgs& x) {
+        Tensor out = x.out;
+        mm_out(out, x[0], x[1]);
+        return KTensors{out};
+      };
+      cs.push_back(out_variant(row, "mm_out", kf, std::string("_") + label));
+      cs.push_back(out_variant(row, "mm_out", kf, std::string("_") + label + "_t", T));
+    }
+  }
+  const std::vector<std::pair<const char*, std::vector<Spec>>> bmm_configs = {
+      {"contig", {{{2, 3, 4}, C}, {{2, 4, 5}, C}}},
+      {"a_t", {{{2, 3, 4}, T}, {{2, 4, 5}, C}}},
+      {"b_strided", {{{2, 3, 4}, C}, {{2, 4, 5}, S}}},
+      {"batch_expanded", {{{3, 3, 4}, E}, {{3, 4, 5}, C}}},
+      {"zero_batch", {{{0, 3, 4}, C}, {{0, 4, 5}, C}}},
+      {"zero_k", {{{2, 3, 0}, C}, {{2, 0, 5}, C}}},
+      {"large", {{{8, 64, 128}, C}, {{8, 128, 32}, T}}},
+  };
+  for (const auto& [label, in] : bmm_configs) {
+    OpCase row{.name = std::string("bmm_") + label,
+               .ops = {"bmm"},
+               .dtypes = kMatmulDTypes,
+               .make = specs(in),
+               .kiln = [](const KArgs& x) { return KTensors{bmm(x[0], x[1])}; },
+               .aten = [](const AArgs& a) { return ATensors{at::bmm(a[0], a[1])}; },
+               .tol = Tol::Accum};
+    cs.push_back(row);
+    if (std::string(label) == "contig")
+      cs.push_back(out_variant(row, "bmm_out", [](const KArgs& x) {
+        ops::bmm_out_op(x.out, x[0], x[1]);
+        return KTensors{x.out};
+      }));
+  }
+
+  struct AddmmConfig {
+    const char* label;
+    std::vector<Spec> in;  // self, a, b
+    Scalar beta, alpha;
+    std::vector<DType> dtypes;
+  };
+  const std::vector<AddmmConfig> addmm_configs = {
+      {"contig", {{{3, 5}, C}, {{3, 4}, C}, {{4, 5}, C}}, 1, 1, kMatmulDTypes},
+      {"bias_row", {{{5}, C}, {{3, 4}, T}, {{4, 5}, C}}, 1, 1, kMatmulDTypes},
+      {"bias_col", {{{3, 1}, C}, {{3, 4}, C}, {{4, 5}, T}}, 1, 1, kMatmulDTypes},
+      {"self_t", {{{3, 5}, T}, {{3, 4}, C}, {{4, 5}, C}}, 1, 1, kMatmulDTypes},
+      {"int_scales", {{{3, 5}, C}, {{3, 4}, C}, {{4, 5}, C}}, 2, 3, kMatmulDTypes},
+      {"float_scales", {{{5}, C}, {{3, 4}, C}, {{4, 5}, S}}, 0.5, -1.5, kFloatDTypes},
+      {"zero_k", {{{3, 5}, C}, {{3, 0}, C}, {{0, 5}, C}}, 0.5, 2, kFloatDTypes},
+      {"large", {{{96}, C}, {{128, 256}, C}, {{256, 96}, T}}, 1, 1, kFloatDTypes},
+  };
+  for (const AddmmConfig& c : addmm_configs) {
+    Scalar beta = c.beta, alpha = c.alpha;
+    auto at_scalar = [](const Scalar& s) {
+      return s.is_floating() ? at::Scalar(s.to_double()) : at::Scalar(s.to_int());
+    };
+    at::Scalar abeta = at_scalar(beta), aalpha = at_scalar(alpha);
+    OpCase row{
+        .name = std::string("addmm_") + c.label,
+        .ops = {"addmm"},
+        .dtypes = c.dtypes,
+        .make = specs(c.in),
+        .kiln = [beta,
+                 alpha](const KArgs& x) { return KTensors{addmm(x[0], x[1], x[2], beta, alpha)}; },
+        .aten =
+            [abeta, aalpha](const AArgs& a) {
+              return ATensors{at::addmm(a[0], a[1], a[2], abeta, aalpha)};
+            },
+        .tol = Tol::Accum};
+    cs.push_back(row);
+    if (std::string(c.label) == "bias_row")
+      cs.push_back(out_variant(row, "addmm_out", [](const KArgs& x) {
+        ops::addmm_out_op(x.out, x[0], x[1], x[2], 1, 1);
+        return KTensors{x.out};
+      }));
+  }
+  // beta = 0 ignores self, NaNs included (BLAS semantics, as in PyTorch).
+  cs.push_back({.name = "addmm_beta0_nan_self",
+                .ops = {"addmm"},
+                .dtypes = kFloatDTypes,
+                .make =
+                    [](Gen& g) {
+                      return KTensors{g.values(std::vector<double>(15, NAN), {3, 5}),
+                                      g.any({{3, 4}}), g.any({{4, 5}})};
+                    },
+                .kiln = [](const KArgs& x) { return KTensors{addmm(x[0], x[1], x[2], 0, 1)}; },
+                .aten = [](const AArgs& a) { return ATensors{at::addmm(a[0], a[1], a[2], 0, 1)}; },
+                .tol = Tol::Accum});
+}
+
+void add_matmul_linear(Cases& cs) {
+  struct MatmulConfig {
+    const char* label;
+    std::vector<Spec> in;
+    const char* op;  // what it reduces to
+  };
+  const std::vector<MatmulConfig> configs = {
+      {"1d_1d", {{{4}, C}, {{4}, C}}, "mm"},
+      {"2d_1d", {{{3, 4}, T}, {{4}, S}}, "mm"},
+      {"1d_2d", {{{4}, C}, {{4, 5}, C}}, "mm"},
+      {"2d_2d", {{{3, 4}, C}, {{4, 5}, T}}, "mm"},
+      {"3d_2d", {{{2, 3, 4}, C}, {{4, 5}, C}}, "mm"},
+      {"3d_2d_noncontig", {{{2, 3, 4}, T}, {{4, 5}, T}}, "mm"},
+      {"3d_1d", {{{2, 3, 4}, C}, {{4}, C}}, "mm"},
+      {"1d_3d", {{{4}, C}, {{2, 4, 5}, C}}, "bmm"},
+      {"2d_3d", {{{3, 4}, C}, {{2, 4, 5}, C}}, "bmm"},
+      {"3d_3d", {{{2, 3, 4}, S}, {{2, 4, 5}, C}}, "bmm"},
+      {"bcast_batch", {{{2, 1, 3, 4}, C}, {{5, 4, 2}, C}}, "bmm"},
+      {"bcast_batch_expanded", {{{3, 2, 3, 4}, E}, {{1, 2, 4, 5}, C}}, "bmm"},
+      {"zero_batch", {{{0, 3, 4}, C}, {{4, 5}, C}}, "mm"},
+      {"zero_batch_3d", {{{0, 3, 4}, C}, {{0, 4, 5}, C}}, "bmm"},
+  };
+  for (const MatmulConfig& c : configs)
+    cs.push_back({.name = std::string("matmul_") + c.label,
+                  .ops = {c.op},
+                  .dtypes = kMatmulDTypes,
+                  .make = specs(c.in),
+                  .kiln = [](const KArgs& x) { return KTensors{matmul(x[0], x[1])}; },
+                  .aten = [](const AArgs& a) { return ATensors{at::matmul(a[0], a[1])}; },
+                  .tol = Tol::Accum});
+
+  struct LinearConfig {
+    const char* label;
+    std::vector<Spec> in;  // x, weight[, bias]
+  };
+  const std::vector<LinearConfig> linear_configs = {
+      {"bias", {{{3, 4}, C}, {{5, 4}, C}, {{5}, C}}},
+      {"no_bias", {{{3, 4}, C}, {{5, 4}, C}}},
+      {"3d", {{{2, 3, 4}, C}, {{5, 4}, T}, {{5}, C}}},
+      {"3d_noncontig", {{{2, 3, 4}, T}, {{5, 4}, C}}},
+      {"1d", {{{4}, C}, {{5, 4}, C}, {{5}, C}}},
+      {"zero_batch", {{{0, 4}, C}, {{5, 4}, C}, {{5}, C}}},
+      {"large", {{{64, 512}, C}, {{256, 512}, C}, {{256}, C}}},
+  };
+  for (const LinearConfig& c : linear_configs) {
+    bool bias = c.in.size() == 3;
+    cs.push_back({.name = std::string("linear_") + c.label,
+                  .ops = {bias ? "addmm" : "mm"},
+                  .dtypes = kMatmulDTypes,
+                  .make = specs(c.in),
+                  .kiln =
+                      [bias](const KArgs& x) {
+                        return KTensors{linear(x[0], x[1], bias ? x[2] : Tensor())};
+                      },
+                  .aten =
+                      [bias](const AArgs& a) {
+                        return ATensors{at::linear(a[0], a[1], bias ? a[2] : at::Tensor())};
+                      },
+                  .tol = Tol::Accum});
+  }
+}
+
+void add_norms(Cases& cs) {
+  struct NormConfig {
+    const char* label;
+    Spec x;
+    std::vector<int64_t> shape;  // normalized_shape
+    bool affine;
+  };
+  const std::vector<NormConfig> configs = {
+      {"affine", {{2, 3, 8}, C}, {8}, true},      {"plain", {{2, 3, 8}, C}, {8}, false},
+      {"two_dims", {{2, 3, 8}, C}, {3, 8}, true}, {"noncontig", {{6, 8}, T}, {8}, true},
+      {"strided", {{5, 8}, S}, {8}, true},        {"1d", {{16}, C}, {16}, true},
+      {"zero_batch", {{0, 8}, C}, {8}, true},     {"large", {{64, 1024}, C}, {1024}, true},
+  };
+  for (const NormConfig& c : configs) {
+    std::vector<int64_t> ns = c.shape;
+    bool affine = c.affine;
+    Spec xs = c.x;
+    MakeFn make = [xs, ns, affine](Gen& g) {
+      KTensors in{g.any(xs)};
+      if (affine) {
+        in.push_back(g.uniform({ns}, 0.5, 1.5));
+        in.push_back(g.any({ns}));
+      }
+      return in;
+    };
+    OpCase ln{
+        .name = std::string("layer_norm_") + c.label,
+        .ops = {"layer_norm"},
+        .dtypes = kFloatDTypes,
+        .make = make,
+        .kiln =
+            [ns, affine](const KArgs& x) {
+              return KTensors{affine ? layer_norm(x[0], ns, x[1], x[2]) : layer_norm(x[0], ns)};
+            },
+        .aten =
+            [ns, affine](const AArgs& a) {
+              return ATensors{affine ? at::layer_norm(a[0], ns, a[1], a[2], 1e-5)
+                                     : at::layer_norm(a[0], ns, {}, {}, 1e-5)};
+            },
+        .tol = Tol::Accum};
+    cs.push_back(ln);
+    // rms_norm: ATen 1.13 has none; the reference is x * rsqrt(mean(x^2) + eps) * w over the
+    // normalized dims, computed in float32 for the 16-bit types and rounded once.
+    OpCase rms{.name = std::string("rms_norm_") + c.label,
+               .ops = {"rms_norm"},
+               .dtypes = kFloatDTypes,
+               .make = make,
+               .kiln =
+                   [ns, affine](const KArgs& x) {
+                     return KTensors{affine ? rms_norm(x[0], ns, x[1], 1e-6) : rms_norm(x[0], ns)};
+                   },
+               .aten =
+                   [ns, affine](const AArgs& a) {
+                     at::ScalarType dt = a[0].scalar_type();
+                     at::ScalarType acc = dt == at::kDouble ? at::kDouble : at::kFloat;
+                     at::Tensor x = a[0].to(acc);
+                     std::vector<int64_t> dims;
+                     for (size_t i = 0; i < ns.size(); ++i) dims.push_back(x.dim() - 1 - i);
+                     at::Tensor r = x * at::rsqrt(x.pow(2).mean(dims, true) + 1e-6);
+                     if (affine) r = r * a[1].to(acc);
+                     return ATensors{r.to(dt)};
+                   },
+               .tol = Tol::Accum};
+    cs.push_back(rms);
+    if (std::string(c.label) == "affine") {
+      cs.push_back(out_variant(ln, "layer_norm_out", [ns](const KArgs& x) {
+        ops::layer_norm_out_op(x.out, x[0], ns, x[1], x[2], 1e-5);
+        return KTensors{x.out};
+      }));
+      cs.push_back(out_variant(rms, "rms_norm_out", [ns](const KArgs& x) {
+        ops::rms_norm_out_op(x.out, x[0], ns, x[1], 1e-6);
+        return KTensors{x.out};
+      }));
+    }
+  }
+}
+
+void add_embedding_losses(Cases& cs) {
+  struct EmbConfig {
+    const char* label;
+    Spec weight, index;
+    DType index_dtype;
+  };
+  const std::vector<EmbConfig> configs = {
+      {"2d_index", {{10, 4}, C}, {{2, 3}, C}, kInt64},
+      {"int32_index", {{10, 4}, C}, {{7}, S}, kInt32},
+      {"weight_t", {{10, 4}, T}, {{5}, C}, kInt64},
+      {"0d_index", {{10, 4}, C}, {{}, C}, kInt64},
+      {"zero_index", {{10, 4}, C}, {{0}, C}, kInt64},
+      {"large", {{1000, 64}, C}, {{32, 40}, C}, kInt64},
+  };
+  for (const EmbConfig& c : configs) {
+    EmbConfig cc = c;
+    OpCase row{.name = std::string("embedding_") + c.label,
+               .ops = {"embedding"},
+               .dtypes = kAllDTypes,
+               .make =
+                   [cc](Gen& g) {
+                     return KTensors{g.any(cc.weight),
+                                     g.index(cc.index, cc.weight.shape[0], cc.index_dtype)};
+                   },
+               .kiln = [](const KArgs& x) { return KTensors{embedding(x[0], x[1])}; },
+               .aten = [](const AArgs& a) { return ATensors{at::embedding(a[0], a[1])}; },
+               .tol = Tol::Exact};
+    cs.push_back(row);
+    if (std::string(c.label) == "2d_index")
+      cs.push_back(out_variant(row, "embedding_out", [](const KArgs& x) {
+        ops::embedding_out_op(x.out, x[0], x[1]);
+        return KTensors{x.out};
+      }));
+  }
+
+  struct LossConfig {
+    const char* label;
+    Dims input;
+    std::vector<int64_t> target;  // -100 is ignored by default
+    int64_t ignore_index;
+  };
+  const std::vector<LossConfig> losses = {
+      {"basic", {5, 4}, {0, 3, 1, 1, 2}, -100},
+      {"ignored", {5, 4}, {0, -100, 3, -100, 2}, -100},
+      {"ignore_2", {6, 3}, {2, 0, 2, 1, 2, 0}, 2},
+      {"all_ignored", {3, 4}, {-100, -100, -100}, -100},
+      {"1d", {4}, {2}, -100},
+      {"large", {512, 100}, {}, -100},
+  };
+  for (const LossConfig& c : losses) {
+    LossConfig lc = c;
+    MakeFn make = [lc](Gen& g) {
+      Tensor input = g.any({lc.input});
+      if (lc.target.empty()) return KTensors{input, g.index({{lc.input[0]}}, lc.input[1])};
+      std::vector<double> t(lc.target.begin(), lc.target.end());
+      Dims ts = lc.input.size() == 1 ? Dims{} : Dims{static_cast<int64_t>(t.size())};
+      return KTensors{input, g.values(t, ts, kInt64)};
+    };
+    int64_t ignore = c.ignore_index;
+    OpCase nll{.name = std::string("nll_loss_") + c.label,
+               .ops = {"nll_loss"},
+               .dtypes = kFloatDTypes,
+               .make = make,
+               .kiln = [ignore](const KArgs& x) { return KTensors{nll_loss(x[0], x[1], ignore)}; },
+               .aten =
+                   [ignore](const AArgs& a) {
+                     return ATensors{at::nll_loss(a[0], a[1], {}, at::Reduction::Mean, ignore)};
+                   },
+               .tol = Tol::Accum};
+    cs.push_back(nll);
+    if (std::string(c.label) == "ignored")
+      cs.push_back(out_variant(nll, "nll_loss_out", [ignore](const KArgs& x) {
+        ops::nll_loss_out_op(x.out, x[0], x[1], ignore);
+        return KTensors{x.out};
+      }));
+    cs.push_back(
+        {.name = std::string("cross_entropy_") + c.label,
+         .ops = {"log_softmax", "nll_loss"},
+         .dtypes = kFloatDTypes,
+         .make = make,
+         .kiln = [ignore](const KArgs& x) { return KTensors{cross_entropy(x[0], x[1], ignore)}; },
+         // Kiln's composite rounds the log-probabilities to the input dtype.
+         .aten =
+             [ignore](const AArgs& a) {
+               at::Tensor lp = round_to(at::log_softmax(a[0], -1), a.dtype);
+               return ATensors{at::nll_loss(lp, a[1], {}, at::Reduction::Mean, ignore)};
+             },
+         .tol = Tol::Accum});
+  }
+}
+
+void add_dropout(Cases& cs) {
+  // p = 0 and evaluation mode return the input; p = 1 zeroes everything.
+  cs.push_back({.name = "dropout_p0",
+                .ops = {},
+                .dtypes = kFloatDTypes,
+                .make = make_from({draw_any()}, {Spec{{4, 5}, T}}),
+                .kiln = [](const KArgs& x) { return KTensors{dropout(x[0], 0.0)}; },
+                .aten = [](const AArgs& a) { return ATensors{at::dropout(a[0], 0.0, true)}; },
+                .tol = Tol::Exact});
+  cs.push_back({.name = "dropout_eval",
+                .ops = {},
+                .dtypes = kFloatDTypes,
+                .make = make_from({draw_any()}, {Spec{{4, 5}}}),
+                .kiln = [](const KArgs& x) { return KTensors{dropout(x[0], 0.5, false)}; },
+                .aten = [](const AArgs& a) { return ATensors{at::dropout(a[0], 0.5, false)}; },
+                .tol = Tol::Exact});
+  cs.push_back({.name = "dropout_p1",
+                .ops = {"native_dropout"},
+                .dtypes = kFloatDTypes,
+                .make = make_from({draw_any()}, {Spec{{4, 5}, S}}),
+                .kiln = [](const KArgs& x) { return KTensors{dropout(x[0], 1.0)}; },
+                .aten = [](const AArgs& a) { return ATensors{at::dropout(a[0], 1.0, true)}; },
+                .tol = Tol::Exact});
+  // 0 < p < 1: every output is 0 or x / (1 - p), and about 1 - p of them are kept.
+  for (double p : {0.1, 0.5, 0.8}) {
+    cs.push_back({.name = fmt::format("dropout_frac{}", static_cast<int>(p * 100)),
+                  .ops = {"native_dropout"},
+                  .dtypes = kFloatDTypes,
+                  .make = make_from({draw_positive()}, {Spec{{200, 500}, T}}),
+                  .kiln =
+                      [p](const KArgs& x) {
+                        Generator gen(1234);
+                        return KTensors{dropout(x[0], p, true, &gen)};
+                      },
+                  .check =
+                      [p](const KArgs& x, const KTensors& got) {
+                        ASSERT_EQ(got.size(), 1u);
+                        ASSERT_EQ(got[0].dtype(), x[0].dtype());
+                        ASSERT_EQ(vec(got[0].sizes()), vec(x[0].sizes()));
+                        at::Tensor in = to_aten(x[0]).to(at::kDouble);
+                        at::Tensor out = to_aten(got[0]).to(at::kDouble);
+                        at::Tensor kept = out.ne(0);
+                        // Kept values equal x / (1 - p) rounded to the dtype.
+                        at::Tensor scaled = (in / (1 - p)).to(to_aten(x.dtype)).to(at::kDouble);
+                        auto [rtol, atol] = tolerance(Tol::Default, x.dtype);
+                        at::Tensor ok =
+                            out.eq(0) | ((out - scaled).abs() <= atol + rtol * scaled.abs());
+                        EXPECT_TRUE(ok.all().item<bool>())
+                            << (~ok).sum().item<int64_t>() << " outputs are neither 0 nor x/(1-p)";
+                        double frac = kept.to(at::kDouble).mean().item<double>();
+                        EXPECT_NEAR(frac, 1 - p, 0.01) << "kept fraction";
+                      }});
+  }
+  // Same generator state, same mask; a different seed, a different one.
+  cs.push_back({.name = "dropout_seeded",
+                .ops = {"native_dropout"},
+                .dtypes = {kFloat32},
+                .make = make_from({draw_positive()}, {Spec{{1000}}}),
+                .kiln =
+                    [](const KArgs& x) {
+                      Generator a(7), b(7), c(8);
+                      return KTensors{dropout(x[0], 0.5, true, &a), dropout(x[0], 0.5, true, &b),
+                                      dropout(x[0], 0.5, true, &c)};
+                    },
+                .check =
+                    [](const KArgs&, const KTensors& got) {
+                      ASSERT_EQ(got.size(), 3u);
+                      EXPECT_TRUE(compare(got[1], to_aten(got[0]), Tol::Exact)) << "same seed";
+                      EXPECT_FALSE(at::equal(to_aten(got[0]), to_aten(got[2]))) << "other seed";
+                    }});
+}
+
+// softmax(q k^T * scale + mask) v, written out in ATen (1.13 has no fused attention op). Like
+// Kiln's composite, each step's result has the inputs' dtype `dt` (see round_to).
+at::Tensor sdpa_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& mask, bool causal, double scale, at::ScalarType dt) {
+  at::Tensor s = round_to(at::matmul(q, k.transpose(-2, -1)), dt);
+  s = round_to(s * round_to(scale, dt), dt);
+  int64_t L = q.size(-2), S = k.size(-2);
+  if (causal) {
+    at::Tensor keep = at::ones({L, S}, at::kBool).tril();
+    s = s.masked_fill(keep.logical_not(), -INFINITY);
+  } else if (mask.defined()) {
+    s = mask.scalar_type() == at::kBool ? s.masked_fill(mask.logical_not(), -INFINITY)
+                                        : round_to(s + mask, dt);
+  }
+  return at::matmul(round_to(at::softmax(s, -1), dt), v);
+}
+
+void add_attention(Cases& cs) {
+  struct SdpaConfig {
+    const char* label;
+    std::vector<Spec> in;  // q, k, v[, mask]
+    bool causal;
+    bool bool_mask;
+    std::optional<double> scale;
+  };
+  const std::vector<SdpaConfig> configs = {
+      {"basic", {{{2, 3, 4, 8}}, {{2, 3, 5, 8}}, {{2, 3, 5, 6}}}, false, false, {}},
+      {"causal", {{{2, 2, 5, 8}}, {{2, 2, 5, 8}}, {{2, 2, 5, 4}}}, true, false, {}},
+      {"causal_l_lt_s", {{{1, 2, 3, 8}}, {{1, 2, 5, 8}}, {{1, 2, 5, 8}}}, true, false, {}},
+      {"bool_mask", {{{2, 3, 4, 8}}, {{2, 3, 5, 8}}, {{2, 3, 5, 6}}, {{4, 5}}}, false, true, {}},
+      {"float_mask",
+       {{{2, 3, 4, 8}}, {{2, 3, 5, 8}}, {{2, 3, 5, 6}}, {{2, 1, 4, 5}}},
+       false,
+       false,
+       {}},
+      {"scale", {{{2, 4, 8}}, {{2, 6, 8}}, {{2, 6, 8}}}, false, false, 0.5},
+      {"noncontig", {{{2, 3, 4, 8}, T}, {{2, 3, 5, 8}, S}, {{2, 3, 5, 6}, T}}, true, false, {}},
+      {"3d", {{{3, 4, 8}}, {{3, 4, 8}}, {{3, 4, 8}}}, false, false, {}},
+      {"large", {{{2, 4, 128, 64}}, {{2, 4, 128, 64}}, {{2, 4, 128, 64}}}, true, false, {}},
+  };
+  for (const SdpaConfig& c : configs) {
+    SdpaConfig sc = c;
+    cs.push_back(
+        {.name = std::string("sdpa_") + c.label,
+         .ops = {"bmm", "softmax"},
+         .dtypes = kFloatDTypes,
+         .make =
+             [sc](Gen& g) {
+               KTensors in;
+               for (size_t i = 0; i < 3; ++i) in.push_back(g.any(sc.in[i]));
+               if (sc.in.size() == 4)
+                 in.push_back(sc.bool_mask ? g.mask(sc.in[3]) : g.any(sc.in[3]));
+               return in;
+             },
+         .kiln =
+             [sc](const KArgs& x) {
+               Tensor mask = x.in.size() == 4 ? x[3] : Tensor();
+               return KTensors{
+                   scaled_dot_product_attention(x[0], x[1], x[2], mask, sc.causal, sc.scale)};
+             },
+         .aten =
+             [sc](const AArgs& a) {
+               at::Tensor mask = a.in.size() == 4 ? a[3] : at::Tensor();
+               double scale =
+                   sc.scale.value_or(1.0 / std::sqrt(static_cast<double>(a[0].size(-1))));
+               return ATensors{sdpa_reference(a[0], a[1], a[2], mask, sc.causal, scale, a.dtype)};
+             },
+         .tol = Tol::Attention});
+  }
+}
+
+}  // namespace
+
+Cases linalg_nn_cases() {
+  Cases cs;
+  add_mm(cs);
+  add_matmul_linear(cs);
+  add_norms(cs);
+  add_embedding_losses(cs);
+  add_dropout(cs);
+  add_attention(cs);
+  return cs;
+}
+
+}  // namespace kiln::test

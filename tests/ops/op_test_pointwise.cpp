@@ -1,0 +1,610 @@
+// Op table: pointwise ops (functional, in-place and out= forms), Scalar overloads, type
+// promotion and casts.
+#include "tests/ops/op_test_util.h"
+
+namespace kiln::test {
+namespace {
+
+// The three dispatched forms of a pointwise op, for add_pointwise.
+#define KILN_PW(name) ops::name##_op, ops::name##__op, ops::name##_out_op
+
+// A 0-d ATen tensor that promotes like a C++ number, as Kiln's Scalar overloads do.
+at::Tensor wrapped(const at::Scalar& s) {
+  at::ScalarType t = s.isBoolean() ? at::kBool : s.isIntegral(false) ? at::kLong : at::kDouble;
+  at::Tensor w = at::scalar_tensor(s, t);
+  w.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return w;
+}
+
+// Values with many ties, for comparisons: quarter steps in [-2, 2], integers in [-3, 3].
+Draw draw_coarse() {
+  return [](Gen& g, const Spec& s) {
+    if (g.dtype == kBool) return g.mask(s);
+    if (!is_floating(g.dtype)) return g.uniform(s, g.dtype == kUInt8 ? 0 : -3, 3);
+    return g.make(s, g.dtype, [&] { return static_cast<double>(g.integer(-8, 8)) / 4; });
+  };
+}
+// pow exponents: [-2, 2] for floats (negative bases give NaN), [0, 3] for integers (ATen
+// rejects negative integer powers of integers).
+Draw draw_exponent() {
+  return [](Gen& g, const Spec& s) {
+    return is_floating(g.dtype) ? g.uniform(s, -2, 2) : g.uniform(s, 0, 3);
+  };
+}
+
+void add_binary_ops(Cases& cs) {
+  const std::vector<Draw> two = {draw_any(), draw_any()};
+  add_pointwise(
+      cs, {.name = "add", .dtypes = kAllDTypes, .draws = two, .special = true}, KILN_PW(add),
+      [](auto call, const KArgs& x) { return call(x[0], x[1], Scalar(2)); },
+      [](const AArgs& a) { return ATensors{at::add(a[0], a[1], 2)}; });
+  add_pointwise(
+      cs, {.name = "sub", .dtypes = kNumericDTypes, .draws = two, .special = true}, KILN_PW(sub),
+      [](auto call, const KArgs& x) { return call(x[0], x[1], Scalar(2)); },
+      [](const AArgs& a) { return ATensors{at::sub(a[0], a[1], 2)}; });
+  add_pointwise(
+      cs, {.name = "mul", .dtypes = kAllDTypes, .draws = two, .special = true}, KILN_PW(mul),
+      [](auto call, const KArgs& x) { return call(x[0], x[1]); },
+      [](const AArgs& a) { return ATensors{at::mul(a[0], a[1])}; });
+  add_pointwise(
+      cs,
+      {.name = "div",
+       .dtypes = kAllDTypes,
+       .draws = two,
+       .result = ResultKind::Float,
+       .special = true},
+      KILN_PW(div), [](auto call, const KArgs& x) { return call(x[0], x[1]); },
+      [](const AArgs& a) { return ATensors{at::div(a[0], a[1])}; });
+  add_pointwise(
+      cs,
+      {.name = "pow",
+       .dtypes = kNumericDTypes,
+       .draws = {draw_any(), draw_exponent()},
+       .special = true},
+      KILN_PW(pow), [](auto call, const KArgs& x) { return call(x[0], x[1]); },
+      [](const AArgs& a) { return ATensors{at::pow(a[0], a[1])}; });
+  add_pointwise(
+      cs,
+      {.name = "maximum",
+       .dtypes = kAllDTypes,
+       .draws = {draw_coarse(), draw_coarse()},
+       .special = true},
+      KILN_PW(maximum), [](auto call, const KArgs& x) { return call(x[0], x[1]); },
+      [](const AArgs& a) { return ATensors{at::maximum(a[0], a[1])}; });
+  add_pointwise(
+      cs,
+      {.name = "minimum",
+       .dtypes = kAllDTypes,
+       .draws = {draw_coarse(), draw_coarse()},
+       .special = true},
+      KILN_PW(minimum), [](auto call, const KArgs& x) { return call(x[0], x[1]); },
+      [](const AArgs& a) { return ATensors{at::minimum(a[0], a[1])}; });
+
+  const std::vector<Draw> coarse = {draw_coarse(), draw_coarse()};
+  auto cmp = [&](const char* name, auto& f, auto& i, auto& o,
+                 at::Tensor (*aten)(const at::Tensor&, const at::Tensor&)) {
+    add_pointwise(
+        cs,
+        {.name = name,
+         .dtypes = kAllDTypes,
+         .draws = coarse,
+         .result = ResultKind::Bool,
+         .special = true},
+        f, i, o, [](auto call, const KArgs& x) { return call(x[0], x[1]); },
+        [aten](const AArgs& a) { return ATensors{aten(a[0], a[1])}; });
+  };
+  cmp("eq", KILN_PW(eq), &at::eq);
+  cmp("ne", KILN_PW(ne), &at::ne);
+  cmp("lt", KILN_PW(lt), &at::lt);
+  cmp("le", KILN_PW(le), &at::le);
+  cmp("gt", KILN_PW(gt), &at::gt);
+  cmp("ge", KILN_PW(ge), &at::ge);
+  const std::vector<Draw> sparse = {draw_sparse(), draw_sparse()};
+  auto logical = [&](const char* name, auto& f, auto& i, auto& o,
+                     at::Tensor (*aten)(const at::Tensor&, const at::Tensor&)) {
+    add_pointwise(
+        cs,
+        {.name = name,
+         .dtypes = kAllDTypes,
+         .draws = sparse,
+         .result = ResultKind::Bool,
+         .special = true},
+        f, i, o, [](auto call, const KArgs& x) { return call(x[0], x[1]); },
+        [aten](const AArgs& a) { return ATensors{aten(a[0], a[1])}; });
+  };
+  logical("logical_and", KILN_PW(logical_and), &at::logical_and);
+  logical("logical_or", KILN_PW(logical_or), &at::logical_or);
+  logical("logical_xor", KILN_PW(logical_xor), &at::logical_xor);
+
+  add_pointwise(
+      cs,
+      {.name = "where",
+       .dtypes = kAllDTypes,
+       .draws = {draw_mask(), draw_any(), draw_any()},
+       .inplace_dtypes = std::vector<DType>{kBool}},
+      KILN_PW(where), [](auto call, const KArgs& x) { return call(x[0], x[1], x[2]); },
+      [](const AArgs& a) { return ATensors{at::where(a[0], a[1], a[2])}; });
+}
+
+void add_unary_ops(Cases& cs) {
+  auto unary = [&](const char* name, std::vector<DType> dtypes, Draw draw, ResultKind result,
+                   auto& f, auto& i, auto& o, at::Tensor (*aten)(const at::Tensor&)) {
+    add_pointwise(
+        cs,
+        {.name = name,
+         .dtypes = std::move(dtypes),
+         .draws = {std::move(draw)},
+         .result = result,
+         .special = true},
+        f, i, o, [](auto call, const KArgs& x) { return call(x[0]); },
+        [aten](const AArgs& a) { return ATensors{aten(a[0])}; });
+  };
+  using R = ResultKind;
+  unary("neg", kNumericDTypes, draw_any(), R::Same, KILN_PW(neg), &at::neg);
+  unary("abs", kNumericDTypes, draw_any(), R::Same, KILN_PW(abs), &at::abs);
+  unary("relu", kNumericDTypes, draw_any(), R::Same, KILN_PW(relu), &at::relu);
+  unary("exp", kAllDTypes, draw_any(), R::Float, KILN_PW(exp), &at::exp);
+  unary("log", kAllDTypes, draw_positive(), R::Float, KILN_PW(log), &at::log);
+  unary("sqrt", kAllDTypes, draw_positive(), R::Float, KILN_PW(sqrt), &at::sqrt);
+  unary("rsqrt", kAllDTypes, draw_positive(), R::Float, KILN_PW(rsqrt), &at::rsqrt);
+  unary("tanh", kAllDTypes, draw_any(), R::Float, KILN_PW(tanh), &at::tanh);
+  unary("sigmoid", kAllDTypes, draw_any(), R::Float, KILN_PW(sigmoid), &at::sigmoid);
+  unary("sin", kAllDTypes, draw_any(), R::Float, KILN_PW(sin), &at::sin);
+  unary("cos", kAllDTypes, draw_any(), R::Float, KILN_PW(cos), &at::cos);
+  unary("silu", kFloatDTypes, draw_uniform(-6, 6), R::Float, KILN_PW(silu), &at::silu);
+  unary("logical_not", kAllDTypes, draw_sparse(), R::Bool, KILN_PW(logical_not), &at::logical_not);
+  add_pointwise(
+      cs,
+      {.name = "gelu",
+       .dtypes = kFloatDTypes,
+       .draws = {draw_uniform(-6, 6)},
+       .special = true,
+       .tag = "erf"},
+      KILN_PW(gelu), [](auto call, const KArgs& x) { return call(x[0], false); },
+      [](const AArgs& a) { return ATensors{at::gelu(a[0], "none")}; });
+  add_pointwise(
+      cs,
+      {.name = "gelu",
+       .dtypes = kFloatDTypes,
+       .draws = {draw_uniform(-6, 6)},
+       .special = true,
+       .tag = "tanh"},
+      KILN_PW(gelu), [](auto call, const KArgs& x) { return call(x[0], true); },
+      [](const AArgs& a) { return ATensors{at::gelu(a[0], "tanh")}; });
+  add_pointwise(
+      cs,
+      {.name = "clamp", .dtypes = kNumericDTypes, .draws = {draw_uniform(-9, 9)}, .special = true},
+      KILN_PW(clamp),
+      [](auto call, const KArgs& x) { return call(x[0], OptScalar(1), OptScalar(5)); },
+      [](const AArgs& a) { return ATensors{at::clamp(a[0], 1, 5)}; });
+}
+
+// Rows calling the public API: Scalar overloads, operators, public in-place and out= wrappers.
+void add_public_api(Cases& cs) {
+  auto one = [](Draw d, Spec s) { return make_from({std::move(d)}, {std::move(s)}); };
+  auto two = [](Draw d0, Spec s0, Draw d1, Spec s1) {
+    return make_from({std::move(d0), std::move(d1)}, {std::move(s0), std::move(s1)});
+  };
+  const Spec m{{3, 5}}, mt{{3, 5}, Layout::Transposed};
+  struct ScalarRow {
+    const char* name;
+    const char* op;
+    std::vector<DType> dtypes;
+    Draw draw;
+    std::function<Tensor(const Tensor&)> kiln;
+    std::function<at::Tensor(const at::Tensor&)> aten;
+  };
+  const std::vector<ScalarRow> scalar_rows = {
+      {"add_scalar_int", "add", kAllDTypes, draw_any(),
+       [](const Tensor& t) { return add(t, 3, 2); },
+       [](const at::Tensor& t) { return at::add(t, 3, 2); }},
+      {"add_scalar_float", "add", kAllDTypes, draw_any(),
+       [](const Tensor& t) { return add(t, 2.5); },
+       [](const at::Tensor& t) { return at::add(t, 2.5); }},
+      {"add_scalar_float_alpha", "add", kFloatDTypes, draw_any(),
+       [](const Tensor& t) { return add(t, 2.5, 0.5); },
+       [](const at::Tensor& t) { return at::add(t, 2.5, 0.5); }},
+      {"add_scalar_bool", "add", kAllDTypes, draw_any(),
+       [](const Tensor& t) { return add(t, true); },
+       [](const at::Tensor& t) { return at::add(t, true); }},
+      {"sub_scalar_int", "sub", kNumericDTypes, draw_any(),
+       [](const Tensor& t) { return sub(t, 3, 2); },
+       [](const at::Tensor& t) { return at::sub(t, 3, 2); }},
+      {"sub_scalar_float", "sub", kNumericDTypes, draw_any(),
+       [](const Tensor& t) { return sub(t, 0.75); },
+       [](const at::Tensor& t) { return at::sub(t, 0.75); }},
+      {"rsub_operator", "sub", kNumericDTypes, draw_any(), [](const Tensor& t) { return 2 - t; },
+       [](const at::Tensor& t) { return at::sub(wrapped(2), t); }},
+      {"mul_scalar_int", "mul", kAllDTypes, draw_any(), [](const Tensor& t) { return mul(t, 3); },
+       [](const at::Tensor& t) { return at::mul(t, 3); }},
+      {"mul_scalar_float", "mul", kAllDTypes, draw_any(), [](const Tensor& t) { return t * 1.5; },
+       [](const at::Tensor& t) { return at::mul(t, 1.5); }},
+      {"div_scalar_int", "div", kAllDTypes, draw_any(), [](const Tensor& t) { return div(t, 4); },
+       [](const at::Tensor& t) { return at::div(t, 4); }},
+      {"div_scalar_float", "div", kAllDTypes, draw_any(), [](const Tensor& t) { return t / 0.3; },
+       [](const at::Tensor& t) { return at::div(t, 0.3); }},
+      {"rdiv_operator", "div", kAllDTypes, draw_positive(), [](const Tensor& t) { return 2.0 / t; },
+       [](const at::Tensor& t) { return at::div(wrapped(2.0), t); }},
+      {"neg_operator", "neg", kNumericDTypes, draw_any(), [](const Tensor& t) { return -t; },
+       [](const at::Tensor& t) { return at::neg(t); }},
+      {"add_operator_tensor", "add", kAllDTypes, draw_any(), [](const Tensor& t) { return t + t; },
+       [](const at::Tensor& t) { return at::add(t, t); }},
+      {"pow_scalar_2", "pow", kNumericDTypes, draw_any(), [](const Tensor& t) { return pow(t, 2); },
+       [](const at::Tensor& t) { return at::pow(t, 2); }},
+      {"pow_scalar_half", "pow", kFloatDTypes, draw_positive(),
+       [](const Tensor& t) { return pow(t, 0.5); },
+       [](const at::Tensor& t) { return at::pow(t, 0.5); }},
+      {"pow_scalar_float_on_int", "pow", kIntDTypes, draw_positive(),
+       [](const Tensor& t) { return pow(t, 1.5); },
+       [](const at::Tensor& t) { return at::pow(t, 1.5); }},
+      {"eq_scalar", "eq", kAllDTypes, draw_coarse(), [](const Tensor& t) { return eq(t, 1); },
+       [](const at::Tensor& t) { return at::eq(t, 1); }},
+      {"ne_scalar", "ne", kAllDTypes, draw_coarse(), [](const Tensor& t) { return ne(t, 1); },
+       [](const at::Tensor& t) { return at::ne(t, 1); }},
+      {"lt_scalar_float", "lt", kAllDTypes, draw_coarse(),
+       [](const Tensor& t) { return lt(t, 0.5); },
+       [](const at::Tensor& t) { return at::lt(t, 0.5); }},
+      {"le_scalar", "le", kAllDTypes, draw_coarse(), [](const Tensor& t) { return le(t, 1); },
+       [](const at::Tensor& t) { return at::le(t, 1); }},
+      {"gt_scalar_float", "gt", kAllDTypes, draw_coarse(),
+       [](const Tensor& t) { return gt(t, -0.5); },
+       [](const at::Tensor& t) { return at::gt(t, -0.5); }},
+      {"ge_scalar", "ge", kAllDTypes, draw_coarse(), [](const Tensor& t) { return ge(t, 0); },
+       [](const at::Tensor& t) { return at::ge(t, 0); }},
+      {"clamp_float_bounds", "clamp", kFloatDTypes, draw_any(),
+       [](const Tensor& t) { return clamp(t, -0.5, 0.75); },
+       [](const at::Tensor& t) { return at::clamp(t, -0.5, 0.75); }},
+      {"clamp_min_only", "clamp", kNumericDTypes, draw_any(),
+       [](const Tensor& t) { return clamp(t, 1, std::nullopt); },
+       [](const at::Tensor& t) { return at::clamp(t, 1, c10::nullopt); }},
+      {"clamp_max_only", "clamp", kNumericDTypes, draw_any(),
+       [](const Tensor& t) { return clamp(t, std::nullopt, 1); },
+       [](const at::Tensor& t) { return at::clamp(t, c10::nullopt, 1); }},
+      {"clamp_float_bound_on_int", "clamp", kIntDTypes, draw_any(),
+       [](const Tensor& t) { return clamp(t, 0.5, std::nullopt); },
+       [](const at::Tensor& t) { return at::clamp(t, 0.5, c10::nullopt); }},
+      {"cast_function", "to_copy", kAllDTypes, draw_any(),
+       [](const Tensor& t) { return cast(t, kFloat64); },
+       [](const at::Tensor& t) { return t.to(at::kDouble); }},
+  };
+  for (const ScalarRow& r : scalar_rows)
+    for (const auto& [label, spec] : {std::pair{"", m}, std::pair{"_noncontig", mt}}) {
+      auto kf = r.kiln;
+      auto af = r.aten;
+      cs.push_back({.name = r.name + std::string(label),
+                    .ops = {r.op},
+                    .dtypes = r.dtypes,
+                    .make = one(r.draw, spec),
+                    .kiln = [kf](const KArgs& x) { return KTensors{kf(x[0])}; },
+                    .aten = [af](const AArgs& a) { return ATensors{af(a[0])}; }});
+    }
+  cs.push_back({.name = "where_scalar_other",
+                .ops = {"where"},
+                .dtypes = kAllDTypes,
+                .make = two(draw_mask(), Spec{{3, 1}}, draw_any(), mt),
+                .kiln = [](const KArgs& x) { return KTensors{where(x[0], x[1], 0.5)}; },
+                .aten = [](const AArgs& a) { return ATensors{at::where(a[0], a[1], 0.5)}; }});
+  cs.push_back({.name = "masked_fill",
+                .ops = {"where"},
+                .dtypes = kAllDTypes,
+                .make = two(draw_any(), mt, draw_mask(), Spec{{5}}),
+                .kiln = [](const KArgs& x) { return KTensors{masked_fill(x[0], x[1], 1)}; },
+                .aten = [](const AArgs& a) { return ATensors{at::masked_fill(a[0], a[1], 1)}; }});
+  cs.push_back(
+      {.name = "masked_fill_float_value",
+       .ops = {"where"},
+       .dtypes = kFloatDTypes,
+       .make = two(draw_any(), m, draw_mask(), m),
+       .kiln = [](const KArgs& x) { return KTensors{masked_fill(x[0], x[1], -1e4)}; },
+       .aten = [](const AArgs& a) { return ATensors{at::masked_fill(a[0], a[1], -1e4)}; }});
+
+  // Public in-place wrappers; the reference is the functional result cast to self's dtype.
+  struct InPlaceRow {
+    const char* name;
+    const char* op;
+    std::vector<DType> dtypes;
+    MakeFn make;
+    std::function<void(Tensor&, const KArgs&)> kiln;
+    AtenFn aten;
+  };
+  const Spec self_t{{4, 3}, Layout::Transposed};
+  auto self_other = two(draw_any(), self_t, draw_any(), Spec{{3}});
+  auto self_pos = one(draw_positive(), self_t);
+  auto self_only = one(draw_any(), self_t);
+  const std::vector<InPlaceRow> inplace_rows = {
+      {"add__public", "add_", kNumericDTypes, self_other,
+       [](Tensor& s, const KArgs& x) { add_(s, x[1], 3); },
+       [](const AArgs& a) { return ATensors{at::add(a[0], a[1], 3)}; }},
+      {"add__public_float_alpha", "add_", kFloatDTypes, self_other,
+       [](Tensor& s, const KArgs& x) { add_(s, x[1], 0.5); },
+       [](const AArgs& a) { return ATensors{at::add(a[0], a[1], 0.5)}; }},
+      {"add__public_scalar", "add_", kNumericDTypes, self_only,
+       [](Tensor& s, const KArgs&) { add_(s, 4, 2); },
+       [](const AArgs& a) { return ATensors{at::add(a[0], 4, 2)}; }},
+      {"sub__public", "sub_", kNumericDTypes, self_other,
+       [](Tensor& s, const KArgs& x) { sub_(s, x[1], 2); },
+       [](const AArgs& a) { return ATensors{at::sub(a[0], a[1], 2)}; }},
+      {"mul__public", "mul_", kAllDTypes, self_other,
+       [](Tensor& s, const KArgs& x) { mul_(s, x[1]); },
+       [](const AArgs& a) { return ATensors{at::mul(a[0], a[1])}; }},
+      {"mul__public_scalar", "mul_", kNumericDTypes, self_only,
+       [](Tensor& s, const KArgs&) { mul_(s, 3); },
+       [](const AArgs& a) { return ATensors{at::mul(a[0], 3)}; }},
+      {"div__public", "div_", kFloatDTypes, self_other,
+       [](Tensor& s, const KArgs& x) { div_(s, x[1]); },
+       [](const AArgs& a) { return ATensors{at::div(a[0], a[1])}; }},
+      {"div__public_scalar", "div_", kFloatDTypes, self_only,
+       [](Tensor& s, const KArgs&) { div_(s, 0.3); },
+       [](const AArgs& a) { return ATensors{at::div(a[0], 0.3)}; }},
+      {"clamp__public", "clamp_", kNumericDTypes, self_only,
+       [](Tensor& s, const KArgs&) { clamp_(s, 0, 1); },
+       [](const AArgs& a) { return ATensors{at::clamp(a[0], 0, 1)}; }},
+      {"relu__public", "relu_", kNumericDTypes, self_only,
+       [](Tensor& s, const KArgs&) { relu_(s); },
+       [](const AArgs& a) { return ATensors{at::relu(a[0])}; }},
+      {"sqrt__public", "sqrt_", kFloatDTypes, self_pos, [](Tensor& s, const KArgs&) { sqrt_(s); },
+       [](const AArgs& a) { return ATensors{at::sqrt(a[0])}; }},
+      {"neg__public", "neg_", kNumericDTypes, self_only, [](Tensor& s, const KArgs&) { neg_(s); },
+       [](const AArgs& a) { return ATensors{at::neg(a[0])}; }},
+      {"exp__public", "exp_", kFloatDTypes, self_only, [](Tensor& s, const KArgs&) { exp_(s); },
+       [](const AArgs& a) { return ATensors{at::exp(a[0])}; }},
+      {"addcmul_", "foreach_addcmul_", kNumericDTypes,
+       make_from({draw_any(), draw_any(), draw_any()},
+                 {self_t, Spec{{4, 3}, Layout::Strided}, Spec{{4, 3}}}),
+       [](Tensor& s, const KArgs& x) { addcmul_(s, x[1], x[2], 2); },
+       [](const AArgs& a) { return ATensors{at::addcmul(a[0], a[1], a[2], 2)}; }},
+      {"addcmul__float_value", "foreach_addcmul_", kFloatDTypes,
+       make_from({draw_any(), draw_any(), draw_any()}, {Spec{{3, 4}}, Spec{{3, 4}}, Spec{{3, 4}}}),
+       [](Tensor& s, const KArgs& x) { addcmul_(s, x[1], x[2], 0.5); },
+       [](const AArgs& a) { return ATensors{at::addcmul(a[0], a[1], a[2], 0.5)}; }},
+      {"addcmul__bcast", "foreach_addcmul_", kFloatDTypes,
+       make_from({draw_any(), draw_any(), draw_any()}, {Spec{{3, 4}}, Spec{{4}}, Spec{{3, 1}}}),
+       [](Tensor& s, const KArgs& x) { addcmul_(s, x[1], x[2], 0.5); },
+       [](const AArgs& a) { return ATensors{at::addcmul(a[0], a[1], a[2], 0.5)}; }},
+      {"addcdiv_", "foreach_addcdiv_", kFloatDTypes,
+       make_from({draw_any(), draw_any(), draw_positive()},
+                 {self_t, Spec{{4, 3}}, Spec{{4, 3}, Layout::Strided}}),
+       [](Tensor& s, const KArgs& x) { addcdiv_(s, x[1], x[2], 0.5); },
+       [](const AArgs& a) { return ATensors{at::addcdiv(a[0], a[1], a[2], 0.5)}; }},
+      {"lerp_", "foreach_lerp_", kFloatDTypes, two(draw_any(), self_t, draw_any(), Spec{{4, 3}}),
+       [](Tensor& s, const KArgs& x) { lerp_(s, x[1], 0.3); },
+       [](const AArgs& a) { return ATensors{at::lerp(a[0], a[1], 0.3)}; }},
+  };
+  for (const InPlaceRow& r : inplace_rows) {
+    auto kf = r.kiln;
+    cs.push_back({.name = r.name,
+                  .ops = {r.op},
+                  .dtypes = r.dtypes,
+                  .make = r.make,
+                  .kiln =
+                      [kf](const KArgs& x) {
+                        Tensor self = x[0];
+                        kf(self, x);
+                        return KTensors{self};
+                      },
+                  .aten = r.aten,
+                  .mode = Mode::InPlace});
+  }
+
+  // Public out= wrappers, into a transposed out.
+  auto out_row = [&](const char* name, const char* op, std::vector<DType> dtypes,
+                     std::function<void(Tensor&, const KArgs&)> kf, AtenFn af) {
+    cs.push_back(
+        {.name = name,
+         .ops = {op},
+         .dtypes = std::move(dtypes),
+         .make = two(draw_any(), Spec{{4, 1, 5}}, draw_any(), Spec{{3, 1}, Layout::Expanded}),
+         .kiln =
+             [kf](const KArgs& x) {
+               Tensor out = x.out;
+               kf(out, x);
+               return KTensors{out};
+             },
+         .aten = std::move(af),
+         .mode = Mode::Out,
+         .out_layout = Layout::Transposed});
+  };
+  out_row(
+      "add_out_public", "add_out", kNumericDTypes,
+      [](Tensor& o, const KArgs& x) { add_out(o, x[0], x[1], 2); },
+      [](const AArgs& a) { return ATensors{at::add(a[0], a[1], 2)}; });
+  out_row(
+      "sub_out_public", "sub_out", kNumericDTypes,
+      [](Tensor& o, const KArgs& x) { sub_out(o, x[0], x[1], 2); },
+      [](const AArgs& a) { return ATensors{at::sub(a[0], a[1], 2)}; });
+  out_row(
+      "mul_out_public", "mul_out", kAllDTypes,
+      [](Tensor& o, const KArgs& x) { mul_out(o, x[0], x[1]); },
+      [](const AArgs& a) { return ATensors{at::mul(a[0], a[1])}; });
+  out_row(
+      "div_out_public", "div_out", kAllDTypes,
+      [](Tensor& o, const KArgs& x) { div_out(o, x[0], x[1]); },
+      [](const AArgs& a) { return ATensors{at::div(a[0], a[1])}; });
+}
+
+// Mixed-dtype rows: the result dtype and values follow PyTorch's promotion (tensors by dtype
+// category, 0-d tensors below dimensioned ones, C++ numbers below both).
+void add_promotion(Cases& cs) {
+  struct Mixed {
+    const char* name;
+    DType da;
+    Dims sa;
+    DType db;
+    Dims sb;
+  };
+  const std::vector<Mixed> pairs = {
+      {"i32_f64", kInt32, {3, 4}, kFloat64, {3, 4}},  {"bool_i32", kBool, {3, 4}, kInt32, {4}},
+      {"u8_i32", kUInt8, {3, 4}, kInt32, {3, 4}},     {"u8_bool", kUInt8, {5}, kBool, {5}},
+      {"i64_f16", kInt64, {3, 4}, kFloat16, {3, 4}},  {"f16_bf16", kFloat16, {6}, kBFloat16, {6}},
+      {"f32_f64", kFloat32, {2, 3}, kFloat64, {3}},   {"0d_f64_1d_i32", kFloat64, {}, kInt32, {5}},
+      {"0d_f64_1d_f32", kFloat64, {}, kFloat32, {5}}, {"0d_i64_1d_u8", kInt64, {}, kUInt8, {5}},
+      {"0d_f16_1d_i64", kFloat16, {}, kInt64, {5}},   {"0d_i32_0d_f16", kInt32, {}, kFloat16, {}},
+      {"1d_bool_0d_f32", kBool, {5}, kFloat32, {}},   {"i32_u8_0d", kInt32, {4}, kUInt8, {}},
+  };
+  for (const Mixed& p : pairs) {
+    MakeFn make = [p](Gen& g) {
+      return KTensors{g.any(Spec{p.sa}, p.da), g.positive(Spec{p.sb}, p.db)};
+    };
+    cs.push_back({.name = std::string("promote_add_") + p.name,
+                  .ops = {"add"},
+                  .make = make,
+                  .kiln = [](const KArgs& x) { return KTensors{add(x[0], x[1])}; },
+                  .aten = [](const AArgs& a) { return ATensors{at::add(a[0], a[1])}; }});
+    cs.push_back({.name = std::string("promote_div_") + p.name,
+                  .ops = {"div"},
+                  .make = make,
+                  .kiln = [](const KArgs& x) { return KTensors{div(x[0], x[1])}; },
+                  .aten = [](const AArgs& a) { return ATensors{at::div(a[0], a[1])}; }});
+    cs.push_back({.name = std::string("promote_lt_") + p.name,
+                  .ops = {"lt"},
+                  .make = make,
+                  .kiln = [](const KArgs& x) { return KTensors{lt(x[0], x[1])}; },
+                  .aten = [](const AArgs& a) { return ATensors{at::lt(a[0], a[1])}; }});
+    cs.push_back({.name = std::string("promote_where_") + p.name,
+                  .ops = {"where"},
+                  .make =
+                      [make](Gen& g) {
+                        KTensors in = make(g);
+                        in.insert(in.begin(), g.mask(Spec{{1}}));
+                        return in;
+                      },
+                  .kiln = [](const KArgs& x) { return KTensors{where(x[0], x[1], x[2])}; },
+                  .aten = [](const AArgs& a) { return ATensors{at::where(a[0], a[1], a[2])}; }});
+  }
+  auto scalar_row = [&](const char* name, DType d, std::function<Tensor(const Tensor&)> kf,
+                        std::function<at::Tensor(const at::Tensor&)> af, const char* op) {
+    cs.push_back({.name = name,
+                  .ops = {op},
+                  .make =
+                      [d](Gen& g) {
+                        return KTensors{g.any(Spec{{3, 4}}, d)};
+                      },
+                  .kiln = [kf](const KArgs& x) { return KTensors{kf(x[0])}; },
+                  .aten = [af](const AArgs& a) { return ATensors{af(a[0])}; }});
+  };
+  scalar_row(
+      "promote_i64_plus_float", kInt64, [](const Tensor& t) { return t + 2.5; },
+      [](const at::Tensor& t) { return at::add(t, 2.5); }, "add");
+  scalar_row(
+      "promote_u8_plus_300", kUInt8, [](const Tensor& t) { return t + 300; },
+      [](const at::Tensor& t) { return at::add(t, 300); }, "add");
+  scalar_row(
+      "promote_bool_plus_int", kBool, [](const Tensor& t) { return t + 2; },
+      [](const at::Tensor& t) { return at::add(t, 2); }, "add");
+  scalar_row(
+      "promote_bool_times_float", kBool, [](const Tensor& t) { return t * 2.5; },
+      [](const at::Tensor& t) { return at::mul(t, 2.5); }, "mul");
+  scalar_row(
+      "promote_f16_times_float", kFloat16, [](const Tensor& t) { return t * 2.5; },
+      [](const at::Tensor& t) { return at::mul(t, 2.5); }, "mul");
+  scalar_row(
+      "promote_i32_div_int", kInt32, [](const Tensor& t) { return t / 4; },
+      [](const at::Tensor& t) { return at::div(t, 4); }, "div");
+  scalar_row(
+      "promote_i32_where_float", kInt32, [](const Tensor& t) { return where(gt(t, 0), t, 0.5); },
+      [](const at::Tensor& t) { return at::where(at::gt(t, 0), t, 0.5); }, "where");
+  scalar_row(
+      "promote_f16_where_float", kFloat16, [](const Tensor& t) { return where(gt(t, 0), t, 0.5); },
+      [](const at::Tensor& t) { return at::where(at::gt(t, 0), t, 0.5); }, "where");
+
+  // In place: computed in the promoted dtype, cast to self's.
+  struct InPlaceMixed {
+    const char* name;
+    DType self, other;
+  };
+  for (const InPlaceMixed& p : std::vector<InPlaceMixed>{{"f16_f32", kFloat16, kFloat32},
+                                                         {"f32_i64", kFloat32, kInt64},
+                                                         {"f32_f64", kFloat32, kFloat64},
+                                                         {"i64_bool", kInt64, kBool},
+                                                         {"bf16_f16", kBFloat16, kFloat16},
+                                                         {"i32_u8", kInt32, kUInt8}}) {
+    cs.push_back({.name = std::string("promote_add__") + p.name,
+                  .ops = {"add_"},
+                  .make =
+                      [p](Gen& g) {
+                        return KTensors{g.any(Spec{{3, 4}}, p.self), g.any(Spec{{4}}, p.other)};
+                      },
+                  .kiln =
+                      [](const KArgs& x) {
+                        Tensor s = x[0];
+                        add_(s, x[1]);
+                        return KTensors{s};
+                      },
+                  .aten = [](const AArgs& a) { return ATensors{at::add(a[0], a[1])}; },
+                  .mode = Mode::InPlace});
+    cs.push_back({.name = std::string("promote_mul__") + p.name,
+                  .ops = {"mul_"},
+                  .make =
+                      [p](Gen& g) {
+                        return KTensors{g.any(Spec{{3, 4}}, p.self), g.any(Spec{{}}, p.other)};
+                      },
+                  .kiln =
+                      [](const KArgs& x) {
+                        Tensor s = x[0];
+                        mul_(s, x[1]);
+                        return KTensors{s};
+                      },
+                  .aten = [](const AArgs& a) { return ATensors{at::mul(a[0], a[1])}; },
+                  .mode = Mode::InPlace});
+  }
+}
+
+// t.to(dtype) for every (source, target) pair: the rows are per target, their dtypes the
+// sources. Values avoid undefined conversions (negative or huge floats to integers).
+void add_casts(Cases& cs) {
+  const std::vector<std::pair<const char*, Spec>> configs = {
+      {"contig", Spec{{4, 6}}},
+      {"noncontig", Spec{{6, 4}, Layout::Transposed}},
+      {"strided", Spec{{3, 5}, Layout::Strided}},
+      {"0d", Spec{{}}},
+      {"zero", Spec{{0, 2}}},
+      {"large", Spec{{200, 180}}}};
+  for (DType to : kAllDTypes)
+    for (const auto& [label, spec] : configs) {
+      Spec s = spec;
+      cs.push_back({.name = fmt::format("cast_to_{}_{}", name(to), label),
+                    .ops = {"to_copy"},
+                    .dtypes = kAllDTypes,
+                    .make =
+                        [s, to](Gen& g) {
+                          double lo = to == kUInt8 ? 0 : -50;
+                          return KTensors{g.uniform(s, lo, 50)};
+                        },
+                    .kiln = [to](const KArgs& x) { return KTensors{x[0].to(to)}; },
+                    .aten = [to](const AArgs& a) { return ATensors{a[0].to(to_aten(to))}; },
+                    .tol = Tol::Exact});
+    }
+  for (DType to : kFloatDTypes)
+    cs.push_back({.name = fmt::format("cast_to_{}_special", name(to)),
+                  .ops = {"to_copy"},
+                  .dtypes = kFloatDTypes,
+                  .make = [](Gen& g) { return KTensors{g.values(special_values(), {23})}; },
+                  .kiln = [to](const KArgs& x) { return KTensors{x[0].to(to)}; },
+                  .aten = [to](const AArgs& a) { return ATensors{a[0].to(to_aten(to))}; },
+                  .tol = Tol::Exact});
+  // Rounding to the 16-bit floats: values between representable neighbours.
+  for (DType to : {kFloat16, kBFloat16})
+    cs.push_back({.name = fmt::format("cast_to_{}_rounding", name(to)),
+                  .ops = {"to_copy"},
+                  .dtypes = {kFloat32, kFloat64},
+                  .make = [](Gen& g) { return KTensors{g.uniform(Spec{{1000}}, -70000, 70000)}; },
+                  .kiln = [to](const KArgs& x) { return KTensors{x[0].to(to)}; },
+                  .aten = [to](const AArgs& a) { return ATensors{a[0].to(to_aten(to))}; },
+                  .tol = Tol::Exact});
+}
+
+#undef KILN_PW
+
+}  // namespace
+
+Cases pointwise_cases() {
+  Cases cs;
+  add_binary_ops(cs);
+  add_unary_ops(cs);
+  add_public_api(cs);
+  add_promotion(cs);
+  add_casts(cs);
+  return cs;
+}
+
+}  // namespace kiln::test
