@@ -28,6 +28,18 @@ TensorImpl::TensorImpl(const TensorImpl& base, IntArrayRef sizes, IntArrayRef st
   refresh();
 }
 
+TensorImpl::TensorImpl(const TensorImpl& base)
+    : RefCounted(),
+      sizes_(base.sizes_),
+      strides_(base.strides_),
+      offset_(base.offset_),
+      numel_(base.numel_),
+      storage_(base.storage_),
+      dtype_(base.dtype_),
+      device_(base.device_),
+      keys_(base.keys_ & kBackendKeys),
+      contiguous_(base.contiguous_) {}
+
 TensorImpl::TensorImpl(const TensorImpl& base, IntArrayRef sizes, int64_t offset)
     : sizes_(sizes),
       strides_(sizes.size()),

@@ -22,6 +22,8 @@ class TensorImpl : public RefCounted {
              int64_t offset);
   // A view of `base`: its storage, dtype, device and backend key set, with a new geometry.
   TensorImpl(const TensorImpl& base, IntArrayRef sizes, IntArrayRef strides, int64_t offset);
+  // A view of `base` with base's own geometry (detach, alias).
+  explicit TensorImpl(const TensorImpl& base);
   // A row-major view of `base` with `sizes` (whose product must be base's numel).
   TensorImpl(const TensorImpl& base, IntArrayRef sizes, int64_t offset);
 

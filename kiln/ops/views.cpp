@@ -249,12 +249,12 @@ Tensor unsqueeze_kernel(const Tensor& self, int64_t dim) {
 
 Tensor alias_kernel(const Tensor& self) {
   meta::check_defined("alias", self, "self");
-  return make_view(self, self.sizes(), self.strides(), self.storage_offset());
+  return Tensor(make_ref<TensorImpl>(*self.impl()));
 }
 
 Tensor detach_kernel(const Tensor& self) {
   meta::check_defined("detach", self, "self");
-  return make_view(self, self.sizes(), self.strides(), self.storage_offset());
+  return Tensor(make_ref<TensorImpl>(*self.impl()));
 }
 
 template <class Sig>
