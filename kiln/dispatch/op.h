@@ -59,6 +59,9 @@ class IncludeKeyGuard {
   DispatchKeySet saved_;
 };
 
+// Registration (kernels, fallbacks, device types) is not synchronised with dispatch: finish it
+// before other threads call ops, as static initialisers and backend loading at start-up do.
+//
 // Installs a boxed fallback that handles every op at `key` without a kernel of its own.
 void register_fallback(DispatchKey key, BoxedKernel fn);
 BoxedKernel fallback_for(DispatchKey key);

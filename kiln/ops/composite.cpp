@@ -2,6 +2,7 @@
 // later, autograd and tracing) gets them for free.
 #include <cmath>
 
+#include "kiln/ops/meta.h"
 #include "kiln/ops/op_list.h"
 #include "kiln/ops/ops.h"
 #include "kiln/ops/views.h"
@@ -163,7 +164,7 @@ Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   KILN_CHECK_INDEX(start >= -n && start <= n,
                    "[narrow] start {} is out of range for dim {} of size {}", start, d, n);
   if (start < 0) start += n;
-  KILN_CHECK_INDEX(length >= 0 && start + length <= n,
+  KILN_CHECK_INDEX(length >= 0 && length <= n - start,
                    "[narrow] start ({}) + length ({}) exceeds dimension size ({})", start, length,
                    n);
   return slice_op(t, d, start, start + length, 1);
@@ -173,7 +174,10 @@ Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t s
 }
 Tensor select(const Tensor& t, int64_t dim, int64_t index) { return select_op(t, dim, index); }
 Tensor expand(const Tensor& t, IntArrayRef sizes) { return expand_op(t, sizes); }
-Tensor expand_as(const Tensor& t, const Tensor& other) { return expand_op(t, other.sizes()); }
+Tensor expand_as(const Tensor& t, const Tensor& other) {
+  meta::check_defined("expand_as", other, "other");
+  return expand_op(t, other.sizes());
+}
 Tensor squeeze(const Tensor& t, std::optional<int64_t> dim) { return squeeze_op(t, dim); }
 Tensor unsqueeze(const Tensor& t, int64_t dim) { return unsqueeze_op(t, dim); }
 Tensor flatten(const Tensor& t, int64_t start_dim, int64_t end_dim) {
@@ -199,6 +203,7 @@ Tensor clone(const Tensor& t) { return to_copy_op(t, t.dtype(), t.device()); }
 Tensor cat(const TensorList& tensors, int64_t dim) { return cat_op(tensors, dim); }
 Tensor stack(const TensorList& tensors, int64_t dim) {
   KILN_CHECK(!tensors.empty(), "[stack] expected a non-empty list of tensors");
+  for (const Tensor& x : tensors) meta::check_defined("stack", x, "tensors");
   for (size_t i = 1; i < tensors.size(); ++i)
     KILN_CHECK(std::ranges::equal(tensors[i].sizes(), tensors[0].sizes()),
                "[stack] expects each tensor to be equal size, but got [{}] at entry 0 and [{}] at "

@@ -35,9 +35,12 @@ DType float_result(DType t);
 // In-place and out= rules: `out` must have the spec's sizes, a dtype the result can be cast
 // to, the spec's device, no internal overlap, and no partial overlap with any input.
 void check_inplace(std::string_view op, const Tensor& self, const TensorSpec& spec,
-                   std::initializer_list<const Tensor*> inputs);
+                   ArrayRef<const Tensor*> inputs);
 void check_out(std::string_view op, const Tensor& out, const TensorSpec& spec,
-               std::initializer_list<const Tensor*> inputs);
+               ArrayRef<const Tensor*> inputs);
+// Whether `out` shares storage with any input (a non-elementwise kernel then writes through a
+// temporary, since it may read an input element after writing the output element over it).
+bool shares_storage(const Tensor& out, ArrayRef<const Tensor*> inputs);
 
 // --- one meta function per op (same arguments as the op) ---
 #define KILN_DECLARE_META(name, ARGS, schema) TensorSpec name ARGS;

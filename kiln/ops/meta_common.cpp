@@ -130,7 +130,7 @@ bool same_view(const Tensor& a, const Tensor& b) {
          std::ranges::equal(a.sizes(), b.sizes()) && std::ranges::equal(a.strides(), b.strides());
 }
 void check_written(std::string_view op, const char* what, const Tensor& out, const TensorSpec& spec,
-                   std::initializer_list<const Tensor*> inputs) {
+                   ArrayRef<const Tensor*> inputs) {
   KILN_CHECK(std::ranges::equal(out.sizes(), spec.sizes),
              "[{}] {} has shape [{}] but the result has shape [{}]", op, what,
              fmt::join(out.sizes(), ", "), fmt::join(spec.sizes, ", "));
@@ -159,14 +159,20 @@ void check_written(std::string_view op, const char* what, const Tensor& out, con
 }  // namespace
 
 void check_inplace(std::string_view op, const Tensor& self, const TensorSpec& spec,
-                   std::initializer_list<const Tensor*> inputs) {
+                   ArrayRef<const Tensor*> inputs) {
   check_written(op, "the in-place tensor", self, spec, inputs);
 }
 
 void check_out(std::string_view op, const Tensor& out, const TensorSpec& spec,
-               std::initializer_list<const Tensor*> inputs) {
+               ArrayRef<const Tensor*> inputs) {
   KILN_CHECK(out.defined(), "[{}] out is an undefined tensor", op);
   check_written(op, "out", out, spec, inputs);
+}
+
+bool shares_storage(const Tensor& out, ArrayRef<const Tensor*> inputs) {
+  for (const Tensor* in : inputs)
+    if (in && in->defined() && in->impl()->storage() == out.impl()->storage()) return true;
+  return false;
 }
 
 }  // namespace kiln::meta

@@ -257,6 +257,8 @@ TensorSpec index_select(const Tensor& self, int64_t dim, const Tensor& index) {
   KILN_CHECK(index.dim() <= 1, "[index_select] index must be 0-D or 1-D, got shape [{}]",
              fmt::join(index.sizes(), ", "));
   int64_t d = wrap_dim(dim, self.dim(), "index_select");
+  KILN_CHECK_INDEX(self.dim() > 0 || index.numel() == 1,
+                   "[index_select] a 0-d self takes exactly one index, got {}", index.numel());
   Shape out(self.sizes());
   if (self.dim() > 0) out[d] = index.numel();
   return {out, self.dtype(), common_device("index_select", {&self, &index})};

@@ -162,7 +162,8 @@ Tensor clamp(const Tensor& a, std::optional<Scalar> lo, std::optional<Scalar> hi
 Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) { return where_op(c, a, b); }
 Tensor where(const Tensor& c, const Tensor& a, const Scalar& b) { return where_op(c, a, wrap(b)); }
 Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value) {
-  return where_op(mask, scalar_tensor(value, a.dtype()), a);
+  meta::check_defined("masked_fill", a, "self");
+  return where_op(mask, scalar_tensor(value, a.dtype(), Device(kCPU)), a);
 }
 Tensor cast(const Tensor& t, DType dtype) { return t.to(dtype); }
 
@@ -311,8 +312,7 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
   return index_add_op(self, dim, index, source, alpha);
 }
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  // The out= kernel accumulates into `out` after copying self there; with out == self the
-  // copy is skipped (see backend/cpu/index.cpp).
+  // The out= path sees out sharing self's storage and computes through a temporary.
   scatter_add_out_op(self, self, dim, index, src);
   return self;
 }
@@ -369,6 +369,8 @@ Tensor operator/(const Scalar& a, const Tensor& b) { return div_op(wrap(a), b); 
 Tensor operator-(const Tensor& a) { return neg(a); }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  meta::check_defined("allclose", a, "a");
+  meta::check_defined("allclose", b, "b");
   if (!std::ranges::equal(a.sizes(), b.sizes())) return false;
   auto x = a.to_vector<double>();
   auto y = b.to_vector<double>();
@@ -383,6 +385,8 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool e
   return true;
 }
 bool equal(const Tensor& a, const Tensor& b) {
+  meta::check_defined("equal", a, "a");
+  meta::check_defined("equal", b, "b");
   return a.dtype() == b.dtype() && allclose(a, b, 0, 0, false);
 }
 

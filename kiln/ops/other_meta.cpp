@@ -36,10 +36,19 @@ int64_t arange_length(const Scalar& start, const Scalar& end, const Scalar& step
              "[arange] upper bound and larger bound inconsistent with step sign: start {}, end "
              "{}, step {}",
              start, end, step);
-  if (start.is_floating() || end.is_floating() || step.is_floating())
-    return static_cast<int64_t>(std::ceil((e - s) / st));
-  int64_t si = start.to_int(), ei = end.to_int(), sti = step.to_int();
-  return sti > 0 ? (ei - si + sti - 1) / sti : (si - ei - sti - 1) / -sti;
+  if (start.is_floating() || end.is_floating() || step.is_floating()) {
+    double n = std::ceil((e - s) / st);
+    KILN_CHECK(n < 9.2e18,
+               "[arange] invalid size {} (start {}, end {}, step {}): too many elements", n, start,
+               end, step);
+    return static_cast<int64_t>(n);
+  }
+  // Exact integer length, computed in 128 bits so no bound can overflow it.
+  __int128 si = start.to_int(), ei = end.to_int(), sti = step.to_int();
+  __int128 n = sti > 0 ? (ei - si + sti - 1) / sti : (si - ei - sti - 1) / -sti;
+  KILN_CHECK(n <= INT64_MAX, "[arange] invalid size (start {}, end {}, step {}): too many elements",
+             start, end, step);
+  return static_cast<int64_t>(n);
 }
 void arange(const Scalar& start, const Scalar& end, const Scalar& step, DType dtype) {
   (void)arange_length(start, end, step);
@@ -68,8 +77,43 @@ void copy_(const Tensor& self, const Tensor& src) {
   TensorSpec spec{Shape(self.sizes()), self.dtype(), self.device()};
   check_inplace("copy_", self, spec, {&src});
 }
+void check_fits(const char* op, const Scalar& v, DType t) {
+  if (t == kBool) return;  // any number converts to bool (nonzero is true)
+  double d = v.to_double();
+  if (!std::isfinite(d)) {
+    KILN_CHECK_TYPE(is_floating(t), "[{}] value {} cannot be converted to {}", op, v, t);
+    return;
+  }
+  double lo = 0, hi = 0;
+  switch (t) {
+    case kUInt8:
+      lo = 0, hi = 255;
+      break;
+    case kInt32:
+      lo = -2147483648.0, hi = 2147483647.0;
+      break;
+    case kInt64:
+      lo = -9223372036854775808.0, hi = 9223372036854775807.0;
+      break;
+    case kFloat16:
+      lo = -65504.0, hi = 65504.0;
+      break;
+    case kBFloat16:
+    case kFloat32:
+      lo = -3.4028234663852886e38, hi = 3.4028234663852886e38;
+      break;
+    default:
+      return;  // float64 holds every finite double
+  }
+  // Integer bounds are exclusive above: hi + 1 is exact in double for every integer type here.
+  bool ok = v.is_integral() && t == kInt64 ? true
+                                           : (d >= lo && (is_floating(t) ? d <= hi : d < hi + 1.0));
+  KILN_CHECK_TYPE(ok, "[{}] value {} cannot be converted to {} without overflow", op, v, t);
+}
+
 void fill_(const Tensor& self, const Scalar& value) {
   check_defined("fill_", self, "self");
+  check_fits("fill_", value, self.dtype());
   KILN_CHECK_TYPE(is_floating(self.dtype()) || !value.is_floating() ||
                       value.to_double() == std::trunc(value.to_double()) || self.dtype() == kBool,
                   "[fill_] value {} cannot be converted to {} without overflow or truncation",
@@ -130,6 +174,17 @@ void foreach_lists(const char* op, std::initializer_list<const TensorList*> list
     ++li;
   }
 }
+void foreach_scalar(const char* op, const TensorList& self, const Scalar& s) {
+  for (size_t i = 0; i < self.size(); ++i) {
+    DType t = self[i].dtype();
+    KILN_CHECK_TYPE(is_floating(t) || !s.is_floating(),
+                    "[{}] result type float can't be cast to tensor {}'s dtype {} (scalar {})", op,
+                    i, t, s);
+    KILN_CHECK_TYPE(t == kBool || !s.is_bool(),
+                    "[{}] a bool scalar needs bool tensors; tensor {} is {}", op, i, t);
+  }
+}
+
 void foreach_float(const char* op, const TensorList& self) {
   for (size_t i = 0; i < self.size(); ++i)
     KILN_CHECK_TYPE(is_floating(self[i].dtype()),
@@ -148,8 +203,9 @@ Tensor meta_empty(IntArrayRef sizes, DType dtype, Device d) {
   meta::factory("empty", sizes, dtype);
   return empty_tensor(sizes, dtype, d);
 }
-Tensor meta_full(IntArrayRef sizes, const Scalar&, DType dtype, Device d) {
+Tensor meta_full(IntArrayRef sizes, const Scalar& v, DType dtype, Device d) {
   meta::factory("full", sizes, dtype);
+  meta::check_fits("full", v, dtype);
   return empty_tensor(sizes, dtype, d);
 }
 Tensor meta_arange(const Scalar& a, const Scalar& b, const Scalar& s, DType dtype, Device d) {
@@ -188,11 +244,13 @@ TensorPair meta_dropout(const Tensor& x, double p, Generator* g) {
   TensorSpec s = meta::native_dropout(x, p, g);
   return {empty_tensor(s.sizes, s.dtype, meta_dev()), empty_tensor(s.sizes, kBool, meta_dev())};
 }
-void meta_foreach_add_(const TensorList& a, const TensorList& b, const Scalar&) {
+void meta_foreach_add_(const TensorList& a, const TensorList& b, const Scalar& s) {
   meta::foreach_lists("foreach_add_", {&a, &b});
+  meta::foreach_scalar("foreach_add_", a, s);
 }
-void meta_foreach_mul_(const TensorList& a, const Scalar&) {
+void meta_foreach_mul_(const TensorList& a, const Scalar& s) {
   meta::foreach_lists("foreach_mul_", {&a});
+  meta::foreach_scalar("foreach_mul_", a, s);
 }
 void meta_foreach_mul_list_(const TensorList& a, const TensorList& b) {
   meta::foreach_lists("foreach_mul_list_", {&a, &b});
@@ -202,8 +260,9 @@ void meta_foreach_lerp_(const TensorList& a, const TensorList& b, const Scalar&)
   meta::foreach_float("foreach_lerp_", a);
 }
 void meta_foreach_addcmul_(const TensorList& a, const TensorList& b, const TensorList& c,
-                           const Scalar&) {
+                           const Scalar& s) {
   meta::foreach_lists("foreach_addcmul_", {&a, &b, &c});
+  meta::foreach_scalar("foreach_addcmul_", a, s);
 }
 void meta_foreach_addcdiv_(const TensorList& a, const TensorList& b, const TensorList& c,
                            const Scalar&) {

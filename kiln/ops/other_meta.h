@@ -11,6 +11,8 @@ int64_t arange_length(const Scalar& start, const Scalar& end, const Scalar& step
 void linspace(const Scalar& start, const Scalar& end, int64_t steps, DType dtype);
 void randint(int64_t low, int64_t high, IntArrayRef sizes, DType dtype);
 void copy_(const Tensor& self, const Tensor& src);
+// `v` converts to `t` without overflow ("[op] value ... cannot be converted to ...").
+void check_fits(const char* op, const Scalar& v, DType t);
 void fill_(const Tensor& self, const Scalar& value);
 TensorSpec to_copy(const Tensor& self, DType dtype, Device device);
 TensorSpec max_dim(const Tensor& self, int64_t dim, bool keepdim);
@@ -19,5 +21,7 @@ TensorSpec native_dropout(const Tensor& input, double p, Generator* gen);
 // foreach: lists of equal length whose i-th tensors have equal sizes and devices.
 void foreach_lists(const char* op, std::initializer_list<const TensorList*> lists);
 void foreach_float(const char* op, const TensorList& self);
+// A scalar applied to every tensor must fit each one's dtype (no float into an integer list).
+void foreach_scalar(const char* op, const TensorList& self, const Scalar& s);
 
 }  // namespace kiln::meta

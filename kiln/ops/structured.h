@@ -10,12 +10,21 @@ namespace kiln::detail {
 // Allocates an uninitialised contiguous tensor (meta tensors get no bytes).
 Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device);
 
+// The tensor arguments of a call, TensorList elements included, for overlap checks.
+using TensorPtrs = SmallVector<const Tensor*, 8>;
 template <class T>
-const Tensor* tensor_ptr(const T& v) {
-  if constexpr (std::is_same_v<std::remove_cvref_t<T>, Tensor>)
-    return &v;
-  else
-    return nullptr;
+void collect_tensors(TensorPtrs& out, const T& v) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<T>, Tensor>) {
+    out.push_back(&v);
+  } else if constexpr (std::is_same_v<std::remove_cvref_t<T>, TensorList>) {
+    for (const Tensor& t : v) out.push_back(&t);
+  }
+}
+template <class... A>
+TensorPtrs tensor_args(const A&... a) {
+  TensorPtrs p;
+  (collect_tensors(p, a), ...);
+  return p;
 }
 template <class First, class... Rest>
 const Tensor& first_arg(const First& f, const Rest&...) {
@@ -40,14 +49,23 @@ struct Structured<Tensor(A...)> {
   static void inplace(A... a) {
     TensorSpec s = Meta(a...);
     const Tensor& self = first_arg(a...);
-    meta::check_inplace(Op.def.name(), self, s, {tensor_ptr(a)...});
+    meta::check_inplace(Op.def.name(), self, s, tensor_args(a...).span());
     Impl(self, a...);
     self.impl()->storage()->bump_version();
   }
-  template <auto& Op, MetaFn Meta, ImplFn Impl>
+  // Elementwise kernels may write an element over the same element of an input; others go
+  // through a temporary when `out` shares storage with an input.
+  template <auto& Op, MetaFn Meta, ImplFn Impl, bool Elementwise = false>
   static void out(const Tensor& out, A... a) {
     TensorSpec s = Meta(a...);
-    meta::check_out(Op.def.name(), out, s, {tensor_ptr(a)...});
+    TensorPtrs inputs = tensor_args(a...);
+    meta::check_out(Op.def.name(), out, s, inputs.span());
+    if (!Elementwise && meta::shares_storage(out, inputs.span())) {
+      Tensor tmp = empty_tensor(s.sizes, s.dtype, s.device);
+      Impl(tmp, a...);
+      ops::copy__op(out, tmp);
+      return;
+    }
     Impl(out, a...);
     out.impl()->storage()->bump_version();
   }
@@ -68,7 +86,7 @@ struct Structured<Tensor(A...)> {
     ::kiln::ops::name##__op.set_kernel(                                                \
         KEY, &S::inplace<::kiln::ops::name##__op, &::kiln::meta::name, impl>);         \
     ::kiln::ops::name##_out_op.set_kernel(                                             \
-        KEY, &S::out<::kiln::ops::name##_out_op, &::kiln::meta::name, impl>);          \
+        KEY, &S::out<::kiln::ops::name##_out_op, &::kiln::meta::name, impl, true>);    \
     return true;                                                                       \
   }()
 // Same for a structured op (functional and out=).

@@ -17,10 +17,7 @@ Shape infer_size(const char* op, IntArrayRef shape, int64_t numel) {
   Shape out(shape);
   int64_t product = 1;
   bool plain = true;
-  for (int64_t s : shape) {
-    plain = plain && s >= 0;
-    product *= s;
-  }
+  for (int64_t s : shape) plain = plain && s >= 0 && !__builtin_mul_overflow(product, s, &product);
   if (plain && product == numel) return out;  // the common case: nothing to infer
   int64_t known = 1;
   std::optional<size_t> infer;
@@ -32,7 +29,8 @@ Shape infer_size(const char* op, IntArrayRef shape, int64_t numel) {
     } else {
       KILN_CHECK(shape[i] >= 0, "[{}] invalid shape dimension {} in [{}]", op, shape[i],
                  fmt::join(shape, ", "));
-      known *= shape[i];
+      KILN_CHECK(!__builtin_mul_overflow(known, shape[i], &known),
+                 "[{}] shape [{}] has too many elements", op, fmt::join(shape, ", "));
     }
   }
   if (infer) {
@@ -91,10 +89,8 @@ Tensor view_kernel(const Tensor& self, IntArrayRef sizes) {
   if (self.is_contiguous()) {
     int64_t product = 1;
     bool plain = true;
-    for (int64_t s : sizes) {
-      plain = plain && s >= 0;
-      product *= s;
-    }
+    for (int64_t s : sizes)
+      plain = plain && s >= 0 && !__builtin_mul_overflow(product, s, &product);
     if (plain && product == self.numel())  // nothing to infer: build the row-major view directly
       return Tensor(make_ref<TensorImpl>(*self.impl(), sizes, self.storage_offset()));
   }
@@ -117,12 +113,19 @@ Tensor as_strided_kernel(const Tensor& self, IntArrayRef sizes, IntArrayRef stri
              sizes.size(), strides.size());
   KILN_CHECK(offset >= 0, "[as_strided] negative storage offset {}", offset);
   int64_t max_index = offset;
+  bool empty = false, overflow = false;
   for (size_t i = 0; i < sizes.size(); ++i) {
     KILN_CHECK(sizes[i] >= 0, "[as_strided] negative size {} at dim {}", sizes[i], i);
     KILN_CHECK(strides[i] >= 0, "[as_strided] negative stride {} at dim {}", strides[i], i);
-    if (sizes[i] == 0) max_index = -1;
-    if (max_index >= 0) max_index += (sizes[i] - 1) * strides[i];
+    if (sizes[i] == 0) empty = true;
+    int64_t ext;
+    overflow = overflow ||
+               __builtin_mul_overflow(sizes[i] > 0 ? sizes[i] - 1 : 0, strides[i], &ext) ||
+               __builtin_add_overflow(max_index, ext, &max_index);
   }
+  KILN_CHECK_INDEX(!overflow, "[as_strided] size [{}] stride [{}] offset {} overflows",
+                   fmt::join(sizes, ", "), fmt::join(strides, ", "), offset);
+  if (empty) max_index = -1;
   int64_t capacity = static_cast<int64_t>(self.impl()->storage()->nbytes() / self.itemsize());
   KILN_CHECK_INDEX(max_index < capacity,
                    "[as_strided] size [{}] stride [{}] offset {} reaches element {} but the "
@@ -173,8 +176,9 @@ Tensor slice_kernel(const Tensor& self, int64_t dim, int64_t start, int64_t end,
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Shape sizes(self.sizes()), strides(self.strides());
-  sizes[d] = (end - start + step - 1) / step;
-  strides[d] *= step;
+  sizes[d] = end == start ? 0 : (end - start - 1) / step + 1;
+  KILN_CHECK(!__builtin_mul_overflow(strides[d], step, &strides[d]),
+             "[slice] step {} overflows the stride of dim {}", step, d);
   return make_view(self, sizes, strides, self.storage_offset() + start * self.strides()[d]);
 }
 
@@ -212,6 +216,7 @@ Tensor expand_kernel(const Tensor& self, IntArrayRef sizes) {
     }
     int64_t have = self.sizes()[j];
     if (want == -1) want = have;
+    KILN_CHECK(want >= 0, "[expand] invalid size {} at dim {}; sizes must be >= 0 or -1", want, i);
     KILN_CHECK(have == want || have == 1,
                "[expand] the expanded size of the tensor ({}) must match the existing size ({}) "
                "at non-singleton dimension {}; target sizes [{}], tensor sizes [{}]",

@@ -106,6 +106,7 @@ Tensor cpu_empty(IntArrayRef sizes, DType dtype, Device) {
 
 Tensor cpu_full(IntArrayRef sizes, const Scalar& value, DType dtype, Device) {
   meta::factory("full", sizes, dtype);
+  meta::check_fits("full", value, dtype);
   Tensor out = empty_cpu(sizes, dtype);
   fill_kernel(out, value);
   return out;

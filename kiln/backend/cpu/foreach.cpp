@@ -21,9 +21,7 @@ void check_writable(const char* op, const TensorList& self,
     std::vector<const Tensor*> ins;
     for (const TensorList* l : others) ins.push_back(&(*l)[i]);
     TensorSpec spec{Shape(t.sizes()), t.dtype(), t.device()};
-    // check_inplace takes an initializer_list; check each input separately.
-    meta::check_inplace(op, t, spec, {});
-    for (const Tensor* in : ins) meta::check_inplace(op, t, spec, {in});
+    meta::check_inplace(op, t, spec, ArrayRef<const Tensor*>(ins.data(), ins.size()));
   }
 }
 
@@ -54,6 +52,7 @@ using A = std::conditional_t<std::is_same_v<T, bool>, int, acc_t<T>>;
 
 void add_(const TensorList& self, const TensorList& other, const Scalar& alpha) {
   meta::foreach_lists("foreach_add_", {&self, &other});
+  meta::foreach_scalar("foreach_add_", self, alpha);
   check_writable("foreach_add_", self, {&other});
   update(
       "foreach_add_", self,
@@ -66,6 +65,7 @@ void add_(const TensorList& self, const TensorList& other, const Scalar& alpha) 
 }
 void mul_(const TensorList& self, const Scalar& scalar) {
   meta::foreach_lists("foreach_mul_", {&self});
+  meta::foreach_scalar("foreach_mul_", self, scalar);
   check_writable("foreach_mul_", self, {});
   update("foreach_mul_", self, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -104,6 +104,7 @@ void lerp_(const TensorList& self, const TensorList& end, const Scalar& weight) 
 void addcmul_(const TensorList& self, const TensorList& t1, const TensorList& t2,
               const Scalar& value) {
   meta::foreach_lists("foreach_addcmul_", {&self, &t1, &t2});
+  meta::foreach_scalar("foreach_addcmul_", self, value);
   check_writable("foreach_addcmul_", self, {&t1, &t2});
   update(
       "foreach_addcmul_", self,

@@ -49,10 +49,12 @@ void for_each_indexed(IntArrayRef sizes, IntArrayRef strides, int64_t d,
   }
 }
 
-void gather_impl(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index) {
+void gather_impl(const Tensor& out, const Tensor& self_in, int64_t dim, const Tensor& index_in) {
+  // 0-d operands act as 1-d of size 1, as in PyTorch.
+  Tensor self = self_in.dim() == 0 ? ops::view_op(self_in, {1}) : self_in;
+  Tensor index = index_in.dim() == 0 ? ops::view_op(index_in, {1}) : index_in;
   int64_t d = wrap_dim(dim, self.dim(), "gather");
-  int64_t bound = self.dim() == 0 ? 1 : self.sizes()[d];
-  std::vector<int64_t> idx = checked_indices("gather", index, bound, "dimension");
+  std::vector<int64_t> idx = checked_indices("gather", index, self.sizes()[d], "dimension");
   Tensor src = contiguous_as(self, self.dtype());
   Shape st = contiguous_strides(self.sizes());
   with_contiguous_result(out, self.dtype(), [&](const Tensor& y) {

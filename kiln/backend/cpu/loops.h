@@ -31,7 +31,10 @@ template <int N>
 Loop<N> make_loop(const Tensor& out, const std::array<const Tensor*, N - 1>& inputs) {
   Loop<N> l;
   int nd = static_cast<int>(out.dim());
-  KILN_ASSERT(nd <= kMaxLoopDims, "too many dims for the elementwise engine: {}", nd);
+  KILN_CHECK(nd <= kMaxLoopDims,
+             "[elementwise] strided or broadcast operands with {} dims are not supported (at "
+             "most {}); make them contiguous first",
+             nd, kMaxLoopDims);
   l.ndim = nd;
   l.numel = out.numel();
   l.data[0] = static_cast<char*>(out.impl()->data());
