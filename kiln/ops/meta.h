@@ -20,6 +20,9 @@ namespace meta {
 // --- shared rules ---
 // Broadcast shape of a and b, or "[op] shapes [..] and [..] are not broadcastable".
 Shape broadcast_shapes(const char* op, IntArrayRef a, IntArrayRef b);
+// Checks that shape `from` broadcasts to exactly `to` (it may not grow it):
+// "[op] <what> of shape [..] does not broadcast to [..]".
+void check_broadcasts_to(const char* op, const char* what, IntArrayRef from, IntArrayRef to);
 // PyTorch's result_type over tensors (wrapped numbers promote like Scalars).
 DType result_type(std::initializer_list<const Tensor*> tensors);
 DType result_type(const Tensor& a, const Tensor& b);

@@ -17,6 +17,12 @@ Shape broadcast_shapes(const char* op, IntArrayRef a, IntArrayRef b) {
   return out;
 }
 
+void check_broadcasts_to(const char* op, const char* what, IntArrayRef from, IntArrayRef to) {
+  Shape b = broadcast_shapes(op, to, from);
+  KILN_CHECK(std::ranges::equal(b, to), "[{}] {} of shape [{}] does not broadcast to [{}]", op,
+             what, fmt::join(from, ", "), fmt::join(to, ", "));
+}
+
 namespace {
 // PyTorch's combine_categories (ATen/native/TypeProperties.cpp), without complex types.
 // `lower` is always set by the callers; an unset `higher` yields `lower`.

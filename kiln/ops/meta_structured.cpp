@@ -143,9 +143,7 @@ TensorSpec addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Sca
   check_defined("addmm", self, "self");
   KILN_CHECK_TYPE(self.dtype() == a.dtype(), "[addmm] self has dtype {} but the matrices have {}",
                   self.dtype(), a.dtype());
-  Shape bs = broadcast_shapes("addmm", self.sizes(), s.sizes);
-  KILN_CHECK(bs == s.sizes, "[addmm] self of shape [{}] does not broadcast to the result [{}]",
-             fmt::join(self.sizes(), ", "), fmt::join(s.sizes, ", "));
+  check_broadcasts_to("addmm", "self", self.sizes(), s.sizes);
   KILN_CHECK_TYPE(is_floating(s.dtype) || (!alpha.is_floating() && !beta.is_floating()),
                   "[addmm] alpha and beta must be integers for integer matrices");
   s.device = common_device("addmm", {&self, &a, &b});

@@ -220,10 +220,7 @@ namespace {
 Tensor broadcast_to_self(const char* op, const Tensor& self, const Tensor& t) {
   meta::check_defined(op, self, "self");
   meta::check_defined(op, t, "tensor");
-  Shape b = meta::broadcast_shapes(op, self.sizes(), t.sizes());
-  KILN_CHECK(std::ranges::equal(b, self.sizes()),
-             "[{}] an operand of shape [{}] does not broadcast to self's shape [{}]", op,
-             fmt::join(t.sizes(), ", "), fmt::join(self.sizes(), ", "));
+  meta::check_broadcasts_to(op, "an operand", t.sizes(), self.sizes());
   return expand_op(t, self.sizes());
 }
 }  // namespace

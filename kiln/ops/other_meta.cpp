@@ -67,10 +67,7 @@ void randint(int64_t low, int64_t high, IntArrayRef sizes, DType dtype) {
 void copy_(const Tensor& self, const Tensor& src) {
   check_defined("copy_", self, "self");
   check_defined("copy_", src, "src");
-  Shape b = broadcast_shapes("copy_", self.sizes(), src.sizes());
-  KILN_CHECK(std::ranges::equal(b, self.sizes()),
-             "[copy_] src of shape [{}] cannot be broadcast to self of shape [{}]",
-             fmt::join(src.sizes(), ", "), fmt::join(self.sizes(), ", "));
+  check_broadcasts_to("copy_", "src", src.sizes(), self.sizes());
   KILN_CHECK_DEVICE(!src.device().is_meta() || self.device().is_meta(),
                     "[copy_] cannot copy data out of a meta tensor into a tensor on {}",
                     self.device());

@@ -8,6 +8,7 @@
 
 #include "core/test_util.h"
 #include "kiln/core/error.h"
+#include "ops/torch_bridge.h"
 
 namespace kiln {
 namespace {
@@ -15,28 +16,7 @@ namespace {
 constexpr DType kAll[] = {kBool, kUInt8, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
 static_assert(std::size(kAll) == kNumDTypes);
 
-at::ScalarType to_torch(DType t) {
-  switch (t) {
-    case DType::Bool:
-      return at::kBool;
-    case DType::UInt8:
-      return at::kByte;
-    case DType::Int32:
-      return at::kInt;
-    case DType::Int64:
-      return at::kLong;
-    case DType::Float16:
-      return at::kHalf;
-    case DType::BFloat16:
-      return at::kBFloat16;
-    case DType::Float32:
-      return at::kFloat;
-    case DType::Float64:
-      return at::kDouble;
-  }
-  ADD_FAILURE() << "unknown dtype " << static_cast<int>(t);
-  return at::kFloat;
-}
+using test::to_aten;  // the one dtype mapping, shared with the op tests
 
 // Restores the default dtype when a test ends, even if it fails.
 struct DefaultDTypeGuard {
@@ -53,7 +33,7 @@ TEST(DTypeTest, ItemsizeMatchesTorch) {
   EXPECT_EQ(itemsize(kBFloat16), 2u);
   EXPECT_EQ(itemsize(kFloat32), 4u);
   EXPECT_EQ(itemsize(kFloat64), 8u);
-  for (DType t : kAll) EXPECT_EQ(itemsize(t), c10::elementSize(to_torch(t))) << name(t);
+  for (DType t : kAll) EXPECT_EQ(itemsize(t), c10::elementSize(to_aten(t))) << name(t);
 }
 
 TEST(DTypeTest, ItemsizeMatchesCppTypes) {
@@ -74,10 +54,10 @@ TEST(DTypeTest, Categories) {
   for (DType t : kAll) {
     bool floating = t == kFloat16 || t == kBFloat16 || t == kFloat32 || t == kFloat64;
     EXPECT_EQ(is_floating(t), floating) << name(t);
-    EXPECT_EQ(is_floating(t), at::isFloatingType(to_torch(t))) << name(t);
-    EXPECT_EQ(is_integral(t, /*include_bool=*/true), at::isIntegralType(to_torch(t), true))
+    EXPECT_EQ(is_floating(t), at::isFloatingType(to_aten(t))) << name(t);
+    EXPECT_EQ(is_integral(t, /*include_bool=*/true), at::isIntegralType(to_aten(t), true))
         << name(t);
-    EXPECT_EQ(is_integral(t, /*include_bool=*/false), at::isIntegralType(to_torch(t), false))
+    EXPECT_EQ(is_integral(t, /*include_bool=*/false), at::isIntegralType(to_aten(t), false))
         << name(t);
   }
 }
@@ -124,9 +104,9 @@ TEST(DTypeTest, PromoteTypesMatchesTorchOnAllPairs) {
   for (DType a : kAll) {
     for (DType b : kAll) {
       DType got = promote_types(a, b);
-      at::ScalarType want = at::promote_types(to_torch(a), to_torch(b));
-      EXPECT_EQ(to_torch(got), want) << "promote_types(" << name(a) << ", " << name(b)
-                                     << ") = " << name(got) << ", torch says " << want;
+      at::ScalarType want = at::promote_types(to_aten(a), to_aten(b));
+      EXPECT_EQ(to_aten(got), want) << "promote_types(" << name(a) << ", " << name(b)
+                                    << ") = " << name(got) << ", torch says " << want;
     }
   }
 }
@@ -139,7 +119,7 @@ TEST(DTypeTest, PromoteTypesIsSymmetric) {
 TEST(DTypeTest, CanCastMatchesTorchOnAllPairs) {
   for (DType from : kAll) {
     for (DType to : kAll) {
-      EXPECT_EQ(can_cast(from, to), at::canCast(to_torch(from), to_torch(to)))
+      EXPECT_EQ(can_cast(from, to), at::canCast(to_aten(from), to_aten(to)))
           << "can_cast(" << name(from) << ", " << name(to) << ")";
     }
   }
