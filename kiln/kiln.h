@@ -1,5 +1,6 @@
 #pragma once
 // Umbrella header for Kiln users.
+#include "kiln/autograd/autograd.h"
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
@@ -7,3 +8,6 @@
 #include "kiln/core/scalar.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/ops.h"
+#include "kiln/nn/layers.h"
+#include "kiln/nn/transformer.h"
+#include "kiln/optim/optimizer.h"

@@ -3,6 +3,7 @@
 // pointer-sized handle, no control block.
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 namespace kiln {
@@ -50,6 +51,15 @@ class Ref {
     if (p_) p_->retain();
   }
   Ref(Ref&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  // From a handle to a derived type.
+  template <class U>
+    requires std::is_convertible_v<U*, T*>
+  Ref(const Ref<U>& o) : Ref(o.get()) {}  // NOLINT(google-explicit-constructor)
+  template <class U>
+    requires std::is_convertible_v<U*, T*>
+  Ref(Ref<U>&& o) noexcept : p_(o.release_unsafe()) {}  // NOLINT(google-explicit-constructor)
+  // Gives up ownership without releasing (for conversions between handle types).
+  T* release_unsafe() { return std::exchange(p_, nullptr); }
   Ref& operator=(const Ref& o) {
     Ref(o).swap(*this);
     return *this;

@@ -35,6 +35,12 @@ class ArrayRef {
   constexpr const T& back() const { return data_[size_ - 1]; }
   constexpr ArrayRef subspan(size_t from) const { return {data_ + from, size_ - from}; }
   constexpr ArrayRef subspan(size_t from, size_t n) const { return {data_ + from, n}; }
+  friend bool operator==(ArrayRef a, ArrayRef b) {
+    if (a.size_ != b.size_) return false;
+    for (size_t i = 0; i < a.size_; ++i)
+      if (!(a.data_[i] == b.data_[i])) return false;
+    return true;
+  }
 
  private:
   const T* data_ = nullptr;

@@ -43,6 +43,20 @@ class Tensor {
 
   bool requires_grad() const { return impl_->requires_grad(); }
 
+  // --- defined in kiln/autograd ---
+  // Marks a floating-point leaf as needing gradients (or stops it). Returns *this.
+  const Tensor& requires_grad_(bool on = true) const;
+  // The gradient accumulated into this leaf by backward(); undefined until then.
+  const Tensor& grad() const;
+  // Replaces the gradient (an undefined tensor clears it).
+  void set_grad(const Tensor& grad) const;
+  // Whether this tensor was created by the user rather than by a recorded op.
+  bool is_leaf() const;
+  // Name of the backward node that produced this tensor ("MulBackward"), empty for leaves.
+  std::string grad_fn_name() const;
+  // Backpropagates from this tensor. `grad` defaults to 1 for a single-element tensor.
+  void backward(const Tensor& grad = {}, bool retain_graph = false) const;
+
   // --- defined in kiln/ops (they dispatch) ---
   // The single element as a Scalar (its dtype's category). Throws unless numel() == 1.
   Scalar item() const;

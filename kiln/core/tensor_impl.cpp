@@ -4,6 +4,10 @@
 
 namespace kiln {
 
+namespace detail {
+thread_local bool tls_inference_mode __attribute__((tls_model("initial-exec"))) = false;
+}  // namespace detail
+
 TensorImpl::TensorImpl(Ref<StorageImpl> storage, DType dtype, IntArrayRef sizes,
                        IntArrayRef strides, int64_t offset)
     : sizes_(sizes),
@@ -12,7 +16,8 @@ TensorImpl::TensorImpl(Ref<StorageImpl> storage, DType dtype, IntArrayRef sizes,
       storage_(std::move(storage)),
       dtype_(dtype),
       device_(storage_->device()),
-      keys_(device_.dispatch_key()) {
+      keys_(device_.dispatch_key()),
+      inference_(detail::tls_inference_mode) {
   refresh();
 }
 
@@ -24,7 +29,8 @@ TensorImpl::TensorImpl(const TensorImpl& base, IntArrayRef sizes, IntArrayRef st
       storage_(base.storage_),
       dtype_(base.dtype_),
       device_(base.device_),
-      keys_(base.keys_ & kBackendKeys) {
+      keys_(base.keys_ & kBackendKeys),
+      inference_(base.inference_) {
   refresh();
 }
 
@@ -38,7 +44,8 @@ TensorImpl::TensorImpl(const TensorImpl& base)
       dtype_(base.dtype_),
       device_(base.device_),
       keys_(base.keys_ & kBackendKeys),
-      contiguous_(base.contiguous_) {}
+      contiguous_(base.contiguous_),
+      inference_(base.inference_) {}
 
 TensorImpl::TensorImpl(const TensorImpl& base, IntArrayRef sizes, int64_t offset)
     : sizes_(sizes),
@@ -48,7 +55,8 @@ TensorImpl::TensorImpl(const TensorImpl& base, IntArrayRef sizes, int64_t offset
       storage_(base.storage_),
       dtype_(base.dtype_),
       device_(base.device_),
-      keys_(base.keys_ & kBackendKeys) {
+      keys_(base.keys_ & kBackendKeys),
+      inference_(base.inference_) {
   int64_t s = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     strides_[i] = s;

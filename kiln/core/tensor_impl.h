@@ -58,8 +58,12 @@ class TensorImpl : public RefCounted {
   bool is_wrapped_number() const { return wrapped_number_; }
   void set_wrapped_number(bool w) { wrapped_number_ = w; }
 
-  bool requires_grad() const { return requires_grad_; }
-  void set_requires_grad(bool r) { requires_grad_ = r; }
+  // A tensor requires grad exactly when its key set holds Autograd (see kiln/autograd).
+  bool requires_grad() const { return keys_.has(DispatchKey::Autograd); }
+  // Made while InferenceModeGuard was active (see kiln/autograd/grad_mode.h): such a tensor
+  // can never be saved for backward.
+  bool is_inference() const { return inference_; }
+
   AutogradMetaBase* autograd_meta() const { return autograd_.get(); }
   void set_autograd_meta(std::unique_ptr<AutogradMetaBase> m) { autograd_ = std::move(m); }
 
@@ -75,10 +79,15 @@ class TensorImpl : public RefCounted {
   Device device_;
   DispatchKeySet keys_;
   bool contiguous_ = true;
-  bool requires_grad_ = false;
   bool wrapped_number_ = false;
+  bool inference_ = false;
   std::unique_ptr<AutogradMetaBase> autograd_;
 };
+
+namespace detail {
+// Whether InferenceModeGuard is active on this thread; new impls record it.
+extern thread_local bool tls_inference_mode __attribute__((tls_model("initial-exec")));
+}  // namespace detail
 
 // Row-major strides for `sizes`.
 Shape contiguous_strides(IntArrayRef sizes);

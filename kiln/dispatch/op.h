@@ -93,6 +93,9 @@ class OpDef {
   void set_kernel_raw(DispatchKey k, void* fn);
   void set_meta_raw(void* fn) { meta_ = fn; }
   void* meta_raw() const { return meta_; }
+  // The op's backward formula (a kiln::autograd::Derivative, owned by kiln/autograd).
+  void set_derivative(const void* d) { derivative_ = d; }
+  const void* derivative() const { return derivative_; }
 
   // Where the fast path found no kernel: walks down `ks` to the first key with a kernel or a
   // boxed fallback (layers above the backends fall through; a backend without either throws).
@@ -105,6 +108,7 @@ class OpDef {
   OpKind kind_;
   BoxedCaller caller_;
   void* meta_ = nullptr;
+  const void* derivative_ = nullptr;
   void* unboxed_[kNumDispatchKeys] = {};
 };
 

@@ -308,13 +308,20 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
                  const Scalar& alpha) {
   return index_add_op(self, dim, index, source, alpha);
 }
+// The in-place forms run as out= into self (which computes through a temporary, as out
+// shares self's storage). out= is not differentiable, so with autograd they copy a result.
+static bool records_grad(const Tensor& a, const Tensor& b) {
+  return (a.requires_grad() || b.requires_grad()) &&
+         !local_dispatch_state().excluded.has(DispatchKey::Autograd);
+}
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  // The out= path sees out sharing self's storage and computes through a temporary.
+  if (records_grad(self, src)) return self.copy_(scatter_add_op(self, dim, index, src));
   scatter_add_out_op(self, self, dim, index, src);
   return self;
 }
 Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
                    const Scalar& alpha) {
+  if (records_grad(self, source)) return self.copy_(index_add_op(self, dim, index, source, alpha));
   index_add_out_op(self, self, dim, index, source, alpha);
   return self;
 }
@@ -335,6 +342,11 @@ void foreach_add_(const TensorList& self, const TensorList& other, const Scalar&
 void foreach_mul_(const TensorList& self, const Scalar& s) { foreach_mul__op(self, s); }
 void foreach_mul_(const TensorList& self, const TensorList& other) {
   foreach_mul_list__op(self, other);
+}
+void foreach_adamw_(const TensorList& p, const TensorList& g, const TensorList& m,
+                    const TensorList& v, double lr, double beta1, double beta2, double eps,
+                    double weight_decay, int64_t step) {
+  foreach_adamw__op(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step);
 }
 void foreach_lerp_(const TensorList& self, const TensorList& end, const Scalar& w) {
   foreach_lerp__op(self, end, w);

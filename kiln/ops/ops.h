@@ -234,6 +234,12 @@ void foreach_addcmul_(const std::vector<Tensor>& self, const std::vector<Tensor>
 void foreach_addcdiv_(const std::vector<Tensor>& self, const std::vector<Tensor>& t1,
                       const std::vector<Tensor>& t2, const Scalar& value = 1);
 std::vector<Tensor> foreach_sqrt(const std::vector<Tensor>& self);
+// One fused AdamW step (PyTorch's AdamW arithmetic) over parameters, gradients and both
+// moment lists, in place; `step` is the 1-based number of the step being taken.
+void foreach_adamw_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                    const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
+                    double lr, double beta1, double beta2, double eps, double weight_decay,
+                    int64_t step);
 void foreach_sqrt_(const std::vector<Tensor>& self);
 
 // ---------------------------------------------------------------- operators

@@ -150,8 +150,49 @@ TensorList sqrt(const TensorList& self) {
   return out;
 }
 
+// One pass over p, g, m, v per tensor (PyTorch's AdamW arithmetic), in float for 16-bit types.
+struct AdamWStep {
+  double decay, beta1, beta2, step_size, bc2_sqrt, eps;
+};
+template <class T>
+void adamw_tensor(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) {
+  using C = A<T>;
+  const C decay = s.decay, b1 = s.beta1, b2 = s.beta2, step_size = s.step_size,
+          bc2_sqrt = s.bc2_sqrt, eps = s.eps;
+#pragma omp parallel for if (n > 65536) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    C gi = g[i];
+    C mi = static_cast<C>(m[i]) + (C(1) - b1) * (gi - static_cast<C>(m[i]));
+    C vi = static_cast<C>(v[i]) * b2 + (C(1) - b2) * gi * gi;
+    C pi = static_cast<C>(p[i]) * decay;
+    p[i] = static_cast<T>(pi - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps));
+    m[i] = static_cast<T>(mi);
+    v[i] = static_cast<T>(vi);
+  }
+}
+void adamw_(const TensorList& p, const TensorList& g, const TensorList& m, const TensorList& v,
+            double lr, double beta1, double beta2, double eps, double wd, int64_t step) {
+  const char* op = "foreach_adamw_";
+  meta::foreach_adamw(op, p, g, m, v, lr, beta1, beta2, eps, wd, step);
+  check_writable(op, p, {&g, &m, &v});
+  check_writable(op, m, {&g, &v});
+  check_writable(op, v, {&g});
+  double bc1 = 1 - std::pow(beta1, static_cast<double>(step));
+  double bc2 = 1 - std::pow(beta2, static_cast<double>(step));
+  AdamWStep s{1 - lr * wd, beta1, beta2, lr / bc1, std::sqrt(bc2), eps};
+  for (size_t i = 0; i < p.size(); ++i) {
+    KILN_DISPATCH_FLOAT_TYPES(p[i].dtype(), op, [&] {
+      using T = scalar_t;
+      adamw_tensor<T>(p[i].data<T>(), g[i].data<T>(), m[i].data<T>(), v[i].data<T>(),
+                      p[i].numel(), s);
+    });
+    for (const TensorList* l : {&p, &m, &v}) (*l)[i].impl()->storage()->bump_version();
+  }
+}
+
 const bool registered = [] {
   constexpr auto K = DispatchKey::CPU;
+  ops::foreach_adamw__op.set_kernel(K, &adamw_);
   ops::foreach_add__op.set_kernel(K, &add_);
   ops::foreach_mul__op.set_kernel(K, &mul_);
   ops::foreach_mul_list__op.set_kernel(K, &mul_list_);

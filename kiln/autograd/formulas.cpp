@@ -1,0 +1,465 @@
+// Backward formulas for every op of kiln/ops/op_list.h. `g` is the output's gradient, `gi` the
+// arguments' gradients by slot (see BackwardCtx). Results may keep a broadcast shape: the node
+// sums them to each argument's shape (OpNode::apply).
+#include <cmath>
+#include <numbers>
+
+#include "kiln/autograd/derivative.h"
+#include "kiln/ops/op_list.h"
+#include "kiln/ops/ops.h"
+
+namespace kiln::autograd {
+
+namespace {
+
+using Grads = TensorList;
+constexpr uint32_t S(int k) { return 1u << k; }
+
+Tensor zeros_of(const BackwardCtx& c, size_t slot) {
+  const TensorGeometry& geo = c.geometry(slot);
+  return zeros(geo.sizes, geo.dtype, geo.device);
+}
+bool is_one(const Scalar& s) { return s.to_double() == 1.0; }
+Tensor scaled(const Tensor& g, const Scalar& s) { return is_one(s) ? g : mul(g, s); }
+
+// The dims a reduction reduced: `dims` wrapped, or all of them when empty.
+Shape reduced_dims(IntArrayRef dims, int64_t ndim) {
+  Shape out;
+  if (dims.empty()) {
+    for (int64_t d = 0; d < ndim; ++d) out.push_back(d);
+  } else {
+    for (int64_t d : dims) out.push_back(wrap_dim(d, ndim, "backward"));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+// A reduction's output (or its gradient) with the reduced dims put back as size 1.
+Tensor keep_dims(const Tensor& t, IntArrayRef dims, int64_t ndim, bool keepdim) {
+  if (keepdim || ndim == 0) return t;
+  Tensor r = t;
+  for (int64_t d : reduced_dims(dims, ndim)) r = unsqueeze(r, d);
+  return r;
+}
+int64_t reduced_count(IntArrayRef sizes, IntArrayRef dims) {
+  int64_t n = 1;
+  for (int64_t d : reduced_dims(dims, static_cast<int64_t>(sizes.size()))) n *= sizes[d];
+  return n;
+}
+// The last `k` dims, as layer_norm and rms_norm normalise over them.
+Shape last_dims(int64_t k, int64_t ndim) {
+  Shape out;
+  for (int64_t d = ndim - k; d < ndim; ++d) out.push_back(d);
+  return out;
+}
+
+// ---------------------------------------------------------------- pointwise
+void add_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (c.needs(0)) gi[0] = g[0];
+  if (c.needs(1)) gi[1] = scaled(g[0], c.get<Scalar>(2));
+}
+void sub_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (c.needs(0)) gi[0] = g[0];
+  if (c.needs(1)) gi[1] = neg(scaled(g[0], c.get<Scalar>(2)));
+}
+void mul_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (c.needs(0)) gi[0] = mul(g[0], c.input(1));
+  if (c.needs(1)) gi[1] = mul(g[0], c.input(0));
+}
+void div_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor b = c.input(1);
+  if (c.needs(0)) gi[0] = div(g[0], b);
+  if (c.needs(1)) gi[1] = neg(div(mul(g[0], c.input(0)), mul(b, b)));
+}
+void pow_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor a = c.input(0), b = c.input(1);
+  if (c.needs(0))
+    gi[0] = where(eq(b, 0.0), zeros_like(g[0]), mul(mul(g[0], b), pow(a, sub(b, 1.0))));
+  if (c.needs(1)) {
+    Tensor at_zero = logical_and(eq(a, 0.0), ge(b, 0.0));
+    gi[1] = where(logical_not(at_zero), mul(g[0], mul(c.output(0), log(a))), 0.0);
+  }
+}
+// Ties split the gradient evenly, as in PyTorch.
+void max_min_bw(const BackwardCtx& c, const Grads& g, Grads& gi, bool is_max) {
+  Tensor a = c.input(0), b = c.input(1);
+  Tensor shared = where(eq(a, b), div(g[0], 2.0), g[0]);
+  if (c.needs(0)) gi[0] = where(is_max ? ge(a, b) : le(a, b), shared, 0.0);
+  if (c.needs(1)) gi[1] = where(is_max ? le(a, b) : ge(a, b), shared, 0.0);
+}
+void maximum_bw(const BackwardCtx& c, const Grads& g, Grads& gi) { max_min_bw(c, g, gi, true); }
+void minimum_bw(const BackwardCtx& c, const Grads& g, Grads& gi) { max_min_bw(c, g, gi, false); }
+void neg_bw(const BackwardCtx&, const Grads& g, Grads& gi) { gi[0] = neg(g[0]); }
+void abs_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor a = c.input(0);
+  gi[0] = where(gt(a, 0.0), g[0], where(lt(a, 0.0), neg(g[0]), 0.0));
+}
+void exp_bw(const BackwardCtx& c, const Grads& g, Grads& gi) { gi[0] = mul(g[0], c.output(0)); }
+void log_bw(const BackwardCtx& c, const Grads& g, Grads& gi) { gi[0] = div(g[0], c.input(0)); }
+void sqrt_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = div(g[0], mul(c.output(0), 2.0));
+}
+void rsqrt_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor y = c.output(0);
+  gi[0] = mul(g[0], mul(mul(y, mul(y, y)), -0.5));
+}
+void tanh_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor y = c.output(0);
+  gi[0] = mul(g[0], 1.0 - mul(y, y));
+}
+void sigmoid_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor y = c.output(0);
+  gi[0] = mul(g[0], mul(y, 1.0 - y));
+}
+void relu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = where(gt(c.output(0), 0.0), g[0], 0.0);
+}
+void silu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor a = c.input(0), s = sigmoid(a);
+  gi[0] = mul(g[0], mul(s, add(mul(a, 1.0 - s), 1.0)));
+}
+void sin_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = mul(g[0], cos(c.input(0)));
+}
+void cos_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = neg(mul(g[0], sin(c.input(0))));
+}
+void gelu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor x = c.input(0);
+  if (!c.get<bool>(1)) {
+    // d/dx x Phi(x) = Phi(x) + x phi(x); Phi(x) = gelu(x) / x, with Phi(0) = 1/2.
+    Tensor cdf = where(eq(x, 0.0), full_like(x, 0.5), div(gelu(x), x));
+    Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 1.0 / std::sqrt(2.0 * std::numbers::pi));
+    gi[0] = mul(g[0], add(cdf, mul(x, pdf)));
+    return;
+  }
+  const double beta = std::sqrt(2.0 / std::numbers::pi), kappa = 0.044715;
+  Tensor x2 = mul(x, x);
+  Tensor t = tanh(mul(add(x, mul(mul(x2, x), kappa)), beta));
+  Tensor left = mul(add(t, 1.0), 0.5);
+  Tensor right = mul(mul(mul(x, 0.5), 1.0 - mul(t, t)), add(mul(x2, 3.0 * kappa * beta), beta));
+  gi[0] = mul(g[0], add(left, right));
+}
+void clamp_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor a = c.input(0);
+  const IValue &lo = c.arg(1), &hi = c.arg(2);
+  Tensor keep = ones_like(a).to(kBool);
+  if (auto* s = std::get_if<Scalar>(&lo)) keep = logical_and(keep, ge(a, *s));
+  if (auto* s = std::get_if<Scalar>(&hi)) keep = logical_and(keep, le(a, *s));
+  gi[0] = where(keep, g[0], 0.0);
+}
+void where_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor cond = c.input(0);
+  if (c.needs(1)) gi[1] = where(cond, g[0], 0.0);
+  if (c.needs(2)) gi[2] = where(logical_not(cond), g[0], 0.0);
+}
+
+// ---------------------------------------------------------------- reductions
+void sum_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  IntArrayRef in = c.sizes(0);
+  gi[0] = expand(keep_dims(g[0], c.get<Shape>(1), in.size(), c.get<bool>(2)), in);
+}
+void mean_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  IntArrayRef in = c.sizes(0);
+  int64_t n = reduced_count(in, c.get<Shape>(1));
+  gi[0] = expand(div(keep_dims(g[0], c.get<Shape>(1), in.size(), c.get<bool>(2)), n), in);
+}
+void var_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor a = c.input(0);
+  const Shape& dims = c.get<Shape>(1);
+  double denom = static_cast<double>(reduced_count(a.sizes(), dims) - c.get<int64_t>(2));
+  Tensor centered = sub(a, mean(a, dims, true));
+  gi[0] = mul(keep_dims(g[0], dims, a.dim(), c.get<bool>(3)), mul(centered, 2.0 / denom));
+}
+// The gradient is shared evenly by the elements that equal the extreme value.
+void amax_amin_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor a = c.input(0);
+  const Shape& dims = c.get<Shape>(1);
+  bool keepdim = c.get<bool>(2);
+  Tensor mask = eq(a, keep_dims(c.output(0), dims, a.dim(), keepdim));
+  Tensor count = sum(mask, dims, true, a.dtype());
+  gi[0] = where(mask, div(keep_dims(g[0], dims, a.dim(), keepdim), count), 0.0);
+}
+void softmax_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor y = c.output(0);
+  int64_t dim = c.get<int64_t>(1);
+  gi[0] = mul(y, sub(g[0], sum(mul(g[0], y), {dim}, true)));
+}
+void log_softmax_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  int64_t dim = c.get<int64_t>(1);
+  gi[0] = sub(g[0], mul(exp(c.output(0)), sum(g[0], {dim}, true)));
+}
+
+// ---------------------------------------------------------------- linear algebra, nn
+void mm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (c.needs(0)) gi[0] = mm(g[0], t(c.input(1)));
+  if (c.needs(1)) gi[1] = mm(t(c.input(0)), g[0]);
+}
+void bmm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (c.needs(0)) gi[0] = bmm(g[0], transpose(c.input(1), 1, 2));
+  if (c.needs(1)) gi[1] = bmm(transpose(c.input(0), 1, 2), g[0]);
+}
+void addmm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  const Scalar& beta = c.get<Scalar>(3);
+  const Scalar& alpha = c.get<Scalar>(4);
+  if (c.needs(0)) gi[0] = scaled(g[0], beta);
+  if (c.needs(1)) gi[1] = scaled(mm(g[0], t(c.input(2))), alpha);
+  if (c.needs(2)) gi[2] = scaled(mm(t(c.input(1)), g[0]), alpha);
+}
+// y = xhat * w + b, xhat = (x - mean) * rstd over the normalised (last) dims.
+void layer_norm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor x = c.input(0);
+  Shape dims = last_dims(static_cast<int64_t>(c.get<Shape>(1).size()), x.dim());
+  Tensor centered = sub(x, mean(x, dims, true));
+  Tensor rstd = rsqrt(add(mean(mul(centered, centered), dims, true), c.get<double>(4)));
+  Tensor xhat = mul(centered, rstd);
+  if (c.needs(1)) gi[1] = mul(g[0], xhat);
+  if (c.needs(2)) gi[2] = g[0];
+  if (c.needs(0)) {
+    Tensor w = c.input(1);
+    Tensor gx = w.defined() ? mul(g[0], w) : g[0];
+    gi[0] = mul(rstd, sub(sub(gx, mean(gx, dims, true)), mul(xhat, mean(mul(gx, xhat), dims, true))));
+  }
+}
+// y = xhat * w, xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over the last dims.
+void rms_norm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor x = c.input(0);
+  Shape dims = last_dims(static_cast<int64_t>(c.get<Shape>(1).size()), x.dim());
+  Tensor rstd = rsqrt(add(mean(mul(x, x), dims, true), c.get<double>(3)));
+  Tensor xhat = mul(x, rstd);
+  if (c.needs(1)) gi[1] = mul(g[0], xhat);
+  if (c.needs(0)) {
+    Tensor w = c.input(1);
+    Tensor gx = w.defined() ? mul(g[0], w) : g[0];
+    gi[0] = mul(rstd, sub(gx, mul(xhat, mean(mul(gx, xhat), dims, true))));
+  }
+}
+void embedding_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor idx = c.input(1).reshape({-1});
+  IntArrayRef w = c.sizes(0);
+  gi[0] = index_add(zeros_of(c, 0), 0, idx, g[0].reshape({idx.numel(), w[1]}));
+}
+// loss = -mean over kept rows of input[n, target[n]].
+void nll_loss_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor target = c.input(1);
+  int64_t ignore = c.get<int64_t>(2);
+  const TensorGeometry& in = c.geometry(0);
+  Tensor keep = ne(target, ignore);
+  Tensor count = sum(keep, {}, false, in.dtype);
+  Tensor row = where(keep, div(neg(g[0]), count), 0.0);
+  Tensor col = where(keep, target, 0);
+  int64_t cdim = in.sizes.size() == 2 ? 1 : 0;
+  gi[0] = scatter_add(zeros_of(c, 0), cdim, unsqueeze(col, -1), unsqueeze(row, -1).to(in.dtype));
+}
+
+// ---------------------------------------------------------------- shape and indexing
+void cat_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  int64_t dim = wrap_dim(c.get<int64_t>(1), g[0].dim(), "cat");
+  int64_t offset = 0;
+  for (size_t k = 0; k < c.num_slots(); ++k) {
+    IntArrayRef s = c.sizes(k);
+    if (s.size() == 1 && s[0] == 0 && g[0].dim() != 1) continue;  // skipped by the forward
+    if (c.needs(k)) gi[k] = narrow(g[0], dim, offset, s[dim]);
+    offset += s[dim];
+  }
+}
+void index_select_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = index_add(zeros_of(c, 0), c.get<int64_t>(1), c.input(1), g[0]);
+}
+void gather_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = scatter_add(zeros_of(c, 0), c.get<int64_t>(1), c.input(1), g[0]);
+}
+void scatter_add_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (c.needs(0)) gi[0] = g[0];
+  if (c.needs(2)) {
+    Tensor picked = gather(g[0], c.get<int64_t>(1), c.input(1));
+    if (picked.sizes() == c.sizes(2)) {
+      gi[2] = picked;
+    } else {  // src may be larger than index: its other elements were not used
+      gi[2] = zeros_of(c, 2);
+      Tensor part = gi[2];
+      for (int64_t d = 0; d < picked.dim(); ++d) part = narrow(part, d, 0, picked.size(d));
+      part.copy_(picked);
+    }
+  }
+}
+void index_add_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (c.needs(0)) gi[0] = g[0];
+  if (c.needs(2)) {
+    Tensor picked = index_select(g[0], c.get<int64_t>(1), c.input(1));
+    gi[2] = scaled(picked, c.get<Scalar>(4)).reshape(c.sizes(2));
+  }
+}
+void triu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = triu(g[0], c.get<int64_t>(1));
+}
+void tril_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = tril(g[0], c.get<int64_t>(1));
+}
+void reshape_bw(const BackwardCtx& c, const Grads& g, Grads& gi) { gi[0] = g[0].reshape(c.sizes(0)); }
+void identity_bw(const BackwardCtx&, const Grads& g, Grads& gi) { gi[0] = g[0]; }
+void as_strided_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  const TensorGeometry& in = c.geometry(0);
+  gi[0] = as_strided_backward(g[0], in.sizes, in.strides, in.offset, c.get<Shape>(1),
+                              c.get<Shape>(2), c.get<int64_t>(3));
+}
+void permute_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  const Shape& dims = c.get<Shape>(1);
+  Shape inverse(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i)
+    inverse[wrap_dim(dims[i], static_cast<int64_t>(dims.size()), "permute")] = static_cast<int64_t>(i);
+  gi[0] = permute(g[0], inverse);
+}
+void transpose_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = transpose(g[0], c.get<int64_t>(1), c.get<int64_t>(2));
+}
+void slice_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = zeros_of(c, 0);
+  slice(gi[0], c.get<int64_t>(1), c.get<int64_t>(2), c.get<int64_t>(3), c.get<int64_t>(4))
+      .copy_(g[0]);
+}
+void select_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = zeros_of(c, 0);
+  select(gi[0], c.get<int64_t>(1), c.get<int64_t>(2)).copy_(g[0]);
+}
+void copy_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (c.needs(0)) gi[0] = zeros_of(c, 0);  // the old value of self is overwritten
+  if (c.needs(1)) gi[1] = g[0];
+}
+void fill_bw(const BackwardCtx& c, const Grads&, Grads& gi) { gi[0] = zeros_of(c, 0); }
+// values of max_dim / min_dim: the gradient goes to the selected index.
+void max_min_dim_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  int64_t ndim = static_cast<int64_t>(c.sizes(0).size());
+  int64_t dim = ndim == 0 ? 0 : wrap_dim(c.get<int64_t>(1), ndim, "max");
+  bool keepdim = c.get<bool>(2) || ndim == 0;
+  Tensor idx = keepdim ? c.output(1) : unsqueeze(c.output(1), dim);
+  Tensor gv = keepdim ? g[0] : unsqueeze(g[0], dim);
+  gi[0] = ndim == 0 ? gv : scatter_add(zeros_of(c, 0), dim, idx, gv);
+}
+void dropout_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  double p = c.get<double>(1);
+  gi[0] = where(c.output(1), mul(g[0], p < 1 ? 1.0 / (1.0 - p) : 0.0), 0.0);
+}
+
+struct Entry {
+  const char* name;
+  Derivative d;
+};
+constexpr Derivative F(BackwardFn fn, uint32_t in = 0, uint32_t out = 0) {
+  return {Differentiability::Formula, fn, in, out};
+}
+constexpr Derivative kNone{Differentiability::None, nullptr, 0, 0};
+
+// Pointwise ops: the same formula serves `name` and `name_`.
+const Entry kPointwise[] = {
+    {"add", F(add_bw)},
+    {"sub", F(sub_bw)},
+    {"mul", F(mul_bw, S(0) | S(1))},
+    {"div", F(div_bw, S(0) | S(1))},
+    {"pow", F(pow_bw, S(0) | S(1), S(0))},
+    {"maximum", F(maximum_bw, S(0) | S(1))},
+    {"minimum", F(minimum_bw, S(0) | S(1))},
+    {"eq", kNone},
+    {"ne", kNone},
+    {"lt", kNone},
+    {"le", kNone},
+    {"gt", kNone},
+    {"ge", kNone},
+    {"logical_and", kNone},
+    {"logical_or", kNone},
+    {"logical_xor", kNone},
+    {"logical_not", kNone},
+    {"neg", F(neg_bw)},
+    {"abs", F(abs_bw, S(0))},
+    {"exp", F(exp_bw, 0, S(0))},
+    {"log", F(log_bw, S(0))},
+    {"sqrt", F(sqrt_bw, 0, S(0))},
+    {"rsqrt", F(rsqrt_bw, 0, S(0))},
+    {"tanh", F(tanh_bw, 0, S(0))},
+    {"sigmoid", F(sigmoid_bw, 0, S(0))},
+    {"relu", F(relu_bw, 0, S(0))},
+    {"silu", F(silu_bw, S(0))},
+    {"sin", F(sin_bw, S(0))},
+    {"cos", F(cos_bw, S(0))},
+    {"gelu", F(gelu_bw, S(0))},
+    {"clamp", F(clamp_bw, S(0))},
+    {"where", F(where_bw, S(0))},
+};
+
+const Entry kOthers[] = {
+    {"sum", F(sum_bw)},
+    {"mean", F(mean_bw)},
+    {"var", F(var_bw, S(0))},
+    {"amax", F(amax_amin_bw, S(0), S(0))},
+    {"amin", F(amax_amin_bw, S(0), S(0))},
+    {"all", kNone},
+    {"any", kNone},
+    {"argmax", kNone},
+    {"argmin", kNone},
+    {"softmax", F(softmax_bw, 0, S(0))},
+    {"log_softmax", F(log_softmax_bw, 0, S(0))},
+    {"mm", F(mm_bw, S(0) | S(1))},
+    {"bmm", F(bmm_bw, S(0) | S(1))},
+    {"addmm", F(addmm_bw, S(1) | S(2))},
+    {"layer_norm", F(layer_norm_bw, S(0) | S(1))},
+    {"rms_norm", F(rms_norm_bw, S(0) | S(1))},
+    {"embedding", F(embedding_bw, S(1))},
+    {"nll_loss", F(nll_loss_bw, S(1))},
+    {"cat", F(cat_bw)},
+    {"index_select", F(index_select_bw, S(1))},
+    {"gather", F(gather_bw, S(1))},
+    {"scatter_add", F(scatter_add_bw, S(1))},
+    {"index_add", F(index_add_bw, S(1))},
+    {"triu", F(triu_bw)},
+    {"tril", F(tril_bw)},
+    {"one_hot", kNone},
+    {"view", F(reshape_bw)},
+    {"as_strided", F(as_strided_bw)},
+    {"permute", F(permute_bw)},
+    {"transpose", F(transpose_bw)},
+    {"slice", F(slice_bw)},
+    {"select", F(select_bw)},
+    {"expand", F(identity_bw)},
+    {"squeeze", F(reshape_bw)},
+    {"unsqueeze", F(reshape_bw)},
+    {"alias", F(identity_bw)},
+    {"detach", kNone},
+    {"empty", kNone},
+    {"full", kNone},
+    {"arange", kNone},
+    {"linspace", kNone},
+    {"rand", kNone},
+    {"randn", kNone},
+    {"randint", kNone},
+    {"copy_", F(copy_bw)},
+    {"fill_", F(fill_bw)},
+    {"to_copy", F(identity_bw)},
+    {"max_dim", F(max_min_dim_bw, 0, S(1))},
+    {"min_dim", F(max_min_dim_bw, 0, S(1))},
+    {"native_dropout", F(dropout_bw, 0, S(1))},
+};
+
+void set_derivative(std::string_view name, const Derivative& d) {
+  const OpDef* op = ops::find_op(name);
+  KILN_ASSERT(op, "backward formula for unknown op {}", name);
+  KILN_ASSERT(!op->derivative(), "two backward formulas for {}", name);
+  const_cast<OpDef*>(op)->set_derivative(&d);
+}
+
+const bool registered = [] {
+  for (const Entry& e : kPointwise) {
+    set_derivative(e.name, e.d);
+    set_derivative(std::string(e.name) + "_", e.d);
+  }
+  for (const Entry& e : kOthers) set_derivative(e.name, e.d);
+  return true;
+}();
+
+}  // namespace
+
+const Derivative& derivative_of(const OpDef& op) {
+  static constexpr Derivative kUnsupported{};
+  auto* d = static_cast<const Derivative*>(op.derivative());
+  return d ? *d : kUnsupported;
+}
+
+}  // namespace kiln::autograd

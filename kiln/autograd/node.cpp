@@ -1,0 +1,147 @@
+#include "kiln/autograd/node.h"
+
+#include <atomic>
+
+#include "kiln/autograd/op_node.h"
+#include "kiln/ops/ops.h"
+
+namespace kiln::autograd {
+
+namespace {
+std::atomic<uint64_t> g_next_sequence_nr{0};
+
+std::string describe(const Tensor& t) {
+  return fmt::format("[{}] {}", fmt::join(t.sizes(), ", "), name(t.dtype()));
+}
+
+// Offset one past the last element a geometry reaches (its offset when it has no elements).
+int64_t extent(IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
+  int64_t end = offset + 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) return offset;
+    end += (sizes[i] - 1) * strides[i];
+  }
+  return end;
+}
+
+// Whether two elements of the geometry may share a memory location.
+bool may_overlap(IntArrayRef sizes, IntArrayRef strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] > 1) dims.emplace_back(strides[i], sizes[i]);
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // largest offset reachable by the dims so far
+  for (auto [stride, size] : dims) {
+    if (stride <= reach) return true;
+    reach += (size - 1) * stride;
+  }
+  return false;
+}
+}  // namespace
+
+Node::Node() : sequence_nr(g_next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+SavedTensor::SavedTensor(const Tensor& t, bool is_output)
+    : data_(is_output ? Tensor(make_ref<TensorImpl>(*t.impl())) : t),
+      version_(t.version()),
+      is_output_(is_output) {}
+
+Tensor SavedTensor::unpack(const Node& owner, size_t index) const {
+  const char* what = is_output_ ? "output" : "input";
+  if (released_)
+    KILN_THROW(Value,
+               "[autograd] {} needs its saved {} {}, which an earlier backward freed: pass "
+               "retain_graph=true to the first backward to backpropagate through the graph "
+               "twice",
+               owner.name(), what, index);
+  KILN_ASSERT(data_.defined(), "{} reads {} {}, which it did not save", owner.name(), what, index);
+  uint64_t now = data_.version();
+  KILN_CHECK(now == version_,
+             "[autograd] {} needs {} {} ({}) as it was when saved (version {}), but an in-place "
+             "op has modified it since (version {}); clone the tensor before modifying it",
+             owner.name(), what, index, describe(data_), version_, now);
+  return data_;
+}
+
+AutogradMeta& ensure_meta(const Tensor& t) {
+  if (auto* m = meta_of(t)) return *m;
+  auto m = std::make_unique<AutogradMeta>();
+  AutogradMeta& ref = *m;
+  t.impl()->set_autograd_meta(std::move(m));
+  return ref;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad()) return {};
+  AutogradMeta& m = ensure_meta(t);
+  if (m.view_base.defined() && m.view_version != t.version()) {
+    auto n = make_ref<ViewBackward>(ViewGeometry::of(m.view_base), ViewGeometry::of(t));
+    n->next_edges.push_back(gradient_edge(m.view_base));
+    m.grad_fn = n;
+    m.output_nr = 0;
+    m.view_version = t.version();
+  }
+  if (m.grad_fn) return {m.grad_fn, m.output_nr};
+  return {make_ref<AccumulateGrad>(t), 0};
+}
+
+void set_history(const Tensor& t, const Ref<Node>& fn, uint32_t nr) {
+  AutogradMeta& m = ensure_meta(t);
+  m.grad_fn = fn;
+  m.output_nr = nr;
+  t.impl()->add_key(DispatchKey::Autograd);
+}
+
+TensorList AccumulateGrad::apply(TensorList&& grads) {
+  Tensor g = std::move(grads[0]);
+  if (!g.defined()) return {};
+  AutogradMeta& m = ensure_meta(variable);
+  if (m.grad.defined()) {
+    add_(m.grad, g);  // in place: the gradient keeps its address (graph capture relies on it)
+  } else if (g.is_contiguous() && g.impl()->use_count() == 1 &&
+             g.impl()->storage()->use_count() == 1 && g.storage_offset() == 0) {
+    m.grad = std::move(g);  // nobody else sees this buffer: adopt it
+  } else {
+    m.grad = empty_like(variable);
+    m.grad.copy_(g);
+  }
+  return {};
+}
+
+Tensor as_strided_backward(const Tensor& g, IntArrayRef base_sizes, IntArrayRef base_strides,
+                           int64_t base_offset, IntArrayRef sizes, IntArrayRef strides,
+                           int64_t offset) {
+  int64_t n = std::max(extent(base_sizes, base_strides, base_offset), extent(sizes, strides, offset));
+  Tensor flat = zeros({n}, g.dtype(), g.device());
+  if (!may_overlap(sizes, strides)) {
+    as_strided(flat, sizes, strides, offset).copy_(g);
+  } else {
+    Tensor idx = as_strided(arange(n, kInt64, g.device()), sizes, strides, offset).reshape({-1});
+    index_add_(flat, 0, idx, g.reshape({-1}));
+  }
+  return as_strided(flat, base_sizes, base_strides, base_offset);
+}
+
+TensorList ViewBackward::apply(TensorList&& grads) {
+  return {as_strided_backward(grads[0], base.sizes, base.strides, base.offset, view.sizes,
+                              view.strides, view.offset)};
+}
+
+TensorList CopySlices::apply(TensorList&& grads) {
+  const Tensor& g = grads[0];
+  int64_t n = std::max(extent(base.sizes, base.strides, base.offset),
+                       extent(view.sizes, view.strides, view.offset));
+  Tensor flat = zeros({n}, g.dtype(), g.device());
+  Tensor result = as_strided(flat, base.sizes, base.strides, base.offset);
+  result.copy_(g);
+  Tensor slice = as_strided(flat, view.sizes, view.strides, view.offset);
+  TensorList res = fn->apply({slice.clone()});
+  if (res[0].defined())
+    slice.copy_(res[0]);
+  else
+    slice.zero_();
+  res[0] = result;
+  return res;
+}
+
+}  // namespace kiln::autograd

@@ -1,0 +1,131 @@
+#include "kiln/nn/module.h"
+
+#include <set>
+
+#include "kiln/autograd/grad_mode.h"
+#include "kiln/core/error.h"
+#include "kiln/ops/ops.h"
+
+namespace kiln::nn {
+
+template <class F>
+void Module::visit(const std::string& prefix, bool params, F&& f) const {
+  for (const auto& [name, t] : params ? params_ : buffers_) f(prefix + name, *t);
+  for (const auto& [name, child] : children_) child->visit(prefix + name + ".", params, f);
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors out;
+  visit("", true, [&](const std::string& n, const Tensor& t) { out.emplace_back(n, t); });
+  return out;
+}
+TensorList Module::parameters() const {
+  TensorList out;
+  visit("", true, [&](const std::string&, const Tensor& t) { out.push_back(t); });
+  return out;
+}
+NamedTensors Module::named_buffers() const {
+  NamedTensors out;
+  visit("", false, [&](const std::string& n, const Tensor& t) { out.emplace_back(n, t); });
+  return out;
+}
+NamedTensors Module::state_dict() const {
+  NamedTensors out;
+  auto add = [&](const std::string& n, const Tensor& t) { out.emplace_back(n, t.detach()); };
+  visit("", true, add);
+  visit("", false, add);
+  return out;
+}
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  visit("", true, [&](const std::string&, const Tensor& t) { n += t.numel(); });
+  return n;
+}
+
+void Module::load_state_dict(const NamedTensors& state, bool strict) {
+  std::vector<std::pair<std::string, Tensor>> mine = named_parameters();
+  for (auto& b : named_buffers()) mine.push_back(b);
+  std::set<std::string> given, seen;
+  for (const auto& [name, t] : state) {
+    KILN_CHECK(given.insert(name).second, "[load_state_dict] duplicate entry {}", name);
+    KILN_CHECK(t.defined(), "[load_state_dict] entry {} is undefined", name);
+  }
+  std::vector<std::string> missing, unexpected, mismatched;
+  std::vector<std::pair<Tensor, Tensor>> copies;
+  for (const auto& [name, dst] : mine) {
+    seen.insert(name);
+    auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });
+    if (it == state.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    if (it->second.sizes() != dst.sizes()) {
+      mismatched.push_back(fmt::format("{}: checkpoint has [{}], model has [{}]", name,
+                                       fmt::join(it->second.sizes(), ", "),
+                                       fmt::join(dst.sizes(), ", ")));
+      continue;
+    }
+    copies.emplace_back(dst, it->second);
+  }
+  for (const auto& [name, t] : state)
+    if (!seen.count(name)) unexpected.push_back(name);
+  KILN_CHECK(mismatched.empty(), "[load_state_dict] size mismatch for {}",
+             fmt::join(mismatched, "; "));
+  KILN_CHECK(!strict || (missing.empty() && unexpected.empty()),
+             "[load_state_dict] missing keys: [{}]; unexpected keys: [{}]",
+             fmt::join(missing, ", "), fmt::join(unexpected, ", "));
+  autograd::NoGradGuard no_grad;
+  for (auto& [dst, src] : copies) dst.copy_(src);
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::apply_to_tensors(Tensor (*fn)(const Tensor&, const void*), const void* arg) {
+  autograd::NoGradGuard no_grad;
+  for (auto& [name, p] : params_) {
+    *p = fn(*p, arg);
+    p->requires_grad_();
+  }
+  for (auto& [name, b] : buffers_) *b = fn(*b, arg);
+  for (auto& [name, child] : children_) child->apply_to_tensors(fn, arg);
+}
+void Module::to(Device device) {
+  apply_to_tensors(
+      [](const Tensor& t, const void* d) {
+        return t.detach().to(*static_cast<const Device*>(d)).detach();
+      },
+      &device);
+}
+void Module::to(DType dtype) {
+  apply_to_tensors(
+      [](const Tensor& t, const void* d) {
+        DType to = *static_cast<const DType*>(d);
+        return is_floating(t.dtype()) ? t.detach().to(to).detach() : t;
+      },
+      &dtype);
+}
+
+void Module::zero_grad(bool set_to_none) {
+  autograd::NoGradGuard no_grad;
+  for (Tensor& p : parameters()) {
+    if (!p.grad().defined()) continue;
+    if (set_to_none)
+      p.set_grad(Tensor());
+    else
+      const_cast<Tensor&>(p.grad()).zero_();
+  }
+}
+
+void Module::register_parameter(std::string name, Tensor* param) {
+  KILN_CHECK(param->defined(), "[register_parameter] {} is undefined", name);
+  param->requires_grad_();
+  params_.emplace_back(std::move(name), param);
+}
+void Module::register_buffer(std::string name, Tensor* buffer) {
+  buffers_.emplace_back(std::move(name), buffer);
+}
+
+}  // namespace kiln::nn

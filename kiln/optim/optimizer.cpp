@@ -1,0 +1,146 @@
+#include "kiln/optim/optimizer.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "kiln/autograd/grad_mode.h"
+#include "kiln/core/error.h"
+#include "kiln/ops/ops.h"
+
+namespace kiln::optim {
+
+Optimizer::Optimizer(TensorList params, double lr) : params_(std::move(params)), lr_(lr) {
+  KILN_CHECK(!params_.empty(), "[optimizer] got an empty parameter list");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    KILN_CHECK(p.defined(), "[optimizer] parameter {} is undefined", i);
+    KILN_CHECK(p.is_leaf() && p.requires_grad(),
+               "[optimizer] parameter {} must be a leaf that requires grad", i);
+    for (size_t j = 0; j < i; ++j)
+      KILN_CHECK(!params_[j].is_same(p), "[optimizer] parameter {} appears twice (also {})", i, j);
+  }
+  set_lr(lr);
+}
+
+void Optimizer::set_lr(double lr) {
+  KILN_CHECK(lr >= 0 && std::isfinite(lr), "[optimizer] invalid learning rate {}", lr);
+  lr_ = lr;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  autograd::NoGradGuard no_grad;
+  for (const Tensor& p : params_) {
+    if (!p.grad().defined()) continue;
+    if (set_to_none)
+      p.set_grad(Tensor());
+    else
+      Tensor(p.grad()).zero_();
+  }
+}
+
+SGD::SGD(TensorList params, const SGDOptions& o) : Optimizer(std::move(params), o.lr), o_(o) {
+  KILN_CHECK(o.momentum >= 0 && o.weight_decay >= 0,
+             "[SGD] momentum and weight_decay must be >= 0, got {} and {}", o.momentum,
+             o.weight_decay);
+  KILN_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+             "[SGD] nesterov needs momentum > 0 and dampening 0");
+  buffers_.resize(params_.size());
+}
+
+void SGD::step() {
+  autograd::NoGradGuard no_grad;
+  TensorList ps, ds, bufs;
+  std::vector<size_t> fresh;  // parameters whose momentum buffer starts this step
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& g = params_[i].grad();
+    if (!g.defined()) continue;
+    ps.push_back(params_[i]);
+    ds.push_back(o_.weight_decay != 0 ? add(g, params_[i], o_.weight_decay) : g);
+    if (o_.momentum != 0) {
+      if (!buffers_[i].defined()) {
+        buffers_[i] = ds.back().clone();  // PyTorch: the first buffer is the gradient itself
+        fresh.push_back(bufs.size());
+      }
+      bufs.push_back(buffers_[i]);
+    }
+  }
+  if (ps.empty()) return;
+  if (o_.momentum != 0) {
+    // buf = momentum * buf + (1 - dampening) * d, except for buffers made this step.
+    TensorList old_bufs, old_ds;
+    for (size_t k = 0; k < bufs.size(); ++k) {
+      if (std::find(fresh.begin(), fresh.end(), k) != fresh.end()) continue;
+      old_bufs.push_back(bufs[k]);
+      old_ds.push_back(ds[k]);
+    }
+    if (!old_bufs.empty()) {
+      foreach_mul_(old_bufs, o_.momentum);
+      foreach_add_(old_bufs, old_ds, 1.0 - o_.dampening);
+    }
+    if (o_.nesterov) {
+      for (size_t k = 0; k < ds.size(); ++k) ds[k] = add(ds[k], bufs[k], o_.momentum);
+    } else {
+      ds = bufs;
+    }
+  }
+  foreach_add_(ps, ds, -lr_);
+  ++steps_;
+}
+
+AdamW::AdamW(TensorList params, const AdamWOptions& o)
+    : Optimizer(std::move(params), o.lr), o_(o) {
+  KILN_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
+             "[AdamW] betas must be in [0, 1), got {} and {}", o.beta1, o.beta2);
+  KILN_CHECK(o.eps >= 0 && o.weight_decay >= 0,
+             "[AdamW] eps and weight_decay must be >= 0, got {} and {}", o.eps, o.weight_decay);
+  autograd::NoGradGuard no_grad;
+  for (const Tensor& p : params_) {
+    m_.push_back(zeros_like(p));
+    v_.push_back(zeros_like(p));
+  }
+}
+
+void AdamW::step() {
+  autograd::NoGradGuard no_grad;
+  TensorList ps, gs, ms, vs;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& g = params_[i].grad();
+    if (!g.defined()) continue;
+    ps.push_back(params_[i]);
+    gs.push_back(g.is_contiguous() ? g : g.contiguous());
+    ms.push_back(m_[i]);
+    vs.push_back(v_[i]);
+  }
+  if (ps.empty()) return;
+  ++steps_;
+  foreach_adamw_(ps, gs, ms, vs, lr_, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, steps_);
+}
+
+Tensor clip_grad_norm_(const TensorList& params, double max_norm) {
+  KILN_CHECK(max_norm > 0, "[clip_grad_norm_] max_norm must be > 0, got {}", max_norm);
+  autograd::NoGradGuard no_grad;
+  TensorList squares;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) squares.push_back(sum(mul(p.grad(), p.grad()), {}, false, kFloat32));
+  KILN_CHECK(!squares.empty(), "[clip_grad_norm_] no parameter has a gradient");
+  Tensor norm = sqrt(sum(stack(squares)));
+  // scale = min(1, max_norm / (norm + 1e-6)), applied on the device: no host read.
+  Tensor scale = clamp(div(scalar_tensor(max_norm, kFloat32, norm.device()), add(norm, 1e-6)),
+                       std::nullopt, 1.0);
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    Tensor g = p.grad();
+    mul_(g, scale);
+  }
+  return norm;
+}
+
+double WarmupCosineLR::operator()(int64_t step) const {
+  if (warmup > 0 && step < warmup)
+    return max_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (step >= total) return min_lr;
+  double progress = static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
+  return min_lr + 0.5 * (max_lr - min_lr) * (1 + std::cos(std::numbers::pi * progress));
+}
+
+}  // namespace kiln::optim

@@ -1,0 +1,90 @@
+#pragma once
+// Optimizers over a list of parameters: SGD (momentum, weight decay, Nesterov) and AdamW.
+// Steps run under NoGradGuard on multi-tensor (foreach) kernels; parameters without a
+// gradient are skipped, as in PyTorch.
+#include <cstdint>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln::optim {
+
+class Optimizer {
+ public:
+  Optimizer(TensorList params, double lr);
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  // Zeroes the gradients in place (their addresses stay stable) or drops them.
+  void zero_grad(bool set_to_none = false);
+  double lr() const { return lr_; }
+  void set_lr(double lr);
+  const TensorList& params() const { return params_; }
+  int64_t steps() const { return steps_; }
+
+ protected:
+  TensorList params_;
+  double lr_;
+  int64_t steps_ = 0;
+};
+
+struct SGDOptions {
+  double lr = 1e-2;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+// p -= lr * d, where d = g + wd p, and with momentum buf = momentum buf + (1 - dampening) d,
+// d = buf (or d + momentum buf with Nesterov). PyTorch's SGD.
+class SGD : public Optimizer {
+ public:
+  SGD(TensorList params, const SGDOptions& options);
+  void step() override;
+  const TensorList& momentum_buffers() const { return buffers_; }
+
+ private:
+  SGDOptions o_;
+  TensorList buffers_;  // per parameter; created on the first step
+};
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+// Adam with decoupled weight decay (PyTorch's AdamW): one fused multi-tensor kernel per step
+// that reads p, g, m, v and writes p, m, v once.
+class AdamW : public Optimizer {
+ public:
+  AdamW(TensorList params, const AdamWOptions& options);
+  void step() override;
+  const TensorList& exp_avg() const { return m_; }
+  const TensorList& exp_avg_sq() const { return v_; }
+
+ private:
+  AdamWOptions o_;
+  TensorList m_, v_;  // per parameter, zero-initialised
+};
+
+// Scales gradients so that their global L2 norm is at most max_norm, without reading the norm
+// on the host (the scale is a device tensor). Returns the norm before clipping (0-d, float32).
+Tensor clip_grad_norm_(const TensorList& params, double max_norm);
+
+// Learning-rate schedules: the rate to use at `step` (0-based).
+struct ConstantLR {
+  double lr;
+  double operator()(int64_t) const { return lr; }
+};
+// Linear warm-up from 0 to max_lr over `warmup` steps, then cosine decay to min_lr at `total`.
+struct WarmupCosineLR {
+  double max_lr;
+  double min_lr;
+  int64_t warmup;
+  int64_t total;
+  double operator()(int64_t step) const;
+};
+
+}  // namespace kiln::optim
