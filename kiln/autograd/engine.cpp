@@ -154,8 +154,8 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs, bool re
   execute(edges, std::move(seeds), retain_graph, nullptr);
 }
 
-TensorList grad(const TensorList& outputs, const TensorList& inputs,
-                const TensorList& grad_outputs, bool retain_graph, bool allow_unused) {
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs,
+                bool retain_graph, bool allow_unused) {
   std::vector<Edge> edges;
   TensorList seeds;
   prepare_roots("grad", outputs, grad_outputs, edges, seeds);

@@ -117,9 +117,7 @@ void silu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   Tensor a = c.input(0), s = sigmoid(a);
   gi[0] = mul(g[0], mul(s, add(mul(a, 1.0 - s), 1.0)));
 }
-void sin_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
-  gi[0] = mul(g[0], cos(c.input(0)));
-}
+void sin_bw(const BackwardCtx& c, const Grads& g, Grads& gi) { gi[0] = mul(g[0], cos(c.input(0))); }
 void cos_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   gi[0] = neg(mul(g[0], sin(c.input(0))));
 }
@@ -217,7 +215,8 @@ void layer_norm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   if (c.needs(0)) {
     Tensor w = c.input(1);
     Tensor gx = w.defined() ? mul(g[0], w) : g[0];
-    gi[0] = mul(rstd, sub(sub(gx, mean(gx, dims, true)), mul(xhat, mean(mul(gx, xhat), dims, true))));
+    gi[0] =
+        mul(rstd, sub(sub(gx, mean(gx, dims, true)), mul(xhat, mean(mul(gx, xhat), dims, true))));
   }
 }
 // y = xhat * w, xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over the last dims.
@@ -295,7 +294,9 @@ void triu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
 void tril_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   gi[0] = tril(g[0], c.get<int64_t>(1));
 }
-void reshape_bw(const BackwardCtx& c, const Grads& g, Grads& gi) { gi[0] = g[0].reshape(c.sizes(0)); }
+void reshape_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = g[0].reshape(c.sizes(0));
+}
 void identity_bw(const BackwardCtx&, const Grads& g, Grads& gi) { gi[0] = g[0]; }
 void as_strided_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   const TensorGeometry& in = c.geometry(0);
@@ -306,7 +307,8 @@ void permute_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   const Shape& dims = c.get<Shape>(1);
   Shape inverse(dims.size());
   for (size_t i = 0; i < dims.size(); ++i)
-    inverse[wrap_dim(dims[i], static_cast<int64_t>(dims.size()), "permute")] = static_cast<int64_t>(i);
+    inverse[wrap_dim(dims[i], static_cast<int64_t>(dims.size()), "permute")] =
+        static_cast<int64_t>(i);
   gi[0] = permute(g[0], inverse);
 }
 void transpose_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {

@@ -8,8 +8,8 @@ bool is_grad_enabled() { return !local_dispatch_state().excluded.has(DispatchKey
 
 void set_grad_enabled(bool enabled) {
   LocalDispatchState& s = local_dispatch_state();
-  s.excluded = enabled ? s.excluded.remove(DispatchKey::Autograd)
-                       : s.excluded.add(DispatchKey::Autograd);
+  s.excluded =
+      enabled ? s.excluded.remove(DispatchKey::Autograd) : s.excluded.add(DispatchKey::Autograd);
 }
 
 InferenceModeGuard::InferenceModeGuard() : grad_(false), prev_(kiln::detail::tls_inference_mode) {

@@ -42,8 +42,7 @@ bool gradcheck(const std::function<TensorList(const TensorList&)>& fn, const Ten
         if (!g[w].defined()) continue;
         Tensor flat = flat_copy(g[w]);
         const double* p = flat.data<double>();
-        for (int64_t k = 0; k < flat.numel(); ++k)
-          analytical[oi][w][j * flat.numel() + k] = p[k];
+        for (int64_t k = 0; k < flat.numel(); ++k) analytical[oi][w][j * flat.numel() + k] = p[k];
       }
     }
   }

@@ -111,7 +111,8 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
 Tensor as_strided_backward(const Tensor& g, IntArrayRef base_sizes, IntArrayRef base_strides,
                            int64_t base_offset, IntArrayRef sizes, IntArrayRef strides,
                            int64_t offset) {
-  int64_t n = std::max(extent(base_sizes, base_strides, base_offset), extent(sizes, strides, offset));
+  int64_t n =
+      std::max(extent(base_sizes, base_strides, base_offset), extent(sizes, strides, offset));
   Tensor flat = zeros({n}, g.dtype(), g.device());
   if (!may_overlap(sizes, strides)) {
     as_strided(flat, sizes, strides, offset).copy_(g);

@@ -14,9 +14,9 @@ class OpNode : public Node {
 
   const OpDef& op;
   const Derivative& derivative;
-  Stack args;                          // non-tensor arguments; tensor positions hold None
-  std::vector<SavedTensor> inputs;     // per slot; empty where not saved
-  std::vector<SavedTensor> outputs;    // per output; empty where not saved
+  Stack args;                            // non-tensor arguments; tensor positions hold None
+  std::vector<SavedTensor> inputs;       // per slot; empty where not saved
+  std::vector<SavedTensor> outputs;      // per output; empty where not saved
   std::vector<TensorGeometry> geometry;  // per slot
   std::vector<uint8_t> needs;            // per slot: whether it needs a gradient
 };
@@ -34,7 +34,8 @@ struct ViewGeometry {
 // or on another view: scatters the view's gradient into the base's layout.
 class ViewBackward : public Node {
  public:
-  ViewBackward(ViewGeometry base, ViewGeometry view) : base(std::move(base)), view(std::move(view)) {}
+  ViewBackward(ViewGeometry base, ViewGeometry view)
+      : base(std::move(base)), view(std::move(view)) {}
   std::string name() const override { return "AsStridedBackward"; }
   TensorList apply(TensorList&& grads) override;
   ViewGeometry base, view;

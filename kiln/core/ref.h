@@ -53,11 +53,11 @@ class Ref {
   Ref(Ref&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
   // From a handle to a derived type.
   template <class U>
-    requires std::is_convertible_v<U*, T*>
-  Ref(const Ref<U>& o) : Ref(o.get()) {}  // NOLINT(google-explicit-constructor)
+  requires std::is_convertible_v<U*, T*> Ref(const Ref<U>& o)
+      : Ref(o.get()) {}  // NOLINT(google-explicit-constructor)
   template <class U>
-    requires std::is_convertible_v<U*, T*>
-  Ref(Ref<U>&& o) noexcept : p_(o.release_unsafe()) {}  // NOLINT(google-explicit-constructor)
+  requires std::is_convertible_v<U*, T*> Ref(Ref<U>&& o)
+  noexcept : p_(o.release_unsafe()) {}  // NOLINT(google-explicit-constructor)
   // Gives up ownership without releasing (for conversions between handle types).
   T* release_unsafe() { return std::exchange(p_, nullptr); }
   Ref& operator=(const Ref& o) {

@@ -32,8 +32,7 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, const Init& init) {
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
 
 Embedding::Embedding(int64_t num, int64_t dim, const Init& init) {
-  KILN_CHECK(num > 0 && dim > 0, "[Embedding] sizes must be positive, got num={} dim={}", num,
-             dim);
+  KILN_CHECK(num > 0 && dim > 0, "[Embedding] sizes must be positive, got num={} dim={}", num, dim);
   weight = randn({num, dim}, init.gen, init.dtype, init.device);
   register_parameter("weight", &weight);
 }

@@ -54,7 +54,8 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
   std::vector<std::pair<Tensor, Tensor>> copies;
   for (const auto& [name, dst] : mine) {
     seen.insert(name);
-    auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });
+    auto it =
+        std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });
     if (it == state.end()) {
       missing.push_back(name);
       continue;

@@ -8,8 +8,7 @@
 
 namespace kiln::nn {
 
-CausalSelfAttention::CausalSelfAttention(int64_t width, int64_t heads, bool bias,
-                                         const Init& init)
+CausalSelfAttention::CausalSelfAttention(int64_t width, int64_t heads, bool bias, const Init& init)
     : heads(heads) {
   KILN_CHECK(heads > 0 && width % heads == 0,
              "[CausalSelfAttention] width {} must be a positive multiple of heads {}", width,

@@ -163,12 +163,12 @@ namespace kiln::ops {
     "foreach_addcdiv_(Tensor(a!)[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1)")     \
   _(foreach_sqrt, Functional, TensorList(const TensorList&),                                       \
     "foreach_sqrt(Tensor[] self) -> Tensor[]")                                                     \
-  _(foreach_sqrt_, InPlace, void(const TensorList&), "foreach_sqrt_(Tensor(a!)[] self)")      \
-  _(foreach_adamw_, InPlace,                                                                     \
-    void(const TensorList&, const TensorList&, const TensorList&, const TensorList&, double,     \
-         double, double, double, double, int64_t),                                               \
-    "foreach_adamw_(Tensor(a!)[] self, Tensor[] grads, Tensor(b!)[] exp_avg, "                   \
-    "Tensor(c!)[] exp_avg_sq, float lr, float beta1, float beta2, float eps, "                   \
+  _(foreach_sqrt_, InPlace, void(const TensorList&), "foreach_sqrt_(Tensor(a!)[] self)")           \
+  _(foreach_adamw_, InPlace,                                                                       \
+    void(const TensorList&, const TensorList&, const TensorList&, const TensorList&, double,       \
+         double, double, double, double, int64_t),                                                 \
+    "foreach_adamw_(Tensor(a!)[] self, Tensor[] grads, Tensor(b!)[] exp_avg, "                     \
+    "Tensor(c!)[] exp_avg_sq, float lr, float beta1, float beta2, float eps, "                     \
     "float weight_decay, int step)")
 
 #define KILN_EXPAND(...) __VA_ARGS__

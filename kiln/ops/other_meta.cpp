@@ -182,25 +182,25 @@ void foreach_scalar(const char* op, const TensorList& self, const Scalar& s) {
   }
 }
 
-void foreach_adamw(const char* op, const TensorList& p, const TensorList& g,
-                   const TensorList& m, const TensorList& v, double lr, double beta1,
-                   double beta2, double eps, double wd, int64_t step) {
+void foreach_adamw(const char* op, const TensorList& p, const TensorList& g, const TensorList& m,
+                   const TensorList& v, double lr, double beta1, double beta2, double eps,
+                   double wd, int64_t step) {
   foreach_lists(op, {&p, &g, &m, &v});
   foreach_float(op, p);
-  KILN_CHECK(lr >= 0 && eps >= 0 && wd >= 0, "[{}] lr, eps and weight_decay must be >= 0, got "
-             "{}, {}, {}", op, lr, eps, wd);
+  KILN_CHECK(lr >= 0 && eps >= 0 && wd >= 0,
+             "[{}] lr, eps and weight_decay must be >= 0, got "
+             "{}, {}, {}",
+             op, lr, eps, wd);
   KILN_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
              "[{}] betas must be in [0, 1), got {} and {}", op, beta1, beta2);
   KILN_CHECK(step >= 1, "[{}] step must be >= 1 (the step being taken), got {}", op, step);
   const char* names[] = {"grads", "exp_avg", "exp_avg_sq"};
   const TensorList* lists[] = {&g, &m, &v};
   for (size_t i = 0; i < p.size(); ++i) {
-    KILN_CHECK(p[i].is_contiguous(), "[{}] tensor {} of self is not contiguous", op, i);
     for (int l = 0; l < 3; ++l) {
       const Tensor& t = (*lists[l])[i];
       KILN_CHECK_TYPE(t.dtype() == p[i].dtype(), "[{}] {}[{}] is {}, but self[{}] is {}", op,
                       names[l], i, name(t.dtype()), i, name(p[i].dtype()));
-      KILN_CHECK(t.is_contiguous(), "[{}] tensor {} of {} is not contiguous", op, i, names[l]);
     }
   }
 }

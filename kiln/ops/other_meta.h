@@ -21,7 +21,7 @@ TensorSpec native_dropout(const Tensor& input, double p, Generator* gen);
 // foreach: lists of equal length whose i-th tensors have equal sizes and devices.
 void foreach_lists(const char* op, std::initializer_list<const TensorList*> lists);
 void foreach_float(const char* op, const TensorList& self);
-// foreach_adamw_: the lists match, are contiguous and of self's float dtype; the
+// foreach_adamw_: the lists match and are of self's float dtype; the
 // hyperparameters are in range.
 void foreach_adamw(const char* op, const TensorList& p, const TensorList& g, const TensorList& m,
                    const TensorList& v, double lr, double beta1, double beta2, double eps,

@@ -87,8 +87,7 @@ void SGD::step() {
   ++steps_;
 }
 
-AdamW::AdamW(TensorList params, const AdamWOptions& o)
-    : Optimizer(std::move(params), o.lr), o_(o) {
+AdamW::AdamW(TensorList params, const AdamWOptions& o) : Optimizer(std::move(params), o.lr), o_(o) {
   KILN_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
              "[AdamW] betas must be in [0, 1), got {} and {}", o.beta1, o.beta2);
   KILN_CHECK(o.eps >= 0 && o.weight_decay >= 0,
@@ -139,7 +138,8 @@ double WarmupCosineLR::operator()(int64_t step) const {
   if (warmup > 0 && step < warmup)
     return max_lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
   if (step >= total) return min_lr;
-  double progress = static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
+  double progress = static_cast<double>(step - warmup) /
+                    static_cast<double>(std::max<int64_t>(1, total - warmup));
   return min_lr + 0.5 * (max_lr - min_lr) * (1 + std::cos(std::numbers::pi * progress));
 }
 

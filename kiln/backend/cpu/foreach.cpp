@@ -181,11 +181,19 @@ void adamw_(const TensorList& p, const TensorList& g, const TensorList& m, const
   double bc2 = 1 - std::pow(beta2, static_cast<double>(step));
   AdamWStep s{1 - lr * wd, beta1, beta2, lr / bc1, std::sqrt(bc2), eps};
   for (size_t i = 0; i < p.size(); ++i) {
+    // Strided tensors are updated through contiguous copies.
+    bool direct = p[i].is_contiguous() && m[i].is_contiguous() && v[i].is_contiguous();
+    Tensor pc = direct ? p[i] : p[i].contiguous(), mc = direct ? m[i] : m[i].contiguous(),
+           vc = direct ? v[i] : v[i].contiguous(), gc = g[i].contiguous();
     KILN_DISPATCH_FLOAT_TYPES(p[i].dtype(), op, [&] {
       using T = scalar_t;
-      adamw_tensor<T>(p[i].data<T>(), g[i].data<T>(), m[i].data<T>(), v[i].data<T>(),
-                      p[i].numel(), s);
+      adamw_tensor<T>(pc.data<T>(), gc.data<T>(), mc.data<T>(), vc.data<T>(), pc.numel(), s);
     });
+    if (!direct) {
+      Tensor(p[i]).copy_(pc);
+      Tensor(m[i]).copy_(mc);
+      Tensor(v[i]).copy_(vc);
+    }
     for (const TensorList* l : {&p, &m, &v}) (*l)[i].impl()->storage()->bump_version();
   }
 }
