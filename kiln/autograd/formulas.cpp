@@ -124,8 +124,9 @@ void cos_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
 void gelu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   Tensor x = c.input(0);
   if (!c.get<bool>(1)) {
-    // d/dx x Phi(x) = Phi(x) + x phi(x); Phi(x) = gelu(x) / x, with Phi(0) = 1/2.
-    Tensor cdf = where(eq(x, 0.0), full_like(x, 0.5), div(gelu(x), x));
+    // d/dx x Phi(x) = Phi(x) + x phi(x); Phi(x) = gelu(x) / x (the saved output, so erf is
+    // not evaluated again), with Phi(0) = 1/2.
+    Tensor cdf = where(eq(x, 0.0), full_like(x, 0.5), div(c.output(0), x));
     Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 1.0 / std::sqrt(2.0 * std::numbers::pi));
     gi[0] = mul(g[0], add(cdf, mul(x, pdf)));
     return;
@@ -188,9 +189,17 @@ void log_softmax_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
 }
 
 // ---------------------------------------------------------------- linear algebra, nn
+// The gradient of b in a @ b, laid out like b: when b is a transposed view (linear's weight^T)
+// it is computed as (g^T a)^T, so that the weight's own gradient comes out contiguous and
+// accumulates without a strided pass. PyTorch's mm_mat2_backward does the same.
+Tensor mat2_grad(const Tensor& g, const Tensor& a, const TensorGeometry& b) {
+  bool transposed =
+      b.sizes.size() == 2 && b.strides[0] == 1 && b.strides[1] == b.sizes[0] && b.sizes[0] > 1;
+  return transposed ? t(mm(t(g), a)) : mm(t(a), g);
+}
 void mm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   if (c.needs(0)) gi[0] = mm(g[0], t(c.input(1)));
-  if (c.needs(1)) gi[1] = mm(t(c.input(0)), g[0]);
+  if (c.needs(1)) gi[1] = mat2_grad(g[0], c.input(0), c.geometry(1));
 }
 void bmm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   if (c.needs(0)) gi[0] = bmm(g[0], transpose(c.input(1), 1, 2));
@@ -201,7 +210,7 @@ void addmm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   const Scalar& alpha = c.get<Scalar>(4);
   if (c.needs(0)) gi[0] = scaled(g[0], beta);
   if (c.needs(1)) gi[1] = scaled(mm(g[0], t(c.input(2))), alpha);
-  if (c.needs(2)) gi[2] = scaled(mm(t(c.input(1)), g[0]), alpha);
+  if (c.needs(2)) gi[2] = scaled(mat2_grad(g[0], c.input(1), c.geometry(2)), alpha);
 }
 // y = xhat * w + b, xhat = (x - mean) * rstd over the normalised (last) dims.
 void layer_norm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
@@ -382,7 +391,7 @@ const Entry kPointwise[] = {
     {"silu", F(silu_bw, S(0))},
     {"sin", F(sin_bw, S(0))},
     {"cos", F(cos_bw, S(0))},
-    {"gelu", F(gelu_bw, S(0))},
+    {"gelu", F(gelu_bw, S(0), S(0))},
     {"clamp", F(clamp_bw, S(0))},
     {"where", F(where_bw, S(0))},
 };
@@ -450,7 +459,9 @@ void set_derivative(std::string_view name, const Derivative& d) {
 const bool registered = [] {
   for (const Entry& e : kPointwise) {
     set_derivative(e.name, e.d);
-    set_derivative(std::string(e.name) + "_", e.d);
+    // where_ writes into its bool condition: it can never carry a gradient.
+    bool writes_bool = std::string_view(e.name) == "where";
+    set_derivative(std::string(e.name) + "_", writes_bool ? kNone : e.d);
   }
   for (const Entry& e : kOthers) set_derivative(e.name, e.d);
   return true;

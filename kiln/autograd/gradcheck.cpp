@@ -13,7 +13,8 @@ namespace {
 double element(const Tensor& t, int64_t i) {
   return select(t.contiguous().reshape({-1}), 0, i).to(kFloat64).item<double>();
 }
-Tensor flat_copy(const Tensor& t) { return t.detach().to(kFloat64).contiguous().reshape({-1}); }
+// A float64 copy (never a view: an output may alias the input being perturbed).
+Tensor flat_copy(const Tensor& t) { return clone(t.detach()).to(kFloat64).reshape({-1}); }
 }  // namespace
 
 bool gradcheck(const std::function<TensorList(const TensorList&)>& fn, const TensorList& inputs,
@@ -56,14 +57,19 @@ bool gradcheck(const std::function<TensorList(const TensorList&)>& fn, const Ten
     for (int64_t k = 0; k < in.numel(); ++k) {
       double x = element(in, k);
       Tensor slot = select(flat_in, 0, k);
-      slot.fill_(x + o.eps);
-      TensorList plus = fn(inputs);
-      slot.fill_(x - o.eps);
-      TensorList minus = fn(inputs);
+      // Outputs are copied at once: one may be a view of the input being perturbed.
+      auto eval_at = [&](double value) {
+        slot.fill_(value);
+        TensorList outs = fn(inputs);
+        for (Tensor& t : outs) t = flat_copy(t);
+        return outs;
+      };
+      TensorList plus = eval_at(x + o.eps);
+      TensorList minus = eval_at(x - o.eps);
       slot.fill_(x);
       for (size_t oi = 0; oi < outputs.size(); ++oi) {
         if (analytical[oi][w].empty()) continue;
-        Tensor fp = flat_copy(plus[oi]), fm = flat_copy(minus[oi]);
+        const Tensor &fp = plus[oi], &fm = minus[oi];
         const double *pp = fp.data<double>(), *pm = fm.data<double>();
         for (int64_t j = 0; j < fp.numel(); ++j) {
           double numerical = (pp[j] - pm[j]) / (2 * o.eps);

@@ -9,6 +9,11 @@
 
 namespace kiln {
 
+// Threads the CPU kernels use (OpenMP loops and BLAS alike) on the calling thread; the
+// default is the number of cores.
+void set_num_threads(int n);
+int get_num_threads();
+
 // ---------------------------------------------------------------- factories
 // dtype defaults to default_dtype() (int64 for arange/randint of integers), device to
 // default_device().

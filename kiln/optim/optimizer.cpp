@@ -1,6 +1,8 @@
 #include "kiln/optim/optimizer.h"
 
+#include <array>
 #include <cmath>
+#include <map>
 #include <numbers>
 
 #include "kiln/autograd/grad_mode.h"
@@ -97,22 +99,27 @@ AdamW::AdamW(TensorList params, const AdamWOptions& o) : Optimizer(std::move(par
     m_.push_back(zeros_like(p));
     v_.push_back(zeros_like(p));
   }
+  param_steps_.assign(params_.size(), 0);
 }
 
 void AdamW::step() {
   autograd::NoGradGuard no_grad;
-  TensorList ps, gs, ms, vs;
+  // Bias correction counts each parameter's own updates (a parameter without a gradient is
+  // not stepped), so parameters are grouped by their step number: normally one group.
+  std::map<int64_t, std::array<TensorList, 4>> groups;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& g = params_[i].grad();
     if (!g.defined()) continue;
-    ps.push_back(params_[i]);
-    gs.push_back(g.is_contiguous() ? g : g.contiguous());
-    ms.push_back(m_[i]);
-    vs.push_back(v_[i]);
+    auto& l = groups[++param_steps_[i]];
+    l[0].push_back(params_[i]);
+    l[1].push_back(g);
+    l[2].push_back(m_[i]);
+    l[3].push_back(v_[i]);
   }
-  if (ps.empty()) return;
+  if (groups.empty()) return;
   ++steps_;
-  foreach_adamw_(ps, gs, ms, vs, lr_, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, steps_);
+  for (auto& [step, l] : groups)
+    foreach_adamw_(l[0], l[1], l[2], l[3], lr_, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, step);
 }
 
 Tensor clip_grad_norm_(const TensorList& params, double max_norm) {

@@ -3,6 +3,7 @@
 // Steps run under NoGradGuard on multi-tensor (foreach) kernels; parameters without a
 // gradient are skipped, as in PyTorch.
 #include <cstdint>
+#include <vector>
 
 #include "kiln/core/tensor.h"
 
@@ -66,7 +67,8 @@ class AdamW : public Optimizer {
 
  private:
   AdamWOptions o_;
-  TensorList m_, v_;  // per parameter, zero-initialised
+  TensorList m_, v_;                  // per parameter, zero-initialised
+  std::vector<int64_t> param_steps_;  // per parameter: updates taken (for bias correction)
 };
 
 // Scales gradients so that their global L2 norm is at most max_norm, without reading the norm
@@ -78,7 +80,8 @@ struct ConstantLR {
   double lr;
   double operator()(int64_t) const { return lr; }
 };
-// Linear warm-up from 0 to max_lr over `warmup` steps, then cosine decay to min_lr at `total`.
+// Linear warm-up over `warmup` steps (step s gets max_lr (s + 1) / warmup), then cosine decay
+// from max_lr to min_lr at `total`; min_lr after.
 struct WarmupCosineLR {
   double max_lr;
   double min_lr;

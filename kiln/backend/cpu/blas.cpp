@@ -1,6 +1,7 @@
 // CPU matrix products: OpenBLAS for float32/float64 (float16/bfloat16 through float32), plain
 // loops for integers.
 #include <cblas.h>
+#include <omp.h>
 
 #include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/structured.h"
@@ -28,10 +29,22 @@ BlasMat blas_operand(const Tensor& m, DType dtype) {
   return {cm, cm.impl()->data(), std::max<int64_t>(1, c), false};
 }
 
+// OpenBLAS keeps its own thread pool; two pools on the same cores spin against each other
+// (sched_yield dominated profiles). Keep OpenBLAS at the thread count Kiln's loops use.
+void sync_blas_threads() {
+  static thread_local int current = 0;
+  int want = omp_get_max_threads();
+  if (want != current) {
+    openblas_set_num_threads(want);
+    current = want;
+  }
+}
+
 // y[n, p] = alpha * a[n, m] @ b[m, p] + beta * y (y contiguous; beta 0 ignores y's contents).
 void gemm(const Tensor& y, const Tensor& a, const Tensor& b, double alpha, double beta) {
   int64_t n = a.sizes()[0], m = a.sizes()[1], p = b.sizes()[1];
   if (n == 0 || p == 0) return;
+  sync_blas_threads();
   DType t = y.dtype();
   if (m == 0) {  // an empty sum: y = beta * y
     Tensor scaled = empty_cpu(y.sizes(), t);

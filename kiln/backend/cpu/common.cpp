@@ -11,6 +11,17 @@
 namespace kiln::cpu {
 
 int omp_threads() { return omp_get_num_threads(); }
+}  // namespace kiln::cpu
+
+namespace kiln {
+void set_num_threads(int n) {
+  KILN_CHECK(n >= 1, "[set_num_threads] expected at least 1 thread, got {}", n);
+  omp_set_num_threads(n);
+}
+int get_num_threads() { return omp_get_max_threads(); }
+}  // namespace kiln
+
+namespace kiln::cpu {
 int omp_thread() { return omp_get_thread_num(); }
 
 Tensor empty_cpu(IntArrayRef sizes, DType dtype) {

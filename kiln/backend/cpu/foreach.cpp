@@ -158,14 +158,14 @@ template <class T>
 void adamw_tensor(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) {
   using C = A<T>;
   const C decay = s.decay, b1 = s.beta1, b2 = s.beta2, step_size = s.step_size,
-          bc2_sqrt = s.bc2_sqrt, eps = s.eps;
-#pragma omp parallel for if (n > 65536) schedule(static)
+          inv_bc2_sqrt = C(1) / s.bc2_sqrt, eps = s.eps;
+#pragma omp parallel for simd if (n > 65536) schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     C gi = g[i];
     C mi = static_cast<C>(m[i]) + (C(1) - b1) * (gi - static_cast<C>(m[i]));
     C vi = static_cast<C>(v[i]) * b2 + (C(1) - b2) * gi * gi;
     C pi = static_cast<C>(p[i]) * decay;
-    p[i] = static_cast<T>(pi - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps));
+    p[i] = static_cast<T>(pi - step_size * mi / (std::sqrt(vi) * inv_bc2_sqrt + eps));
     m[i] = static_cast<T>(mi);
     v[i] = static_cast<T>(vi);
   }

@@ -1,0 +1,283 @@
+// Kiln against libtorch C++ on whole training workloads of BENCHMARKS.md, in one run: the
+// `adamw` step (128 parameters, 2.88 M values), the `mlp` train step (4 x Linear 512 + GELU,
+// batch 64) and a narrow variant where host overhead dominates (3 x Linear 64), and the `gpt`
+// train step (GPTConfig::bench(); --gpt-width shrinks it for quick runs). Both sides start
+// from the same weights and inputs; each workload checks that the first losses agree before
+// timing. Both run on the same number of threads (--threads, default 1). --smoke runs each
+// workload's check only. --json FILE writes the numbers.
+#include <omp.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace {
+
+bool g_smoke = false;
+
+// Median over `repeats` of the mean µs per call of `fn` over `iters` calls, after a warm-up.
+double time_us(const std::function<void()>& fn, int iters, int repeats = 5) {
+  for (int i = 0; i < 2; ++i) fn();
+  std::vector<double> runs;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) fn();
+    auto t1 = std::chrono::steady_clock::now();
+    runs.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / iters);
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs[runs.size() / 2];
+}
+
+torch::Tensor to_torch(const kiln::Tensor& t) {
+  std::vector<float> v = t.to(kiln::kFloat32).to_vector<float>();
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  torch::Tensor out = torch::from_blob(v.data(), sizes, torch::kFloat).clone();
+  return t.dtype() == kiln::kInt64 ? out.to(torch::kLong) : out;
+}
+
+void check_close(const char* what, double kiln_v, double torch_v, double tol) {
+  if (std::abs(kiln_v - torch_v) > tol * (1 + std::abs(torch_v))) {
+    fmt::print(stderr, "{}: Kiln gives {}, libtorch {}\n", what, kiln_v, torch_v);
+    std::exit(1);
+  }
+}
+
+// Copies Kiln's parameters into a libtorch module with the same parameter names.
+void copy_params(const kiln::nn::Module& from, torch::nn::Module& to) {
+  torch::NoGradGuard no_grad;
+  auto named = to.named_parameters();
+  for (const auto& [name, t] : from.named_parameters()) {
+    torch::Tensor* dst = named.find(name);
+    if (!dst) {
+      fmt::print(stderr, "libtorch model has no parameter {}\n", name);
+      std::exit(1);
+    }
+    dst->copy_(to_torch(t));
+  }
+}
+
+struct Row {
+  std::string key;
+  double kiln_us;
+  double torch_us;
+  double target;  // kiln / libtorch time ratio to meet
+};
+
+// ---------------------------------------------------------------- adamw
+Row bench_adamw() {
+  kiln::TensorList kp;
+  std::vector<torch::Tensor> tp;
+  for (int i = 0; i < 128; ++i) {
+    kiln::Tensor p = kiln::randn({64 + (i % 8) * 32, 128}).requires_grad_();
+    p.set_grad(kiln::randn(p.sizes()));
+    torch::Tensor q = to_torch(p).requires_grad_();
+    q.mutable_grad() = to_torch(p.grad());
+    kp.push_back(p);
+    tp.push_back(q);
+  }
+  kiln::optim::AdamW kopt(kp, {.lr = 1e-3, .weight_decay = 1e-2});
+  torch::optim::AdamW topt(tp, torch::optim::AdamWOptions(1e-3).weight_decay(1e-2));
+  kopt.step();
+  topt.step();
+  check_close("adamw", kiln::sum(kp[5].to(kiln::kFloat64)).item<double>(),
+              tp[5].sum().item<double>(), 1e-5);
+  if (g_smoke) return {"adamw_step", 0, 0, 1};
+  return {"adamw_step", time_us([&] { kopt.step(); }, 20), time_us([&] { topt.step(); }, 20), 0.67};
+}
+
+// ---------------------------------------------------------------- mlp
+struct TorchMLP : torch::nn::Module {
+  TorchMLP(int64_t width, int64_t layers, int64_t out) {
+    for (int64_t i = 0; i < layers; ++i)
+      hidden.push_back(register_module(std::to_string(2 * i), torch::nn::Linear(width, width)));
+    head = register_module(std::to_string(2 * layers), torch::nn::Linear(width, out));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& l : hidden) x = torch::gelu(l->forward(x));
+    return head->forward(x);
+  }
+  std::vector<torch::nn::Linear> hidden;
+  torch::nn::Linear head{nullptr};
+};
+
+Row bench_mlp(const std::string& key, int64_t width, int64_t layers, int iters, double target) {
+  kiln::Generator gen(1);
+  kiln::nn::Sequential kmodel;
+  for (int64_t i = 0; i < layers; ++i) {
+    kmodel.push_back(std::make_shared<kiln::nn::Linear>(width, width, true, kiln::nn::Init{&gen}));
+    kmodel.push_back(std::make_shared<kiln::nn::GELU>());
+  }
+  kmodel.push_back(std::make_shared<kiln::nn::Linear>(width, 10, true, kiln::nn::Init{&gen}));
+  auto tmodel = std::make_shared<TorchMLP>(width, layers, 10);
+  copy_params(kmodel, *tmodel);
+  kiln::Tensor kx = kiln::randn({64, width}, &gen), ky = kiln::randint(0, 10, {64}, &gen);
+  torch::Tensor tx = to_torch(kx), ty = to_torch(ky);
+  kiln::optim::AdamW kopt(kmodel.parameters(), {.lr = 1e-3});
+  torch::optim::AdamW topt(tmodel->parameters(), torch::optim::AdamWOptions(1e-3));
+  auto kstep = [&] {
+    kopt.zero_grad();
+    kiln::Tensor loss = kiln::cross_entropy(kmodel.forward(kx), ky);
+    loss.backward();
+    kopt.step();
+    return loss;
+  };
+  auto tstep = [&] {
+    topt.zero_grad();
+    torch::Tensor loss = torch::cross_entropy_loss(tmodel->forward(tx), ty);
+    loss.backward();
+    topt.step();
+    return loss;
+  };
+  for (int i = 0; i < 3; ++i)
+    check_close(key.c_str(), kstep().item<double>(), tstep().item<double>(), 1e-4);
+  if (g_smoke) return {key, 0, 0, target};
+  return {key, time_us(kstep, iters), time_us(tstep, iters), target};
+}
+
+// ---------------------------------------------------------------- gpt
+// The same GPT-2 block structure as kiln::nn::GPT, with nanoGPT's parameter names.
+struct TorchBlock : torch::nn::Module {
+  TorchBlock(int64_t c, int64_t heads) : heads(heads) {
+    ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
+    attn = register_module("attn", std::make_shared<torch::nn::Module>());
+    c_attn = attn->register_module("c_attn", torch::nn::Linear(c, 3 * c));
+    attn_proj = attn->register_module("c_proj", torch::nn::Linear(c, c));
+    ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c})));
+    mlp = register_module("mlp", std::make_shared<torch::nn::Module>());
+    c_fc = mlp->register_module("c_fc", torch::nn::Linear(c, 4 * c));
+    mlp_proj = mlp->register_module("c_proj", torch::nn::Linear(4 * c, c));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads;
+    auto qkv = c_attn->forward(ln_1->forward(x)).split(c, 2);
+    auto heads_first = [&](const torch::Tensor& y) {
+      return y.view({b, t, heads, d}).transpose(1, 2);
+    };
+    torch::Tensor q = heads_first(qkv[0]), k = heads_first(qkv[1]), v = heads_first(qkv[2]);
+    torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
+    torch::Tensor mask = torch::ones({t, t}, torch::kBool).tril();
+    att = torch::softmax(att.masked_fill(mask.logical_not(), -INFINITY), -1);
+    torch::Tensor y = torch::matmul(att, v).transpose(1, 2).contiguous().view({b, t, c});
+    x = x + attn_proj->forward(y);
+    return x +
+           mlp_proj->forward(torch::gelu(c_fc->forward(ln_2->forward(x)), /*approximate=*/"tanh"));
+  }
+  int64_t heads;
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  std::shared_ptr<torch::nn::Module> attn, mlp;
+  torch::nn::Linear c_attn{nullptr}, attn_proj{nullptr}, c_fc{nullptr}, mlp_proj{nullptr};
+};
+
+struct TorchGPT : torch::nn::Module {
+  explicit TorchGPT(const kiln::nn::GPTConfig& cfg) : vocab(cfg.vocab_size) {
+    auto tr = register_module("transformer", std::make_shared<torch::nn::Module>());
+    wte = tr->register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.width));
+    wpe = tr->register_module("wpe", torch::nn::Embedding(cfg.context, cfg.width));
+    auto h = tr->register_module("h", std::make_shared<torch::nn::Module>());
+    for (int64_t i = 0; i < cfg.layers; ++i)
+      blocks.push_back(h->register_module(std::to_string(i),
+                                          std::make_shared<TorchBlock>(cfg.width, cfg.heads)));
+    ln_f =
+        tr->register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.width})));
+  }
+  torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets) {
+    torch::Tensor x = wte->forward(idx) + wpe->forward(torch::arange(idx.size(1)));
+    for (auto& b : blocks) x = b->forward(x);
+    torch::Tensor logits = torch::matmul(ln_f->forward(x), wte->weight.t());
+    return torch::cross_entropy_loss(logits.reshape({-1, vocab}), targets.reshape({-1}));
+  }
+  int64_t vocab;
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  std::vector<std::shared_ptr<TorchBlock>> blocks;
+  torch::nn::LayerNorm ln_f{nullptr};
+};
+
+Row bench_gpt(int64_t width, int iters) {
+  kiln::nn::GPTConfig cfg = kiln::nn::GPTConfig::bench();
+  cfg.width = width;
+  kiln::Generator gen(2);
+  kiln::nn::GPT kmodel(cfg, {&gen});
+  auto tmodel = std::make_shared<TorchGPT>(cfg);
+  copy_params(kmodel, *tmodel);
+  kiln::Tensor kx = kiln::randint(0, cfg.vocab_size, {8, cfg.context}, &gen);
+  kiln::Tensor ky = kiln::randint(0, cfg.vocab_size, {8, cfg.context}, &gen);
+  torch::Tensor tx = to_torch(kx), ty = to_torch(ky);
+  kiln::optim::AdamW kopt(kmodel.parameters(), {.lr = 1e-3});
+  torch::optim::AdamW topt(tmodel->parameters(), torch::optim::AdamWOptions(1e-3));
+  auto kstep = [&] {
+    kopt.zero_grad();
+    kiln::Tensor loss = kmodel.loss(kx, ky);
+    loss.backward();
+    kopt.step();
+    return loss;
+  };
+  auto tstep = [&] {
+    topt.zero_grad();
+    torch::Tensor loss = tmodel->loss(tx, ty);
+    loss.backward();
+    topt.step();
+    return loss;
+  };
+  for (int i = 0; i < 2; ++i)
+    check_close("gpt", kstep().item<double>(), tstep().item<double>(), 1e-4);
+  std::string key = fmt::format("gpt_step_width{}", width);
+  if (g_smoke) return {key, 0, 0, 1.1};
+  return {key, time_us(kstep, iters, 3), time_us(tstep, iters, 3), 1.1};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path;
+  int threads = 1;
+  int64_t gpt_width = 256;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--smoke"))
+      g_smoke = true;
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
+      json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--gpt-width") && i + 1 < argc)
+      gpt_width = std::atoll(argv[++i]);
+    else {
+      fmt::print(stderr,
+                 "usage: kiln_train_bench [--smoke] [--json FILE] [--threads N] [--gpt-width W]\n");
+      return 2;
+    }
+  }
+  torch::set_num_threads(threads);
+  omp_set_num_threads(threads);
+  std::vector<Row> rows;
+  rows.push_back(bench_adamw());
+  rows.push_back(bench_mlp("mlp_step_width512", 512, 4, 20, 1.1));
+  rows.push_back(bench_mlp("mlp_step_width64", 64, 3, 200, 0.67));
+  if (g_smoke) gpt_width = 32;
+  rows.push_back(bench_gpt(gpt_width, 2));
+  if (g_smoke) {
+    fmt::print("kiln_train_bench: smoke run passed ({} workloads checked)\n", rows.size());
+    return 0;
+  }
+  fmt::print("{} thread(s)\n{:<22} {:>12} {:>12} {:>8} {:>8}\n", threads, "workload", "kiln us",
+             "libtorch us", "ratio", "target");
+  std::string json = "{\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    double ratio = r.kiln_us / r.torch_us;
+    fmt::print("{:<22} {:>12.1f} {:>12.1f} {:>8.3f} {:>7}{:.2f}{}\n", r.key, r.kiln_us, r.torch_us,
+               ratio, "<=", r.target, ratio <= r.target ? "" : "  (missed)");
+    json += fmt::format(
+        "  \"{}\": {{\"kiln_us\": {:.1f}, \"libtorch_us\": {:.1f}, \"ratio\": {:.4f}}}{}\n", r.key,
+        r.kiln_us, r.torch_us, ratio, i + 1 < rows.size() ? "," : "");
+  }
+  json += fmt::format("  \"threads\": {}\n}}\n", threads);
+  if (!json_path.empty()) std::ofstream(json_path) << json;
+  return 0;
+}
