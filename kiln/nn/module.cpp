@@ -52,7 +52,9 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
   }
   std::vector<std::string> missing, unexpected, mismatched;
   std::vector<std::pair<Tensor, Tensor>> copies;
-  for (const auto& [name, dst] : mine) {
+  for (const auto& entry : mine) {
+    const std::string& name = entry.first;
+    const Tensor& dst = entry.second;
     seen.insert(name);
     auto it =
         std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });

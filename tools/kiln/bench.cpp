@@ -1,0 +1,50 @@
+// `kiln bench`: BENCHMARKS.md's workloads (tools/kiln/workloads.h) as a table or as JSON with
+// torch_anchor.py's keys.
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kiln/core/error.h"
+#include "tools/kiln/commands.h"
+#include "tools/kiln/workloads.h"
+
+#ifndef KILN_VERSION_STRING
+#error "KILN_VERSION_STRING must be defined by the build"
+#endif
+
+namespace kiln::tool {
+
+int run_bench(const BenchOptions& o) {
+  int threads = apply_common(o.common);
+  const workloads::Workload* w = workloads::find(o.workload);
+  KILN_CHECK(w, "[bench] unknown workload '{}'", o.workload);
+  KILN_CHECK(o.iters >= 0, "[bench] --iters must be positive, got {}", o.iters);
+  KILN_CHECK(!o.small || w->name == "gpt", "[bench] --small applies only to the gpt workload");
+  int64_t iters = o.iters > 0 ? o.iters : w->default_iters;
+  std::vector<workloads::Metric> metrics = w->run({.iters = iters, .small = o.small});
+
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["workload"] = w->name;
+    for (const auto& m : metrics) j[m.key] = m.value;
+    j["iters"] = iters;
+    j["threads"] = threads;
+    j["device"] = "cpu";
+    j["kiln"] = KILN_VERSION_STRING;
+    fmt::print("{}\n", j.dump(1));
+    return 0;
+  }
+  fmt::print("kiln bench {} ({}; {} iters, {} threads, cpu)\n", w->name, w->description, iters,
+             threads);
+  for (const auto& m : metrics) {
+    std::string value = m.unit == "count" ? fmt::format("{:.0f}", m.value)
+                                          : fmt::format("{:.3f} {}", m.value, m.unit);
+    // Host costs below a microsecond read better in nanoseconds.
+    if (m.unit == "us" && m.value < 1) value += fmt::format(" ({:.0f} ns)", m.value * 1e3);
+    fmt::print("  {:<24} {:>22}   {}\n", m.key, value, m.what);
+  }
+  return 0;
+}
+
+}  // namespace kiln::tool

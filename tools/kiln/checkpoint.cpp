@@ -1,0 +1,97 @@
+#include "tools/kiln/checkpoint.h"
+
+#include <charconv>
+#include <filesystem>
+
+#include "kiln/core/error.h"
+#include "tools/kiln/data.h"
+
+namespace kiln::tool {
+
+namespace {
+
+int64_t get_int(const std::map<std::string, std::string>& meta, const std::string& key,
+                const std::string& path) {
+  auto it = meta.find(key);
+  KILN_CHECK(it != meta.end(),
+             "[checkpoint] '{}' has no '{}' in its metadata (not written by kiln train?)", path,
+             key);
+  const std::string& s = it->second;
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  KILN_CHECK(ec == std::errc() && ptr == s.data() + s.size() && v > 0,
+             "[checkpoint] '{}': metadata '{}' must be a positive integer, got '{}'", path, key, s);
+  return v;
+}
+
+// Sizes of a stored tensor, or an empty list when it is absent.
+std::vector<int64_t> stored_sizes(const io::StateDict& state, const std::string& name) {
+  for (const auto& [n, t] : state)
+    if (n == name) return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
+  return {};
+}
+
+}  // namespace
+
+void save_checkpoint(const nn::GPT& model, const std::string& config_name, int64_t steps,
+                     const std::string& path) {
+  const nn::GPTConfig& c = model.config();
+  std::map<std::string, std::string> meta = {
+      {"format", "kiln-gpt"},
+      {"config", config_name},
+      {"vocab_size", std::to_string(c.vocab_size)},
+      {"context", std::to_string(c.context)},
+      {"width", std::to_string(c.width)},
+      {"layers", std::to_string(c.layers)},
+      {"heads", std::to_string(c.heads)},
+      {"bias", c.bias ? "true" : "false"},
+      {"steps", std::to_string(steps)},
+      {"tokenizer", "bytes"},
+  };
+  io::save_safetensors(model.state_dict(), path, meta);
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  KILN_CHECK(std::filesystem::is_regular_file(path), "[checkpoint] no such file: '{}'", path);
+  std::map<std::string, std::string> meta;
+  Checkpoint ck;
+  try {
+    ck.state = io::load_safetensors(path, &meta);
+  } catch (const Error& e) {
+    KILN_THROW(Value, "[checkpoint] '{}' is not a readable safetensors file: {}", path, e.what());
+  }
+  auto tokenizer = meta.find("tokenizer");
+  KILN_CHECK(tokenizer != meta.end() && tokenizer->second == "bytes",
+             "[checkpoint] '{}' does not use the byte tokenizer (metadata 'tokenizer' is '{}')",
+             path, tokenizer == meta.end() ? "" : tokenizer->second);
+  nn::GPTConfig& c = ck.config;
+  c.vocab_size = get_int(meta, "vocab_size", path);
+  c.context = get_int(meta, "context", path);
+  c.width = get_int(meta, "width", path);
+  c.layers = get_int(meta, "layers", path);
+  c.heads = get_int(meta, "heads", path);
+  auto bias = meta.find("bias");
+  c.bias = bias == meta.end() || bias->second != "false";
+  ck.steps = get_int(meta, "steps", path);
+  KILN_CHECK(c.vocab_size == kByteVocab, "[checkpoint] '{}': vocab_size {} is not {} (bytes)", path,
+             c.vocab_size, kByteVocab);
+  KILN_CHECK(c.width % c.heads == 0, "[checkpoint] '{}': width {} is not divisible by heads {}",
+             path, c.width, c.heads);
+  // Checked against the tensors before a model is built, so that metadata cannot make us
+  // allocate far more than the file holds.
+  auto wte = stored_sizes(ck.state, "transformer.wte.weight");
+  auto wpe = stored_sizes(ck.state, "transformer.wpe.weight");
+  KILN_CHECK(wte == std::vector<int64_t>({c.vocab_size, c.width}) &&
+                 wpe == std::vector<int64_t>({c.context, c.width}),
+             "[checkpoint] '{}': the embeddings ([{}] and [{}]) do not match the metadata "
+             "(vocab_size {}, context {}, width {})",
+             path, fmt::join(wte, ", "), fmt::join(wpe, ", "), c.vocab_size, c.context, c.width);
+  auto layer_key = [](int64_t i) { return fmt::format("transformer.h.{}.ln_1.weight", i); };
+  KILN_CHECK(!stored_sizes(ck.state, layer_key(c.layers - 1)).empty() &&
+                 stored_sizes(ck.state, layer_key(c.layers)).empty(),
+             "[checkpoint] '{}': the stored blocks do not match the metadata's {} layers", path,
+             c.layers);
+  return ck;
+}
+
+}  // namespace kiln::tool

@@ -1,0 +1,54 @@
+#pragma once
+// The `kiln` program's subcommands: their options (filled in by main.cpp's CLI wiring) and
+// entry points. Each returns the process exit status and throws kiln::Error on bad input.
+#include <cstdint>
+#include <string>
+
+namespace kiln::tool {
+
+// Options every subcommand shares.
+struct CommonOptions {
+  std::string device = "cpu";  // parsed by kiln::Device; only cpu runs today
+  int threads = 0;             // OpenMP threads; 0 means every core
+};
+
+struct TrainOptions {
+  CommonOptions common;
+  std::string data;  // empty: the default corpus (kDefaultCorpus in data.h)
+  std::string config = "tiny";
+  int64_t steps = 500;
+  int64_t batch = 16;
+  int64_t seq = 64;
+  double lr = 6e-3;
+  uint64_t seed = 0;
+  int64_t eval_every = 100;  // 0: only at the end
+  std::string out = "kiln_ckpt.safetensors";
+  bool compile = false;
+};
+
+struct GenerateOptions {
+  CommonOptions common;
+  std::string ckpt = "kiln_ckpt.safetensors";
+  std::string prompt = "The ";
+  int64_t tokens = 200;
+  double temperature = 0.8;  // 0: greedy
+  int64_t top_k = 40;        // 0: the whole vocabulary
+  uint64_t seed = 0;
+};
+
+struct BenchOptions {
+  CommonOptions common;
+  std::string workload;
+  int64_t iters = 0;  // 0: the workload's default
+  bool json = false;
+  bool small = false;
+};
+
+int run_train(const TrainOptions& o);
+int run_generate(const GenerateOptions& o);
+int run_bench(const BenchOptions& o);
+
+// Checks that the device is one that runs (cpu), applies the thread count and returns it.
+int apply_common(const CommonOptions& o);
+
+}  // namespace kiln::tool

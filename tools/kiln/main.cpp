@@ -1,0 +1,136 @@
+// The `kiln` program: command-line wiring for train, generate and bench. Every failure ends
+// as one line on stderr, "kiln: error: ...", and a non-zero exit status.
+#include <omp.h>
+
+#include <cstdio>
+#include <exception>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "kiln/core/device.h"
+#include "kiln/core/error.h"
+#include "tools/kiln/commands.h"
+#include "tools/kiln/data.h"
+#include "tools/kiln/progress.h"
+#include "tools/kiln/workloads.h"
+
+namespace kiln::tool {
+
+int apply_common(const CommonOptions& o) {
+  Device device(o.device);
+  KILN_CHECK_DEVICE(device.is_cpu(),
+                    "[device] device '{}' is not available: this build of Kiln runs only on cpu",
+                    o.device);
+  KILN_CHECK(o.threads >= 0, "[threads] --threads must be positive, got {}", o.threads);
+  omp_set_num_threads(o.threads > 0 ? o.threads : omp_get_num_procs());
+  return omp_get_max_threads();
+}
+
+namespace {
+
+// Range checks on numbers are left to the subcommands, whose messages name the option and
+// the accepted range; CLI11 checks only what it can say clearly (names, files, choices).
+void add_common(CLI::App* cmd, CommonOptions& o) {
+  cmd->add_option("--device", o.device, "Device to run on (only cpu runs today)")
+      ->capture_default_str();
+  cmd->add_option("--threads", o.threads, "OpenMP threads (default: every core)");
+}
+
+CLI::App* add_train(CLI::App& app, TrainOptions& o) {
+  CLI::App* cmd = app.add_subcommand("train", "Train a byte-level GPT on a text corpus");
+  cmd->add_option("--data", o.data, fmt::format("Text corpus (default: {})", kDefaultCorpus))
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--config", o.config, "Model size")
+      ->check(CLI::IsMember({"tiny", "small"}))
+      ->capture_default_str();
+  cmd->add_option("--steps", o.steps, "Training steps")->capture_default_str();
+  cmd->add_option("--batch", o.batch, "Sequences per step")->capture_default_str();
+  cmd->add_option("--seq", o.seq, "Tokens per sequence (at most the context)")
+      ->capture_default_str();
+  cmd->add_option("--lr", o.lr, "Peak learning rate (warm-up, then cosine decay to lr/10)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed for initialisation and batch sampling")
+      ->capture_default_str();
+  cmd->add_option("--eval-every", o.eval_every, "Evaluate every N steps (0: only at the end)")
+      ->capture_default_str();
+  cmd->add_option("--out", o.out, "Checkpoint to write (safetensors)")->capture_default_str();
+  cmd->add_flag("--compile", o.compile, "Compile the training step (not available yet)");
+  add_common(cmd, o.common);
+  return cmd;
+}
+
+CLI::App* add_generate(CLI::App& app, GenerateOptions& o) {
+  CLI::App* cmd = app.add_subcommand("generate", "Sample text from a kiln train checkpoint");
+  cmd->add_option("--ckpt", o.ckpt, "Checkpoint written by kiln train")->capture_default_str();
+  cmd->add_option("--prompt", o.prompt, "Text to continue")->capture_default_str();
+  cmd->add_option("--tokens", o.tokens, "Bytes to generate")->capture_default_str();
+  cmd->add_option("--temperature", o.temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", o.top_k, "Sample among the K likeliest bytes (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed for sampling")->capture_default_str();
+  add_common(cmd, o.common);
+  return cmd;
+}
+
+CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
+  CLI::App* cmd = app.add_subcommand("bench", "Time one of BENCHMARKS.md's workloads");
+  std::vector<std::string> names;
+  std::string help = "Workload:";
+  for (const auto& w : workloads::all()) {
+    names.push_back(w.name);
+    help += fmt::format("\n  {:<9} {} (default {} iters)", w.name, w.description, w.default_iters);
+  }
+  cmd->add_option("workload", o.workload, help)->required()->check(CLI::IsMember(names));
+  cmd->add_option("--iters", o.iters, "Timed iterations per repeat (default: per workload)");
+  cmd->add_flag("--json", o.json, "Print JSON with torch_anchor.py's keys");
+  cmd->add_flag("--small", o.small, "gpt: width 128 (reported as gpt_small_eager_us)");
+  add_common(cmd, o.common);
+  return cmd;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"kiln: train, sample and benchmark with the Kiln runtime", "kiln"};
+  app.set_version_flag("--version", KILN_VERSION_STRING);
+  // Not require_subcommand(1): an unknown word must be reported as such, not as a missing
+  // subcommand.
+  app.require_subcommand(0, 1);
+  // CLI11 prints a usage hint after the message; one line is all a script or a person needs.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return fmt::format("kiln: error: {} (see kiln --help)\n", e.what());
+  });
+  TrainOptions train;
+  GenerateOptions generate;
+  BenchOptions bench;
+  CLI::App* train_cmd = add_train(app, train);
+  CLI::App* generate_cmd = add_generate(app, generate);
+  CLI::App* bench_cmd = add_bench(app, bench);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (train_cmd->parsed()) return run_train(train);
+  if (generate_cmd->parsed()) return run_generate(generate);
+  if (bench_cmd->parsed()) return run_bench(bench);
+  KILN_THROW(Value, "a subcommand is required: train, generate or bench (see kiln --help)");
+}
+
+}  // namespace
+}  // namespace kiln::tool
+
+int main(int argc, char** argv) {
+  try {
+    return kiln::tool::run(argc, argv);
+  } catch (const std::exception& e) {
+    // An in-place progress line on a terminal would run into the message: erase it.
+    if (kiln::tool::stdout_is_tty()) fmt::print("\r\033[K");
+    std::fflush(stdout);
+    fmt::print(stderr, "kiln: error: {}\n", e.what());
+  } catch (...) {
+    std::fflush(stdout);
+    fmt::print(stderr, "kiln: error: unknown exception\n");
+  }
+  return 1;
+}

@@ -1,0 +1,33 @@
+#pragma once
+// The training progress display: on a terminal, one line rewritten in place with '\r'
+// (step/total, loss, tokens/s, ETA); otherwise plain lines every `total / 10` steps.
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace kiln::tool {
+
+class Progress {
+ public:
+  // `tty`: whether stdout is a terminal (see stdout_is_tty()).
+  Progress(int64_t total_steps, int64_t tokens_per_step, bool tty);
+  // Reports that step `step` (1-based) finished with training loss `loss`.
+  void update(int64_t step, double loss);
+  // Prints a whole line (an eval result), clearing the in-place line first.
+  void print_line(const std::string& line);
+  // Ends the in-place line.
+  void finish();
+  double elapsed_s() const;
+  double tokens_per_s() const;
+
+ private:
+  std::string status(int64_t step, double loss) const;
+
+  int64_t total_, tokens_per_step_, step_ = 0, every_;
+  bool tty_, dirty_ = false;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+};
+
+bool stdout_is_tty();
+
+}  // namespace kiln::tool

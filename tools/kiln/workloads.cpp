@@ -1,0 +1,193 @@
+#include "tools/kiln/workloads.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "kiln/core/error.h"
+#include "kiln/nn/transformer.h"
+#include "kiln/ops/ops.h"
+#include "kiln/optim/optimizer.h"
+
+namespace kiln::workloads {
+
+namespace {
+
+// Median over `repeats` runs of the seconds per call of `iters` calls to fn, after `warm`
+// untimed calls. The median, as torch_anchor.py takes, shrugs off a noisy neighbour.
+template <class F>
+double seconds_per_call(int64_t iters, int repeats, int64_t warm, F&& fn) {
+  for (int64_t i = 0; i < warm; ++i) fn();
+  std::vector<double> runs;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < iters; ++i) fn();
+    std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+    runs.push_back(dt.count() / static_cast<double>(iters));
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs[runs.size() / 2];
+}
+
+int64_t iters_or(const Options& o, int64_t default_iters) {
+  KILN_CHECK(o.iters >= 0, "[bench] --iters must be positive, got {}", o.iters);
+  return o.iters > 0 ? o.iters : default_iters;
+}
+
+// Runs `step` (which returns a loss) a few times: the loss must stay finite and fall.
+template <class F>
+void check_loss_falls(const char* name, int steps, F&& step) {
+  double first = step().template item<double>(), last = first;
+  for (int i = 1; i < steps; ++i) last = step().template item<double>();
+  KILN_CHECK(std::isfinite(first) && std::isfinite(last) && last < first,
+             "[bench {}] check failed: the loss went from {} to {} in {} steps", name, first, last,
+             steps);
+}
+
+constexpr int64_t kDispatchIters = 20000, kChainIters = 200, kAdamWIters = 20, kMlpIters = 20,
+                  kGptIters = 3;
+
+std::vector<Metric> dispatch(const Options& o) {
+  int64_t iters = iters_or(o, kDispatchIters);
+  Tensor a = ones({1}), b = ones({1});
+  float sum = add(a, b).item<float>();
+  KILN_CHECK(sum == 2.0f, "[bench dispatch] check failed: 1 + 1 gave {}", sum);
+  KILN_CHECK(a.view({1}).data_ptr() == a.data_ptr() && a.detach().data_ptr() == a.data_ptr(),
+             "[bench dispatch] check failed: view/detach did not share storage");
+  int64_t warm = std::min<int64_t>(iters, 1000);
+  double add_s = seconds_per_call(iters, 5, warm, [&] { add(a, b); });
+  double view_s = seconds_per_call(iters, 5, warm, [&] { a.view({1}); });
+  double detach_s = seconds_per_call(iters, 5, warm, [&] { a.detach(); });
+  return {{"cpu_add_1elem_us", add_s * 1e6, "us", "add of two 1-element tensors"},
+          {"cpu_view_us", view_s * 1e6, "us", "view of a 1-element tensor"},
+          {"cpu_detach_us", detach_s * 1e6, "us", "detach of a 1-element tensor"}};
+}
+
+constexpr int kChainOps = 256;
+
+Tensor chain(Tensor x) {
+  for (int i = 0; i < kChainOps / 4; ++i) {
+    x = mul(x, 1.0001);
+    x = add(x, 0.0001);
+    x = relu(x);
+    x = sub(x, 0.00005);
+  }
+  return x;
+}
+
+std::vector<Metric> chain_workload(const Options& o) {
+  int64_t iters = iters_or(o, kChainIters);
+  Generator gen(0);
+  Tensor x0 = randn({4096}, &gen);
+  std::vector<float> ref = x0.to_vector<float>();
+  for (float& v : ref)
+    for (int i = 0; i < kChainOps / 4; ++i) v = std::max(v * 1.0001f + 0.0001f, 0.0f) - 0.00005f;
+  KILN_CHECK(allclose(chain(x0), from_vector(ref), 1e-5, 1e-6),
+             "[bench chain] check failed: the result differs from a host loop");
+  double s = seconds_per_call(iters, 5, std::min<int64_t>(iters, 5), [&] { chain(x0); });
+  return {{"chain_eager_us_per_op", s / kChainOps * 1e6, "us/op",
+           "one op of the 256-op chain on 4096 floats"}};
+}
+
+std::vector<Metric> adamw(const Options& o) {
+  int64_t iters = iters_or(o, kAdamWIters);
+  Generator gen(0);
+  TensorList params;
+  int64_t n = 0;
+  for (int64_t i = 0; i < 128; ++i) {
+    Tensor p = randn({64 + (i % 8) * 32, 128}, &gen);
+    p.requires_grad_();
+    p.set_grad(randn(p.sizes(), &gen));
+    params.push_back(p);
+    n += p.numel();
+  }
+  optim::AdamWOptions opts;  // PyTorch's defaults, as torch_anchor.py uses
+  optim::AdamW opt(params, opts);
+  // The first step against the closed form: m_hat = g and v_hat = g^2, so the update is
+  // lr * g / (|g| + eps) after decay by (1 - lr * wd).
+  std::vector<float> p0 = params[0].to_vector<float>(), g0 = params[0].grad().to_vector<float>();
+  opt.step();
+  std::vector<float> p1 = params[0].to_vector<float>();
+  for (size_t j = 0; j < p0.size(); ++j) {
+    double want =
+        p0[j] * (1 - opts.lr * opts.weight_decay) - opts.lr * g0[j] / (std::abs(g0[j]) + opts.eps);
+    KILN_CHECK(std::abs(p1[j] - want) <= 1e-6 + 1e-5 * std::abs(want),
+               "[bench adamw] check failed: element {} is {} after one step, expected {}", j, p1[j],
+               want);
+  }
+  double s = seconds_per_call(iters, 5, std::min<int64_t>(iters, 3), [&] { opt.step(); });
+  return {{"adamw_params", static_cast<double>(n), "count", "parameters updated per step"},
+          {"adamw_fused_us", s * 1e6, "us", "fused AdamW step (foreach_adamw_)"}};
+}
+
+std::vector<Metric> mlp(const Options& o) {
+  int64_t iters = iters_or(o, kMlpIters);
+  Generator gen(0);
+  nn::Init init{.gen = &gen};
+  nn::Sequential model;
+  for (int i = 0; i < 4; ++i) {
+    model.push_back(std::make_shared<nn::Linear>(512, 512, true, init));
+    model.push_back(std::make_shared<nn::GELU>());
+  }
+  model.push_back(std::make_shared<nn::Linear>(512, 10, true, init));
+  optim::AdamW opt(model.parameters(), optim::AdamWOptions{});
+  Tensor x = randn({64, 512}, &gen), y = randint(0, 10, {64}, &gen);
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(model(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  check_loss_falls("mlp", 5, step);
+  double s = seconds_per_call(iters, 3, 0, step);
+  return {{"mlp_eager_us", s * 1e6, "us", "train step, 4x512 MLP, batch 64"}};
+}
+
+std::vector<Metric> gpt(const Options& o) {
+  int64_t iters = iters_or(o, kGptIters);
+  nn::GPTConfig cfg = nn::GPTConfig::bench();
+  if (o.small) cfg.width = 128;
+  Generator gen(0);
+  nn::GPT model(cfg, nn::Init{.gen = &gen});
+  optim::AdamW opt(model.parameters(), {.lr = 3e-4});
+  Tensor idx = randint(0, cfg.vocab_size, {8, 128}, &gen);
+  Tensor tgt = randint(0, cfg.vocab_size, {8, 128}, &gen);
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss = model.loss(idx, tgt);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  check_loss_falls("gpt", 3, step);
+  double s = seconds_per_call(iters, 1, 0, step);
+  // A shrunk model reports under its own key: it must never pass for the anchor's workload.
+  std::string key = o.small ? "gpt_small_eager_us" : "gpt_eager_us";
+  return {{key, s * 1e6, "us", fmt::format("train step, GPT width {}, batch 8 x 128", cfg.width)},
+          {"gpt_width", static_cast<double>(cfg.width), "count", "model width"},
+          {"gpt_params", static_cast<double>(model.num_parameters()), "count", "parameters"}};
+}
+
+}  // namespace
+
+const std::vector<Workload>& all() {
+  static const std::vector<Workload> list = {
+      {"dispatch", "add/view/detach of 1-element cpu tensors: pure host cost", kDispatchIters,
+       dispatch},
+      {"chain", "256 elementwise ops on 4096 floats: per-op overhead", kChainIters, chain_workload},
+      {"adamw", "AdamW step over 128 params (2.88 M values)", kAdamWIters, adamw},
+      {"mlp", "train step of 4x(Linear 512, GELU) + Linear 512->10, batch 64", kMlpIters, mlp},
+      {"gpt", "train step of the bench GPT (vocab 512, ctx 128, width 256, 4 layers)", kGptIters,
+       gpt},
+  };
+  return list;
+}
+
+const Workload* find(const std::string& name) {
+  for (const Workload& w : all())
+    if (w.name == name) return &w;
+  return nullptr;
+}
+
+}  // namespace kiln::workloads

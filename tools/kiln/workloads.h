@@ -1,0 +1,37 @@
+#pragma once
+// The Kiln side of BENCHMARKS.md's shared workloads (the definitions of
+// ../shared/anchors/torch_anchor.py, with the same sizes and result keys). Each workload checks
+// its result before timing and throws kiln::Error when the check fails.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kiln::workloads {
+
+// One reported number: `key` as in torch_anchor.py's JSON where the workload exists there.
+struct Metric {
+  std::string key;
+  double value;
+  std::string unit;  // "us", "us/op", "count", ...
+  std::string what;  // a few words for a human table
+};
+
+struct Options {
+  int64_t iters = 0;   // timed iterations per repeat; 0: the workload's default
+  bool small = false;  // gpt only: width 128 instead of 256, reported under other keys
+};
+
+struct Workload {
+  std::string name;
+  std::string description;
+  int64_t default_iters;
+  std::function<std::vector<Metric>(const Options&)> run;
+};
+
+// dispatch, chain, adamw, mlp, gpt: the workloads that run on the cpu.
+const std::vector<Workload>& all();
+// nullptr when there is no workload of that name.
+const Workload* find(const std::string& name);
+
+}  // namespace kiln::workloads
