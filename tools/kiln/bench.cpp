@@ -27,7 +27,12 @@ int run_bench(const BenchOptions& o) {
   if (o.json) {
     nlohmann::ordered_json j;
     j["workload"] = w->name;
-    for (const auto& m : metrics) j[m.key] = m.value;
+    for (const auto& m : metrics) {
+      if (m.unit == "count")
+        j[m.key] = static_cast<int64_t>(m.value);
+      else
+        j[m.key] = m.value;
+    }
     j["iters"] = iters;
     j["threads"] = threads;
     j["device"] = "cpu";
@@ -35,7 +40,7 @@ int run_bench(const BenchOptions& o) {
     fmt::print("{}\n", j.dump(1));
     return 0;
   }
-  fmt::print("kiln bench {} ({}; {} iters, {} threads, cpu)\n", w->name, w->description, iters,
+  fmt::print("kiln bench {} ({}; {} iters, threads {}, cpu)\n", w->name, w->description, iters,
              threads);
   for (const auto& m : metrics) {
     std::string value = m.unit == "count" ? fmt::format("{:.0f}", m.value)

@@ -9,7 +9,7 @@ namespace kiln::tool {
 // Options every subcommand shares.
 struct CommonOptions {
   std::string device = "cpu";  // parsed by kiln::Device; only cpu runs today
-  int threads = 0;             // OpenMP threads; 0 means every core
+  int threads = 0;             // OpenMP threads; 0: default_threads()
 };
 
 struct TrainOptions {
@@ -47,6 +47,11 @@ struct BenchOptions {
 int run_train(const TrainOptions& o);
 int run_generate(const GenerateOptions& o);
 int run_bench(const BenchOptions& o);
+
+// Every idle core: the cores less the 1-minute load average, at least 1. OpenMP's barriers
+// spin, so a thread sharing its core with another process stalls every parallel region (on a
+// busy 2-core machine, 2 threads trained 14 times slower than 1).
+int default_threads();
 
 // Checks that the device is one that runs (cpu), applies the thread count and returns it.
 int apply_common(const CommonOptions& o);

@@ -2,7 +2,10 @@
 // as one line on stderr, "kiln: error: ...", and a non-zero exit status.
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include <fmt/format.h>
@@ -17,13 +20,21 @@
 
 namespace kiln::tool {
 
+int default_threads() {
+  int cores = omp_get_num_procs();
+  double load[1];
+  if (getloadavg(load, 1) != 1) return cores;
+  return std::clamp(cores - static_cast<int>(std::lround(load[0])), 1, cores);
+}
+
 int apply_common(const CommonOptions& o) {
   Device device(o.device);
   KILN_CHECK_DEVICE(device.is_cpu(),
                     "[device] device '{}' is not available: this build of Kiln runs only on cpu",
                     o.device);
-  KILN_CHECK(o.threads >= 0, "[threads] --threads must be positive, got {}", o.threads);
-  omp_set_num_threads(o.threads > 0 ? o.threads : omp_get_num_procs());
+  KILN_CHECK(o.threads >= 0, "[threads] --threads must be >= 1 (or 0 for the default), got {}",
+             o.threads);
+  omp_set_num_threads(o.threads > 0 ? o.threads : default_threads());
   return omp_get_max_threads();
 }
 
@@ -34,7 +45,7 @@ namespace {
 void add_common(CLI::App* cmd, CommonOptions& o) {
   cmd->add_option("--device", o.device, "Device to run on (only cpu runs today)")
       ->capture_default_str();
-  cmd->add_option("--threads", o.threads, "OpenMP threads (default: every core)");
+  cmd->add_option("--threads", o.threads, "OpenMP threads (default: every idle core)");
 }
 
 CLI::App* add_train(CLI::App& app, TrainOptions& o) {

@@ -60,6 +60,8 @@ void validate(const TrainOptions& o, const nn::GPTConfig& cfg) {
              o.config, o.seq);
   KILN_CHECK(o.lr > 0 && std::isfinite(o.lr), "[train] --lr must be positive, got {}", o.lr);
   KILN_CHECK(o.eval_every >= 0, "[train] --eval-every must be >= 0, got {}", o.eval_every);
+  KILN_CHECK(!o.out.empty() && !std::filesystem::is_directory(o.out),
+             "[train] --out must name a file, got '{}'", o.out);
   auto dir = std::filesystem::absolute(o.out).parent_path();
   KILN_CHECK(std::filesystem::is_directory(dir),
              "[train] cannot write --out '{}': directory '{}' does not exist", o.out, dir.string());

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "kiln/backend/cpu/loops.h"
+#include "kiln/backend/cpu/vec_math.h"
 #include "kiln/ops/other_meta.h"
 #include "kiln/ops/structured.h"
 
@@ -234,14 +235,23 @@ void softmax_rows(const T* px, T* py, int64_t outer, int64_t n, int64_t inner, b
     for (int64_t i = 0; i < n; ++i) m = std::max<F>(m, static_cast<F>(row[i * inner]));
     if (std::isinf(m) && m < 0) m = 0;  // an all -inf row: exp(-inf - 0) = 0
     F s = 0;
-    for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<F>(row[i * inner]) - m);
+    if (!log && std::is_same_v<T, F> && inner == 1 && px != py) {
+      // Softmax over contiguous rows (the usual last dim): store the exponentials in one
+      // vectorisable loop, sum them, scale (T == F: nothing is lost in the store).
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(exp_any(static_cast<F>(row[i]) - m));
+      for (int64_t i = 0; i < n; ++i) s += static_cast<F>(dst[i]);
+      F inv = F(1) / s;
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<F>(dst[i]) * inv);
+      continue;
+    }
+    for (int64_t i = 0; i < n; ++i) s += exp_any(static_cast<F>(row[i * inner]) - m);
     if (log) {
       F ls = std::log(s);
       for (int64_t i = 0; i < n; ++i)
         dst[i * inner] = static_cast<T>(static_cast<F>(row[i * inner]) - m - ls);
     } else {
       for (int64_t i = 0; i < n; ++i)
-        dst[i * inner] = static_cast<T>(std::exp(static_cast<F>(row[i * inner]) - m) / s);
+        dst[i * inner] = static_cast<T>(exp_any(static_cast<F>(row[i * inner]) - m) / s);
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <numbers>
 
 #include "kiln/backend/cpu/loops.h"
+#include "kiln/backend/cpu/vec_math.h"
 #include "kiln/ops/structured.h"
 
 namespace kiln::cpu {
@@ -39,13 +40,13 @@ void unary(const Tensor& out, const Tensor& a, DType compute, const char* op, Ma
       };                                                                        \
     });                                                                         \
   }
-KILN_FLOAT_UNARY(exp, std::exp(x))
+KILN_FLOAT_UNARY(exp, exp_any(x))
 KILN_FLOAT_UNARY(log, std::log(x))
 KILN_FLOAT_UNARY(sqrt, std::sqrt(x))
 KILN_FLOAT_UNARY(rsqrt, A<T>(1) / std::sqrt(x))
-KILN_FLOAT_UNARY(tanh, std::tanh(x))
-KILN_FLOAT_UNARY(sigmoid, A<T>(1) / (A<T>(1) + std::exp(-x)))
-KILN_FLOAT_UNARY(silu, x / (A<T>(1) + std::exp(-x)))
+KILN_FLOAT_UNARY(tanh, tanh_any(x))
+KILN_FLOAT_UNARY(sigmoid, A<T>(1) / (A<T>(1) + exp_any(-x)))
+KILN_FLOAT_UNARY(silu, x / (A<T>(1) + exp_any(-x)))
 KILN_FLOAT_UNARY(sin, std::sin(x))
 KILN_FLOAT_UNARY(cos, std::cos(x))
 #undef KILN_FLOAT_UNARY
@@ -86,19 +87,32 @@ void logical_not_impl(const Tensor& out, const Tensor& a) {
   });
 }
 
+// Two loops rather than a branch per element, so that each one vectorises.
 void gelu_impl(const Tensor& out, const Tensor& a, bool approximate) {
-  unary(out, a, a.dtype(), "gelu", [approximate](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    return [approximate](T v) -> T {
-      if constexpr (std::is_floating_point_v<A<T>>) {
+  if (approximate) {
+    unary(out, a, a.dtype(), "gelu", [](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      return [](T v) -> T {
         using F = A<T>;
-        F x = v;
-        if (approximate) {
+        if constexpr (std::is_floating_point_v<F>) {
           constexpr F kBeta = F(std::numbers::sqrt2 * std::numbers::inv_sqrtpi);  // sqrt(2/pi)
+          F x = v;
           F inner = kBeta * (x + F(0.044715) * x * x * x);
-          return F(0.5) * x * (F(1) + std::tanh(inner));
+          return F(0.5) * x * (F(1) + tanh_any(inner));
+        } else {
+          return v;
         }
-        return x * F(0.5) * (F(1) + std::erf(x * F(std::numbers::sqrt2 / 2)));
+      };
+    });
+    return;
+  }
+  unary(out, a, a.dtype(), "gelu", [](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return [](T v) -> T {
+      using F = A<T>;
+      if constexpr (std::is_floating_point_v<F>) {
+        F x = v;
+        return x * F(0.5) * (F(1) + erf_any(x * F(std::numbers::sqrt2 / 2)));
       } else {
         return v;
       }
