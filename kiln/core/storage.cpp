@@ -1,8 +1,12 @@
 #include "kiln/core/storage.h"
 
+#include <bit>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <new>
+#include <unordered_map>
+#include <vector>
 
 #include "kiln/core/error.h"
 
@@ -12,28 +16,85 @@ namespace {
 // 64-byte alignment by over-allocating from malloc and keeping the original pointer just below
 // the aligned block: glibc's aligned_alloc takes a slow path that costs more than the small
 // tensors it serves.
+//
+// Blocks of 64 KiB and more are cached after they are freed, in size classes a quarter of a
+// power of two apart, up to kMaxCached bytes. glibc hands such blocks back to the kernel
+// (munmap, heap trimming), and a training step that allocates the same activations every
+// step then spends a sixth of its time in page faults.
 class CpuAllocator final : public Allocator {
  public:
   static constexpr size_t kAlign = 64;
+  static constexpr size_t kCacheMin = size_t{1} << 16;
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr size_t kMaxCached = 0;  // reused blocks would hide use-after-free from ASan
+#else
+  static constexpr size_t kMaxCached = size_t{1} << 30;
+#endif
+
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     KILN_CHECK(nbytes < (size_t{1} << 62), "[cpu allocator] cannot allocate {} bytes", nbytes);
+    if (nbytes >= kCacheMin) {
+      nbytes = size_class(nbytes);
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(nbytes);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_ -= nbytes;
+        return p;
+      }
+    }
     void* raw = std::malloc(nbytes + kAlign);
     KILN_CHECK(raw != nullptr, "[cpu allocator] out of memory allocating {} bytes", nbytes);
     uintptr_t aligned = (reinterpret_cast<uintptr_t>(raw) + kAlign) & ~(uintptr_t{kAlign} - 1);
     reinterpret_cast<void**>(aligned)[-1] = raw;
     return reinterpret_cast<void*>(aligned);
   }
-  void deallocate(void* p, size_t) override {
-    if (p) std::free(static_cast<void**>(p)[-1]);
+  void deallocate(void* p, size_t nbytes) override {
+    if (!p) return;
+    if (nbytes >= kCacheMin) {
+      nbytes = size_class(nbytes);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cached_ + nbytes <= kMaxCached) {
+        free_[nbytes].push_back(p);
+        cached_ += nbytes;
+        return;
+      }
+    }
+    std::free(static_cast<void**>(p)[-1]);
   }
+  size_t release_cached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = cached_;
+    for (auto& [size, blocks] : free_)
+      for (void* p : blocks) std::free(static_cast<void**>(p)[-1]);
+    free_.clear();
+    cached_ = 0;
+    return n;
+  }
+
+ private:
+  // n rounded up to a multiple of a quarter of its highest power of two (at most 25% more).
+  static size_t size_class(size_t n) {
+    size_t step = (size_t{1} << (63 - std::countl_zero(static_cast<uint64_t>(n)))) / 4;
+    return (n + step - 1) / step * step;
+  }
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
 };
+
+CpuAllocator& cpu_allocator_instance() {
+  // Never destroyed: storages freed during static destruction still find it.
+  static CpuAllocator* a = new CpuAllocator;
+  return *a;
+}
 }  // namespace
 
-Allocator* cpu_allocator() {
-  static CpuAllocator a;
-  return &a;
-}
+size_t release_cached_cpu_memory() { return cpu_allocator_instance().release_cached(); }
+
+Allocator* cpu_allocator() { return &cpu_allocator_instance(); }
 
 StorageImpl::StorageImpl(size_t nbytes, Device device, Allocator* allocator)
     : nbytes_(nbytes), device_(device), allocator_(allocator) {

@@ -17,8 +17,11 @@ class Allocator {
   virtual void deallocate(void* p, size_t nbytes) = 0;
 };
 
-// Host memory aligned to 64 bytes.
+// Host memory aligned to 64 bytes. Freed blocks of 64 KiB and more are kept for reuse (up to
+// 1 GiB in all) rather than returned to the system.
 Allocator* cpu_allocator();
+// Returns the CPU allocator's cached blocks to the system; the number of bytes released.
+size_t release_cached_cpu_memory();
 
 // Bytes on one device from one allocator. A meta storage has no bytes (data() is nullptr).
 // The version counter is shared by every tensor viewing this storage; in-place ops bump it.
