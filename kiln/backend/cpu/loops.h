@@ -148,6 +148,32 @@ inline bool same_sizes(const Tensor& a, const Tensor& b) {
   return true;
 }
 
+// Note [AVX2 clones]
+// The contiguous runs of elementwise ops are where their time goes, so that loop is built twice,
+// for AVX2 and for baseline x86-64, and the loader picks one (GCC's target_clones: each clone is
+// a local symbol, so no AVX2 code can leak into inline functions shared with the rest of the
+// program). Clang does not support it on templates; elsewhere the loop is built once.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KILN_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define KILN_AVX2_CLONES
+#endif
+
+// o[i] = f(in[i]...) for i < n, all contiguous.
+template <class Out, class F, class... In>
+KILN_AVX2_CLONES void contiguous_run(Out* o, const F& f, int64_t n, const In*... in) {
+  for (int64_t i = 0; i < n; ++i) o[i] = f(in[i]...);
+}
+// o[i] = f(a[i], b) or f(b, a[i]): one operand broadcast along the run.
+template <class Out, class F, class A, class B>
+KILN_AVX2_CLONES void run_scalar_right(Out* o, const F& f, int64_t n, const A* a, B b) {
+  for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b);
+}
+template <class Out, class F, class A, class B>
+KILN_AVX2_CLONES void run_scalar_left(Out* o, const F& f, int64_t n, A a, const B* b) {
+  for (int64_t i = 0; i < n; ++i) o[i] = f(a, b[i]);
+}
+
 // Applies out[i] = f(in0[i], in1[i], ...) with the given element types. Inputs must already
 // have type In (the callers cast them first).
 template <class Out, class... In, class F>
@@ -163,7 +189,7 @@ void elementwise(const Tensor& out, const std::array<const Tensor*, sizeof...(In
     [&]<size_t... I>(std::index_sequence<I...>) {
       std::tuple<const In*...> in{static_cast<const In*>(inputs[I]->impl()->data())...};
       auto run = [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) o[i] = f(std::get<I>(in)[i]...);
+        contiguous_run(o + b, f, e - b, (std::get<I>(in) + b)...);
       };
       if (n < kGrainSize) {
         run(0, n);
@@ -180,8 +206,7 @@ void elementwise(const Tensor& out, const std::array<const Tensor*, sizeof...(In
       Out* o = reinterpret_cast<Out*>(p[0]);
       bool contiguous = st[0] == sizeof(Out) && ((st[I + 1] == sizeof(In)) && ...);
       if (contiguous) {
-        std::tuple<const In*...> in{reinterpret_cast<const In*>(p[I + 1])...};
-        for (int64_t i = 0; i < n; ++i) o[i] = f(std::get<I>(in)[i]...);
+        contiguous_run(o, f, n, reinterpret_cast<const In*>(p[I + 1])...);
         return;
       }
       // A binary op with one side broadcast along the run: hoist it out of the loop.
@@ -189,15 +214,13 @@ void elementwise(const Tensor& out, const std::array<const Tensor*, sizeof...(In
         using A = std::tuple_element_t<0, std::tuple<In...>>;
         using B = std::tuple_element_t<1, std::tuple<In...>>;
         if (st[0] == sizeof(Out) && st[1] == sizeof(A) && st[2] == 0) {
-          const A* a = reinterpret_cast<const A*>(p[1]);
-          const B bv = *reinterpret_cast<const B*>(p[2]);
-          for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], bv);
+          run_scalar_right(o, f, n, reinterpret_cast<const A*>(p[1]),
+                           *reinterpret_cast<const B*>(p[2]));
           return;
         }
         if (st[0] == sizeof(Out) && st[1] == 0 && st[2] == sizeof(B)) {
-          const A av = *reinterpret_cast<const A*>(p[1]);
-          const B* b = reinterpret_cast<const B*>(p[2]);
-          for (int64_t i = 0; i < n; ++i) o[i] = f(av, b[i]);
+          run_scalar_left(o, f, n, *reinterpret_cast<const A*>(p[1]),
+                          reinterpret_cast<const B*>(p[2]));
           return;
         }
       }

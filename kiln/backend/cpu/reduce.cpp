@@ -46,10 +46,61 @@ void for_rows(int64_t rows, int64_t len, F f) {
   for (int64_t r = 0; r < rows; ++r) f(r);
 }
 
+// A reduction over the leading dims of a contiguous tensor ([R, K] -> [K]: bias gradients,
+// broadcast gradients summed back) adds whole rows into per-column accumulators, in row order,
+// instead of transposing the input first.
+bool reduces_leading_dims(const char* op, const Tensor& self, IntArrayRef dims, int64_t* rows,
+                          int64_t* cols) {
+  if (!self.is_contiguous() || self.dim() < 2) return false;
+  auto mask = meta::reduce_mask(op, self, dims);
+  int64_t k = 0;
+  while (k < self.dim() && mask[k]) ++k;
+  for (int64_t i = k; i < self.dim(); ++i)
+    if (mask[i]) return false;
+  if (k == 0 || k == self.dim()) return false;
+  *rows = 1;
+  *cols = 1;
+  for (int64_t i = 0; i < self.dim(); ++i) (i < k ? *rows : *cols) *= self.sizes()[i];
+  return true;
+}
+// y[c] = sum over r of x[r, c] (divided by rows for the mean), accumulated in double.
+template <class T>
+void column_sums(const T* x, T* y, int64_t rows, int64_t cols, bool mean) {
+  constexpr int64_t kBlock = 1024;  // columns per block: the accumulators stay in L1
+#pragma omp parallel for if (rows * cols > kGrainSize && cols > kBlock)
+  for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+    int64_t n = std::min(kBlock, cols - c0);
+    double acc[kBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = x + r * cols + c0;
+      for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(row[j]);
+    }
+    for (int64_t j = 0; j < n; ++j)
+      y[c0 + j] =
+          static_cast<T>(static_cast<acc_t<T>>(mean ? acc[j] / static_cast<double>(rows) : acc[j]));
+  }
+}
+// Runs column_sums when it applies (float types, same dtype in and out); false otherwise.
+bool try_column_sums(const char* op, const Tensor& out, const Tensor& self, IntArrayRef dims,
+                     bool mean) {
+  int64_t rows, cols;
+  if (out.dtype() != self.dtype() || !is_floating(self.dtype()) ||
+      !reduces_leading_dims(op, self, dims, &rows, &cols))
+    return false;
+  with_contiguous_result(out, out.dtype(), [&](const Tensor& o) {
+    KILN_DISPATCH_FLOAT_TYPES(self.dtype(), op, [&] {
+      column_sums(static_cast<const scalar_t*>(self.impl()->data()),
+                  static_cast<scalar_t*>(o.impl()->data()), rows, cols, mean);
+    });
+  });
+  return true;
+}
+
 void sum_impl(const Tensor& out, const Tensor& self, IntArrayRef dims, bool, const OptDType& dt) {
   // With out=, PyTorch reduces in out's dtype (a float32 out of a float16 input sums in float32).
   DType t = out.dtype();
   (void)dt;
+  if (try_column_sums("sum", out, self, dims, false)) return;
   Rows R = to_rows("sum", self, dims, t);
   with_contiguous_result(out, t, [&](const Tensor& o) {
     KILN_DISPATCH_TYPES(t, "sum", [&] {
@@ -68,6 +119,7 @@ void sum_impl(const Tensor& out, const Tensor& self, IntArrayRef dims, bool, con
 void mean_impl(const Tensor& out, const Tensor& self, IntArrayRef dims, bool, const OptDType& dt) {
   DType t = out.dtype();  // as for sum
   (void)dt;
+  if (try_column_sums("mean", out, self, dims, true)) return;
   Rows R = to_rows("mean", self, dims, t);
   with_contiguous_result(out, t, [&](const Tensor& o) {
     KILN_DISPATCH_FLOAT_TYPES(t, "mean", [&] {
