@@ -77,21 +77,30 @@ void execute(const std::vector<Edge>& roots, TensorList root_grads, bool retain_
   for (const Edge& e : roots)
     if (deps[e.fn.get()] == 0 && queued.insert(e.fn.get()).second) ready.push(e.fn.get());
 
+  // What reaches each leaf, summed over its AccumulateGrad nodes, in order of first arrival.
+  std::vector<std::pair<Tensor, Tensor>> leaves;
+  std::unordered_map<const TensorImpl*, size_t> leaf_index;
+
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
     TensorList grads = std::move(buffer_of(n));
     buffers.erase(n);
     TensorList outs;
-    auto* acc = dynamic_cast<AccumulateGrad*>(n);
+    for (auto& [nr, hooks] : n->pre_hooks)
+      if (grads[nr].defined()) grads[nr] = hooks->run(std::move(grads[nr]));
     if (capture) {
       for (size_t i = 0; i < capture->edge.size(); ++i)
         if (capture->edge[i].fn.get() == n) capture->add(i, grads[capture->edge[i].input_nr]);
-      if (acc) {
-        for (size_t i = 0; i < capture->leaf.size(); ++i)
-          if (capture->leaf[i] == acc->variable.impl()) capture->add(i, grads[0]);
-        continue;  // grad() leaves .grad alone
-      }
+    }
+    if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) {
+      if (!grads[0].defined()) continue;
+      auto [it, fresh] = leaf_index.emplace(acc->variable.impl(), leaves.size());
+      if (fresh)
+        leaves.emplace_back(acc->variable, std::move(grads[0]));
+      else
+        leaves[it->second].second = add(leaves[it->second].second, grads[0]);
+      continue;
     }
     bool any = false;
     for (const Tensor& g : grads) any = any || g.defined();
@@ -110,6 +119,17 @@ void execute(const std::vector<Edge>& roots, TensorList root_grads, bool retain_
       if (outs[i].defined()) accumulate(buffer_of(e.fn.get()), e.input_nr, std::move(outs[i]));
       if (--deps[e.fn.get()] == 0) ready.push(e.fn.get());
     }
+  }
+
+  for (auto& [variable, g] : leaves) {
+    AutogradMeta* m = meta_of(variable);
+    if (m && m->hooks) g = m->hooks->run(std::move(g));
+    if (capture) {  // grad() returns the gradients and leaves .grad alone
+      for (size_t i = 0; i < capture->leaf.size(); ++i)
+        if (capture->leaf[i] == variable.impl()) capture->add(i, g);
+      continue;
+    }
+    accumulate_grad(variable, std::move(g));
   }
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // The backward pass. Runs each reachable node once all gradients flowing into it are summed
 // (dependency counting, later nodes first), with grad mode off.
+#include <functional>
+
 #include "kiln/core/tensor.h"
 
 namespace kiln::autograd {
@@ -16,5 +18,14 @@ void backward(const TensorList& outputs, const TensorList& grad_outputs = {},
 TensorList grad(const TensorList& outputs, const TensorList& inputs,
                 const TensorList& grad_outputs = {}, bool retain_graph = false,
                 bool allow_unused = false);
+
+// A gradient hook: gets the gradient flowing into a tensor and returns a replacement (or an
+// undefined tensor to keep it).
+using GradHook = std::function<Tensor(const Tensor&)>;
+
+// Adds a hook to `t` (which must require grad). Hooks run in registration order on the
+// gradient of t's current value (they move with t through in-place ops); a leaf's hooks run
+// once per backward, on the total gradient.
+void register_hook(const Tensor& t, GradHook hook);
 
 }  // namespace kiln::autograd

@@ -71,12 +71,24 @@ AutogradMeta& ensure_meta(const Tensor& t) {
   return ref;
 }
 
+namespace {
+// A tensor's hooks see the gradient of its current value: when an in-place op (or a view's
+// regeneration) gives it a new grad_fn, they move there from the old one.
+void move_hooks(AutogradMeta& m, Node* to, uint32_t nr) {
+  if (!m.hooks) return;
+  if (m.grad_fn)
+    std::erase_if(m.grad_fn->pre_hooks, [&](const auto& h) { return h.second == m.hooks; });
+  to->pre_hooks.emplace_back(nr, m.hooks);
+}
+}  // namespace
+
 Edge gradient_edge(const Tensor& t) {
   if (!t.defined() || !t.requires_grad()) return {};
   AutogradMeta& m = ensure_meta(t);
   if (m.view_base.defined() && m.view_version != t.version()) {
     auto n = make_ref<ViewBackward>(ViewGeometry::of(m.view_base), ViewGeometry::of(t));
     n->next_edges.push_back(gradient_edge(m.view_base));
+    move_hooks(m, n.get(), 0);
     m.grad_fn = n;
     m.output_nr = 0;
     m.view_version = t.version();
@@ -87,14 +99,19 @@ Edge gradient_edge(const Tensor& t) {
 
 void set_history(const Tensor& t, const Ref<Node>& fn, uint32_t nr) {
   AutogradMeta& m = ensure_meta(t);
+  move_hooks(m, fn.get(), nr);
   m.grad_fn = fn;
   m.output_nr = nr;
   t.impl()->add_key(DispatchKey::Autograd);
 }
 
 TensorList AccumulateGrad::apply(TensorList&& grads) {
-  Tensor g = std::move(grads[0]);
-  if (!g.defined()) return {};
+  accumulate_grad(variable, std::move(grads[0]));
+  return {};
+}
+
+void accumulate_grad(const Tensor& variable, Tensor g) {
+  if (!g.defined()) return;
   AutogradMeta& m = ensure_meta(variable);
   if (m.grad.defined()) {
     add_(m.grad, g);  // in place: the gradient keeps its address (graph capture relies on it)
@@ -105,7 +122,31 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     m.grad = empty_like(variable);
     m.grad.copy_(g);
   }
-  return {};
+}
+
+Tensor GradHooks::run(Tensor g) {
+  for (const GradHook& fn : fns) {
+    Tensor r = fn(g);
+    if (!r.defined()) continue;
+    KILN_CHECK(r.sizes() == g.sizes(),
+               "[register_hook] a hook returned a gradient of shape [{}] for one of shape [{}]",
+               fmt::join(r.sizes(), ", "), fmt::join(g.sizes(), ", "));
+    g = r.dtype() == g.dtype() ? r : r.to(g.dtype());
+  }
+  if (retain) retained = retained.defined() ? add(retained, g) : clone(g);
+  return g;
+}
+
+void register_hook(const Tensor& t, GradHook hook) {
+  KILN_CHECK(t.defined() && t.requires_grad(),
+             "[register_hook] the tensor does not require grad, so no gradient will reach it");
+  KILN_CHECK(static_cast<bool>(hook), "[register_hook] the hook is empty");
+  AutogradMeta& m = ensure_meta(t);
+  if (!m.hooks) {
+    m.hooks = std::make_shared<GradHooks>();
+    if (m.grad_fn) m.grad_fn->pre_hooks.emplace_back(m.output_nr, m.hooks);
+  }
+  m.hooks->fns.push_back(std::move(hook));
 }
 
 Tensor as_strided_backward(const Tensor& g, IntArrayRef base_sizes, IntArrayRef base_strides,

@@ -9,15 +9,28 @@
 // (the grad_fn of the op that made it, or an AccumulateGrad for a leaf). The outputs get the
 // node as their grad_fn and the Autograd key. Nothing is recorded for tensors without the key,
 // so plain eager calls never pay for autograd.
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kiln/core/ref.h"
+#include "kiln/autograd/engine.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln::autograd {
 
 class Node;
+
+// The hooks of one tensor, shared by its autograd state and the node that receives its
+// gradient. `retained` holds the gradient of a non-leaf after retain_grad().
+struct GradHooks {
+  std::vector<GradHook> fns;
+  bool retain = false;
+  Tensor retained;
+  // Runs the hooks on `g`, then keeps it if asked; returns the (possibly replaced) gradient.
+  Tensor run(Tensor g);
+};
 
 // Where a gradient goes: input `input_nr` of node `fn`. A null fn means "nowhere".
 struct Edge {
@@ -53,6 +66,8 @@ class Node : public RefCounted {
   uint64_t sequence_nr;
   // Number of forward outputs (inputs of apply()).
   uint32_t num_outputs = 1;
+  // Hooks of the tensors this node made, by output number; run before apply().
+  std::vector<std::pair<uint32_t, std::shared_ptr<GradHooks>>> pre_hooks;
 };
 
 // A tensor saved for backward, with the version it had when saved. Outputs are saved as
@@ -87,6 +102,8 @@ class AutogradMeta : public AutogradMetaBase {
   // use regenerates it from the base. See Note [In-place ops on views].
   Tensor view_base;
   uint64_t view_version = 0;
+  // register_hook / retain_grad; for a non-leaf also attached to grad_fn's pre_hooks.
+  std::shared_ptr<GradHooks> hooks;
 };
 
 // The autograd state of `t`, or nullptr.
@@ -103,7 +120,8 @@ Edge gradient_edge(const Tensor& t);
 // Makes `t` an output of `fn` (output `nr`): sets grad_fn and adds the Autograd key.
 void set_history(const Tensor& t, const Ref<Node>& fn, uint32_t nr);
 
-// Accumulates into a leaf's .grad (in place once it exists, so its address stays stable).
+// Where a leaf's gradient arrives. The engine sums what reaches every AccumulateGrad of the
+// same leaf, runs the leaf's hooks once on the sum, then accumulates (accumulate_grad()).
 class AccumulateGrad : public Node {
  public:
   explicit AccumulateGrad(Tensor variable) : variable(std::move(variable)) {}
@@ -111,5 +129,9 @@ class AccumulateGrad : public Node {
   TensorList apply(TensorList&& grads) override;
   Tensor variable;
 };
+// Adds `g` into variable's .grad (in place once it exists, so its address stays stable).
+void accumulate_grad(const Tensor& variable, Tensor g);
+
+
 
 }  // namespace kiln::autograd

@@ -30,7 +30,21 @@ const Tensor& Tensor::requires_grad_(bool on) const {
 const Tensor& Tensor::grad() const {
   static const Tensor undefined;
   autograd::AutogradMeta* m = meta_of(*this);
-  return m ? m->grad : undefined;
+  if (!m) return undefined;
+  if (m->grad_fn && m->hooks && m->hooks->retain) return m->hooks->retained;
+  return m->grad;
+}
+
+void Tensor::retain_grad() const {
+  KILN_CHECK(defined() && requires_grad(),
+             "[retain_grad] the tensor does not require grad, so no gradient will reach it");
+  autograd::AutogradMeta& m = ensure_meta(*this);
+  if (!m.grad_fn) return;  // leaves keep their gradient anyway
+  if (!m.hooks) {
+    m.hooks = std::make_shared<autograd::GradHooks>();
+    m.grad_fn->pre_hooks.emplace_back(m.output_nr, m.hooks);
+  }
+  m.hooks->retain = true;
 }
 
 void Tensor::set_grad(const Tensor& grad) const {

@@ -46,8 +46,11 @@ class Tensor {
   // --- defined in kiln/autograd ---
   // Marks a floating-point leaf as needing gradients (or stops it). Returns *this.
   const Tensor& requires_grad_(bool on = true) const;
-  // The gradient accumulated into this leaf by backward(); undefined until then.
+  // The gradient accumulated into this leaf by backward() (or, after retain_grad(), into this
+  // non-leaf); undefined until then.
   const Tensor& grad() const;
+  // Keeps the gradient of a non-leaf in grad() during backward (a no-op for leaves).
+  void retain_grad() const;
   // Replaces the gradient (an undefined tensor clears it).
   void set_grad(const Tensor& grad) const;
   // Whether this tensor was created by the user rather than by a recorded op.

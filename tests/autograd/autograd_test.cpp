@@ -372,5 +372,82 @@ TEST(AutogradSemantics, Float32LeafGetsFloat32Grad) {
   EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{2, 2}));
 }
 
+// ---------------------------------------------------------------- hooks and retain_grad
+TEST(AutogradHooks, RetainGradKeepsANonLeafGradient) {
+  Tensor x = leaf({1, 2, 3});
+  Tensor y = x * 2.0;
+  y.retain_grad();
+  sum(y * y).backward();
+  EXPECT_EQ(values(y.grad()), (std::vector<double>{4, 8, 12}));  // d(y^2)/dy = 2y
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{8, 16, 24}));
+}
+
+TEST(AutogradHooks, RetainedGradientsAccumulate) {
+  Tensor x = leaf({1, 2});
+  Tensor y = x * 3.0;
+  y.retain_grad();
+  Tensor z = sum(y);
+  z.backward({}, /*retain_graph=*/true);
+  z.backward();
+  EXPECT_EQ(values(y.grad()), (std::vector<double>{2, 2}));
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{6, 6}));
+}
+
+TEST(AutogradHooks, HookReplacesANonLeafGradient) {
+  Tensor x = leaf({1, 2});
+  Tensor y = x * 2.0;
+  autograd::register_hook(y, [](const Tensor& g) { return g * 10.0; });
+  sum(y).backward();
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{20, 20}));
+}
+
+TEST(AutogradHooks, LeafHookRunsOnceOnTheTotal) {
+  Tensor x = leaf({1, 2});
+  int calls = 0;
+  std::vector<double> seen;
+  autograd::register_hook(x, [&](const Tensor& g) {
+    ++calls;
+    seen = values(g);
+    return Tensor();  // keep the gradient
+  });
+  sum(x * 2.0 + x * 3.0).backward();  // two paths into the same leaf
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, (std::vector<double>{5, 5}));
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{5, 5}));
+}
+
+TEST(AutogradHooks, HooksFollowATensorThroughInPlaceOps) {
+  Tensor x = leaf({1, 2});
+  Tensor y = x * 1.0;
+  int calls = 0;
+  autograd::register_hook(y, [&](const Tensor& g) {
+    ++calls;
+    return g;
+  });
+  mul_(y, 3.0);
+  sum(y).backward();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{3, 3}));
+}
+
+TEST(AutogradHooks, GradAppliesHooks) {
+  Tensor x = leaf({1, 2});
+  autograd::register_hook(x, [](const Tensor& g) { return g * 2.0; });
+  TensorList g = autograd::grad({sum(x * x)}, {x});
+  EXPECT_EQ(values(g[0]), (std::vector<double>{4, 8}));
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(AutogradHooks, Errors) {
+  Tensor x = leaf({1, 2});
+  autograd::register_hook(x, [](const Tensor&) { return zeros({3}, kFloat64); });
+  expect_error<ValueError>([&] { sum(x).backward(); }, {"[register_hook]", "[3]", "[2]"});
+  Tensor plain = zeros({2});
+  expect_error<ValueError>(
+      [&] { autograd::register_hook(plain, [](const Tensor& g) { return g; }); },
+      {"[register_hook]", "does not require grad"});
+  expect_error<ValueError>([&] { plain.retain_grad(); }, {"[retain_grad]"});
+}
+
 }  // namespace
 }  // namespace kiln::test
