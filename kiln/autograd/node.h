@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "kiln/core/ref.h"
 #include "kiln/autograd/engine.h"
+#include "kiln/core/ref.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln::autograd {
@@ -131,7 +131,5 @@ class AccumulateGrad : public Node {
 };
 // Adds `g` into variable's .grad (in place once it exists, so its address stays stable).
 void accumulate_grad(const Tensor& variable, Tensor g);
-
-
 
 }  // namespace kiln::autograd
