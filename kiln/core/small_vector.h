@@ -18,11 +18,15 @@ class ArrayRef {
  public:
   constexpr ArrayRef() = default;
   constexpr ArrayRef(const T* data, size_t size) : data_(data), size_(size) {}
+#if defined(__GNUC__) && !defined(__clang__)  // a GCC-only warning
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winit-list-lifetime"
+#endif
   constexpr ArrayRef(std::initializer_list<T> il)
       : data_(il.begin()), size_(il.size()) {}  // NOLINT
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
   template <class C, class = decltype(std::declval<const C&>().data()),
             class = std::enable_if_t<!std::is_same_v<C, T>>>
   constexpr ArrayRef(const C& c) : data_(c.data()), size_(c.size()) {}  // NOLINT

@@ -96,7 +96,12 @@ void lerp_(const TensorList& self, const TensorList& end, const Scalar& weight) 
         // PyTorch's formula: the endpoint nearer the weight anchors the sum, for exactness.
         return [w](T s, T e) -> T {
           A<T> x = s, y = e;
-          return std::abs(w) < A<T>(0.5) ? x + w * (y - x) : y - (y - x) * (A<T>(1) - w);
+          bool small_weight;
+          if constexpr (std::is_unsigned_v<A<T>>)
+            small_weight = w < A<T>(1);  // never reached: lerp takes floats only
+          else
+            small_weight = std::abs(w) < A<T>(0.5);
+          return small_weight ? x + w * (y - x) : y - (y - x) * (A<T>(1) - w);
         };
       },
       end);
