@@ -10,10 +10,15 @@
 
 #include "kiln/autograd/engine.h"
 #include "kiln/ops/ops.h"
-#include "tests/ops/torch_bridge.h"
+#include "tests/ops/aten_compare.h"
 
 namespace kiln::test {
 namespace {
+
+testing::AssertionResult close(const Tensor& got, const torch::Tensor& want, double rtol = 0.0001,
+                               double atol = 1e-05) {
+  return close_to_aten(got, want, rtol, atol);
+}
 
 // A float32 leaf drawn from N(0, scale^2), and the same values as a libtorch leaf.
 struct Param {
@@ -25,23 +30,6 @@ Param param(Generator& gen, IntArrayRef shape, double scale = 0.5) {
   torch::Tensor t = to_aten(k).requires_grad_();
   k.requires_grad_();
   return {k, t};
-}
-
-// |kiln - torch| <= atol + rtol * |torch| elementwise, with matching shape and dtype.
-testing::AssertionResult close(const Tensor& got, const torch::Tensor& want, double rtol = 1e-4,
-                               double atol = 1e-5) {
-  if (!got.defined() || !want.defined())
-    return testing::AssertionFailure()
-           << "undefined: kiln " << got.defined() << ", torch " << want.defined();
-  torch::Tensor g = to_aten(got);
-  if (g.sizes() != want.sizes() || g.scalar_type() != want.scalar_type())
-    return testing::AssertionFailure() << "kiln " << g.sizes() << " " << g.scalar_type()
-                                       << ", torch " << want.sizes() << " " << want.scalar_type();
-  torch::Tensor err = (g.to(torch::kDouble) - want.to(torch::kDouble)).abs();
-  torch::Tensor bound = want.to(torch::kDouble).abs() * rtol + atol;
-  if ((err <= bound).all().item<bool>()) return testing::AssertionSuccess();
-  return testing::AssertionFailure()
-         << "max error " << err.max().item<double>() << "\nkiln " << g << "\ntorch " << want;
 }
 
 TEST(TorchAutograd, MlpGeluCrossEntropy) {

@@ -16,31 +16,14 @@
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
-#include "tests/ops/torch_bridge.h"
+#include "tests/ops/aten_compare.h"
 
 namespace kiln::test {
 namespace {
 
-// |kiln - torch| <= atol + rtol * |torch| elementwise, with matching shape and dtype.
-testing::AssertionResult close(const Tensor& got, const torch::Tensor& want, double rtol = 1e-4,
-                               double atol = 1e-5) {
-  if (!got.defined() || !want.defined())
-    return testing::AssertionFailure()
-           << "undefined: kiln " << got.defined() << ", torch " << want.defined();
-  torch::Tensor g = to_aten(got);
-  if (g.sizes() != want.sizes() || g.scalar_type() != want.scalar_type())
-    return testing::AssertionFailure() << "kiln " << g.sizes() << " " << g.scalar_type()
-                                       << ", torch " << want.sizes() << " " << want.scalar_type();
-  torch::Tensor err = (g.to(torch::kDouble) - want.to(torch::kDouble)).abs();
-  torch::Tensor bound = want.to(torch::kDouble).abs() * rtol + atol;
-  torch::Tensor bad = (err > bound);
-  if (!bad.any().item<bool>()) return testing::AssertionSuccess();
-  int64_t worst = (err - bound).flatten().argmax().item<int64_t>();
-  return testing::AssertionFailure()
-         << bad.sum().item<int64_t>() << " of " << err.numel() << " elements out of tolerance; "
-         << "max error " << err.max().item<double>() << "; worst at flat index " << worst
-         << ": kiln " << g.flatten()[worst].item<double>() << ", torch "
-         << want.flatten()[worst].item<double>();
+testing::AssertionResult close(const Tensor& got, const torch::Tensor& want, double rtol = 0.0001,
+                               double atol = 1e-05) {
+  return close_to_aten(got, want, rtol, atol);
 }
 
 nn::GPTConfig config() {
@@ -211,20 +194,6 @@ TEST(GPTTorch, EvalForwardIsDeterministic) {
   Tensor a = gpt.forward(b.idx);
   gpt.eval();
   EXPECT_TRUE(to_aten(gpt.forward(b.idx)).equal(to_aten(a)));
-}
-
-// Runs f, expecting kiln::ValueError whose message contains every one of `parts`.
-void expect_value_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one containing '" << parts.front() << "'";
-  } catch (const ValueError& e) {
-    std::string msg = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
 }
 
 TEST(GPTErrors, SequenceLongerThanContext) {

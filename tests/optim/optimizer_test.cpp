@@ -14,42 +14,14 @@
 #include "kiln/core/error.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
-#include "tests/ops/torch_bridge.h"
+#include "tests/ops/aten_compare.h"
 
 namespace kiln::test {
 namespace {
 
-// |kiln - torch| <= atol + rtol * |torch| elementwise, with matching shape and dtype.
-testing::AssertionResult close(const Tensor& got, const torch::Tensor& want, double rtol = 1e-5,
-                               double atol = 1e-6) {
-  if (!got.defined() || !want.defined())
-    return testing::AssertionFailure()
-           << "undefined: kiln " << got.defined() << ", torch " << want.defined();
-  torch::Tensor g = to_aten(got);
-  if (g.sizes() != want.sizes() || g.scalar_type() != want.scalar_type())
-    return testing::AssertionFailure() << "kiln " << g.sizes() << " " << g.scalar_type()
-                                       << ", torch " << want.sizes() << " " << want.scalar_type();
-  torch::Tensor err = (g.to(torch::kDouble) - want.to(torch::kDouble)).abs();
-  torch::Tensor bound = want.to(torch::kDouble).abs() * rtol + atol;
-  if ((err <= bound).all().item<bool>()) return testing::AssertionSuccess();
-  return testing::AssertionFailure()
-         << "max error " << err.max().item<double>() << "\nkiln " << g << "\ntorch " << want;
-}
-
-bool same_values(const Tensor& a, const Tensor& b) { return to_aten(a).equal(to_aten(b)); }
-
-// Runs f, expecting kiln::ValueError whose message contains every one of `parts`.
-void expect_value_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one containing '" << parts.front() << "'";
-  } catch (const ValueError& e) {
-    std::string msg = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-  }
+testing::AssertionResult close(const Tensor& got, const torch::Tensor& want, double rtol = 1e-05,
+                               double atol = 1e-06) {
+  return close_to_aten(got, want, rtol, atol);
 }
 
 // The same parameters in Kiln and libtorch: [3, 4], [5], [2, 3, 2], float32, N(0, 1).
