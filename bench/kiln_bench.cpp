@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/timing.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -27,16 +28,7 @@ double time_ns(const std::function<void()>& fn, int iters, int repeats = 7) {
     fn();
     return 0;
   }
-  for (int i = 0; i < iters / 10 + 1; ++i) fn();  // warm-up
-  std::vector<double> runs;
-  for (int r = 0; r < repeats; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) fn();
-    auto t1 = std::chrono::steady_clock::now();
-    runs.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / iters);
-  }
-  std::sort(runs.begin(), runs.end());
-  return runs[runs.size() / 2];
+  return 1e9 * kiln::bench::median_seconds_per_call(fn, iters, repeats, iters / 10 + 1);
 }
 
 at::Tensor to_aten(const kiln::Tensor& t) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/timing.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -23,16 +24,7 @@ bool g_smoke = false;
 
 // Median over `repeats` of the mean µs per call of `fn` over `iters` calls, after a warm-up.
 double time_us(const std::function<void()>& fn, int iters, int repeats = 5) {
-  for (int i = 0; i < 2; ++i) fn();
-  std::vector<double> runs;
-  for (int r = 0; r < repeats; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) fn();
-    auto t1 = std::chrono::steady_clock::now();
-    runs.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / iters);
-  }
-  std::sort(runs.begin(), runs.end());
-  return runs[runs.size() / 2];
+  return 1e6 * kiln::bench::median_seconds_per_call(fn, iters, repeats, 2);
 }
 
 torch::Tensor to_torch(const kiln::Tensor& t) {
