@@ -1,6 +1,7 @@
 #pragma once
 // Umbrella header for Kiln users.
 #include "kiln/autograd/autograd.h"
+#include "kiln/compile/compile.h"
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
@@ -12,3 +13,4 @@
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
+#include "kiln/profiler/profiler.h"

@@ -1,5 +1,6 @@
 #include "kiln/core/storage.h"
 
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
@@ -33,6 +34,10 @@ class CpuAllocator final : public Allocator {
 
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
+    size_t now = allocated_.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+    size_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
     KILN_CHECK(nbytes < (size_t{1} << 62), "[cpu allocator] cannot allocate {} bytes", nbytes);
     if (nbytes >= kCacheMin) {
       nbytes = size_class(nbytes);
@@ -53,6 +58,7 @@ class CpuAllocator final : public Allocator {
   }
   void deallocate(void* p, size_t nbytes) override {
     if (!p) return;
+    allocated_.fetch_sub(nbytes, std::memory_order_relaxed);
     if (nbytes >= kCacheMin) {
       nbytes = size_class(nbytes);
       std::lock_guard<std::mutex> lock(mu_);
@@ -64,6 +70,11 @@ class CpuAllocator final : public Allocator {
     }
     std::free(static_cast<void**>(p)[-1]);
   }
+  CpuMemoryStats stats() const {
+    return {allocated_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed)};
+  }
+  void reset_peak() { peak_.store(allocated_.load(std::memory_order_relaxed)); }
+
   size_t release_cached() {
     std::lock_guard<std::mutex> lock(mu_);
     size_t n = cached_;
@@ -80,6 +91,8 @@ class CpuAllocator final : public Allocator {
     size_t step = (size_t{1} << (63 - std::countl_zero(static_cast<uint64_t>(n)))) / 4;
     return (n + step - 1) / step * step;
   }
+  std::atomic<size_t> allocated_{0};
+  std::atomic<size_t> peak_{0};
   std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;
   size_t cached_ = 0;
@@ -95,11 +108,16 @@ CpuAllocator& cpu_allocator_instance() {
 size_t release_cached_cpu_memory() { return cpu_allocator_instance().release_cached(); }
 
 Allocator* cpu_allocator() { return &cpu_allocator_instance(); }
+CpuMemoryStats cpu_memory_stats() { return cpu_allocator_instance().stats(); }
+void reset_peak_cpu_memory() { cpu_allocator_instance().reset_peak(); }
 
 StorageImpl::StorageImpl(size_t nbytes, Device device, Allocator* allocator)
     : nbytes_(nbytes), device_(device), allocator_(allocator) {
   if (allocator_) data_ = allocator_->allocate(nbytes);
 }
+
+StorageImpl::StorageImpl(void* data, size_t nbytes, Device device)
+    : data_(data), nbytes_(nbytes), device_(device), allocator_(nullptr) {}
 
 StorageImpl::~StorageImpl() {
   if (allocator_ && data_) allocator_->deallocate(data_, nbytes_);

@@ -22,12 +22,23 @@ class Allocator {
 Allocator* cpu_allocator();
 // Returns the CPU allocator's cached blocks to the system; the number of bytes released.
 size_t release_cached_cpu_memory();
+// Bytes of CPU tensor memory in use now, and the most in use since the last reset.
+struct CpuMemoryStats {
+  size_t allocated = 0;
+  size_t peak = 0;
+};
+CpuMemoryStats cpu_memory_stats();
+// Sets the peak to what is allocated now (to measure the peak of one region of code).
+void reset_peak_cpu_memory();
 
 // Bytes on one device from one allocator. A meta storage has no bytes (data() is nullptr).
 // The version counter is shared by every tensor viewing this storage; in-place ops bump it.
 class StorageImpl : public RefCounted {
  public:
   StorageImpl(size_t nbytes, Device device, Allocator* allocator);
+  // Borrows `nbytes` at `data`, owned by someone else who outlives this storage (compile's
+  // arena hands out one per planned buffer).
+  StorageImpl(void* data, size_t nbytes, Device device);
   ~StorageImpl() override;
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }

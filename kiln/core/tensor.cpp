@@ -20,6 +20,7 @@ void* Tensor::data_ptr() const {
   KILN_CHECK_DEVICE(device().is_cpu(),
                     "[data_ptr] cannot read host data of a tensor on {}; copy it to cpu first",
                     device());
+  detail::note_host_read(*impl_, "data_ptr");
   return impl_->data();
 }
 

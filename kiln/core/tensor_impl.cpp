@@ -6,6 +6,7 @@ namespace kiln {
 
 namespace detail {
 thread_local bool tls_inference_mode __attribute__((tls_model("initial-exec"))) = false;
+thread_local HostReadHook tls_host_read_hook __attribute__((tls_model("initial-exec"))) = nullptr;
 }  // namespace detail
 
 TensorImpl::TensorImpl(Ref<StorageImpl> storage, DType dtype, IntArrayRef sizes,

@@ -50,6 +50,12 @@ class TensorImpl : public RefCounted {
 
   // Replaces the geometry (used by view ops on a fresh impl and by resize of outputs).
   void set_geometry(IntArrayRef sizes, IntArrayRef strides, int64_t offset);
+  // Points this impl at another storage of the same device (compile's executables re-bind
+  // their buffers to each call's inputs this way). Nothing else may call it.
+  void rebind_storage(Ref<StorageImpl> storage, int64_t offset) {
+    storage_ = std::move(storage);
+    offset_ = offset;
+  }
   void add_key(DispatchKey k) { keys_ = keys_.add(k); }
   void remove_key(DispatchKey k) { keys_ = keys_.remove(k); }
 
@@ -63,6 +69,10 @@ class TensorImpl : public RefCounted {
   // Made while InferenceModeGuard was active (see kiln/autograd/grad_mode.h): such a tensor
   // can never be saved for backward.
   bool is_inference() const { return inference_; }
+
+  // Dims marked with kiln::mark_dynamic: compile neither guards nor specialises on their size.
+  uint32_t dynamic_dims() const { return dynamic_dims_; }
+  void set_dynamic_dims(uint32_t mask) { dynamic_dims_ = mask; }
 
   AutogradMetaBase* autograd_meta() const { return autograd_.get(); }
   void set_autograd_meta(std::unique_ptr<AutogradMetaBase> m) { autograd_ = std::move(m); }
@@ -81,10 +91,18 @@ class TensorImpl : public RefCounted {
   bool contiguous_ = true;
   bool wrapped_number_ = false;
   bool inference_ = false;
+  uint32_t dynamic_dims_ = 0;
   std::unique_ptr<AutogradMetaBase> autograd_;
 };
 
 namespace detail {
+// Called by every host read of a tensor's values (item(), data_ptr(), to_vector(), printing)
+// when set: compile's tracer uses it to find graph breaks. Thread-local; nullptr when idle.
+using HostReadHook = void (*)(const TensorImpl& t, const char* what);
+extern thread_local HostReadHook tls_host_read_hook __attribute__((tls_model("initial-exec")));
+inline void note_host_read(const TensorImpl& t, const char* what) {
+  if (__builtin_expect(tls_host_read_hook != nullptr, 0)) tls_host_read_hook(t, what);
+}
 // Whether InferenceModeGuard is active on this thread; new impls record it.
 extern thread_local bool tls_inference_mode __attribute__((tls_model("initial-exec")));
 }  // namespace detail

@@ -54,6 +54,12 @@ void OpDef::call_boxed_at(DispatchKey key, Stack& stack) const {
   detail::throw_no_kernel(*this, key);
 }
 
+std::unique_ptr<BoundCall> OpDef::bind(DispatchKey key, Stack& stack) const {
+  void* fn = unboxed_[static_cast<int>(key)];
+  if (!fn) detail::throw_no_kernel(*this, key);
+  return binder_(fn, stack);
+}
+
 void OpDef::call_boxed(Stack& stack) const {
   const LocalDispatchState& tls = local_dispatch_state();
   DispatchKeySet ks = (detail::key_set_of_stack(stack) | tls.included) - tls.excluded;

@@ -7,6 +7,7 @@
 // backends (Autograd, Trace, ...) does its work and calls the op again with its own key
 // excluded (ExcludeKeyGuard). A key with neither a kernel nor a boxed fallback is skipped for
 // the layers above the backends; for a backend key it is a NotImplementedError.
+#include <memory>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -69,14 +70,27 @@ BoxedKernel fallback_for(DispatchKey key);
 // What an op's outputs are, for layers that need to know (views alias, in-place mutates).
 enum class OpKind : uint8_t { Functional, InPlace, Out, View, Factory };
 
+// A kernel call with its arguments bound once and run many times: compile's executables
+// replay steps this way, with no dispatch, boxing or allocation (a value-returning kernel
+// leaves its results in `results`, whose capacity is kept).
+class BoundCall {
+ public:
+  virtual ~BoundCall() = default;
+  virtual void run() = 0;
+  Stack results;
+};
+
 // One op: its schema, its meta function, and its kernels per dispatch key.
 class OpDef {
  public:
   // Calls a kernel given unboxed argument pointers; generated per signature.
   using BoxedCaller = void (*)(void* fn, Stack& stack);
+  // Binds a kernel of this op's signature to boxed arguments; generated per signature.
+  using Binder = std::unique_ptr<BoundCall> (*)(void* fn, Stack& stack);
 
-  constexpr OpDef(std::string_view name, std::string_view schema, OpKind kind, BoxedCaller caller)
-      : name_(name), schema_(schema), kind_(kind), caller_(caller) {}
+  constexpr OpDef(std::string_view name, std::string_view schema, OpKind kind, BoxedCaller caller,
+                  Binder binder)
+      : name_(name), schema_(schema), kind_(kind), caller_(caller), binder_(binder) {}
 
   std::string_view name() const { return name_; }
   std::string_view schema() const { return schema_; }
@@ -89,6 +103,9 @@ class OpDef {
   void call_boxed(Stack& stack) const;
   // Runs the kernel at exactly `key` (or the key's fallback) from boxed arguments.
   void call_boxed_at(DispatchKey key, Stack& stack) const;
+  // Binds the unboxed kernel at `key` to `stack`'s arguments (copied); throws if the key has
+  // no unboxed kernel.
+  std::unique_ptr<BoundCall> bind(DispatchKey key, Stack& stack) const;
 
   void set_kernel_raw(DispatchKey k, void* fn);
   void set_meta_raw(void* fn) { meta_ = fn; }
@@ -107,6 +124,7 @@ class OpDef {
   std::string_view schema_;
   OpKind kind_;
   BoxedCaller caller_;
+  Binder binder_;
   void* meta_ = nullptr;
   const void* derivative_ = nullptr;
   void* unboxed_[kNumDispatchKeys] = {};
@@ -162,6 +180,51 @@ struct BoxedCallerFor<R(A...)> {
   }
 };
 
+// How a bound call keeps an argument of type A (an owning copy) and hands it back.
+template <class A>
+struct Bound {
+  using type = std::remove_cvref_t<A>;
+  static const type& pass(const type& v) { return v; }
+};
+template <>
+struct Bound<IntArrayRef> {
+  using type = Shape;
+  static IntArrayRef pass(const Shape& v) { return v.span(); }
+};
+
+template <class Sig>
+struct BinderFor;
+template <class R, class... A>
+struct BinderFor<R(A...)> {
+  struct Call final : BoundCall {
+    R (*fn)(A...);
+    std::tuple<typename Bound<A>::type...> args;
+    void run() override { run_impl(std::index_sequence_for<A...>{}); }
+    template <size_t... I>
+    void run_impl(std::index_sequence<I...>) {
+      if constexpr (std::is_void_v<R>) {
+        fn(Bound<A>::pass(std::get<I>(args))...);
+      } else {
+        results.clear();
+        push_result(results, fn(Bound<A>::pass(std::get<I>(args))...));
+      }
+    }
+  };
+  static std::unique_ptr<BoundCall> bind(void* fn, Stack& stack) {
+    KILN_ASSERT(stack.size() == sizeof...(A), "bind expected {} arguments, got {}", sizeof...(A),
+                stack.size());
+    return bind_impl(fn, stack, std::index_sequence_for<A...>{});
+  }
+  template <size_t... I>
+  static std::unique_ptr<BoundCall> bind_impl(void* fn, Stack& stack, std::index_sequence<I...>) {
+    auto c = std::make_unique<Call>();
+    c->fn = reinterpret_cast<R (*)(A...)>(fn);
+    c->args = std::tuple<typename Bound<A>::type...>(
+        typename Bound<A>::type(from_ivalue<A>(stack[I]))...);
+    return c;
+  }
+};
+
 [[noreturn]] void throw_no_kernel(const OpDef& op, DispatchKey key);
 
 }  // namespace detail
@@ -174,7 +237,7 @@ class TypedOp<R(A...)> {
  public:
   using Sig = R(A...);
   constexpr TypedOp(std::string_view name, std::string_view schema, OpKind kind)
-      : def(name, schema, kind, &detail::BoxedCallerFor<Sig>::call) {}
+      : def(name, schema, kind, &detail::BoxedCallerFor<Sig>::call, &detail::BinderFor<Sig>::bind) {}
 
   R operator()(A... args) const {
     const LocalDispatchState& tls = local_dispatch_state();

@@ -165,11 +165,11 @@ namespace kiln::ops {
     "foreach_sqrt(Tensor[] self) -> Tensor[]")                                                     \
   _(foreach_sqrt_, InPlace, void(const TensorList&), "foreach_sqrt_(Tensor(a!)[] self)")           \
   _(foreach_adamw_, InPlace,                                                                       \
-    void(const TensorList&, const TensorList&, const TensorList&, const TensorList&, double,       \
-         double, double, double, double, int64_t),                                                 \
+    void(const TensorList&, const TensorList&, const TensorList&, const TensorList&,               \
+         const TensorList&, const Tensor&, double, double, double, double),                        \
     "foreach_adamw_(Tensor(a!)[] self, Tensor[] grads, Tensor(b!)[] exp_avg, "                     \
-    "Tensor(c!)[] exp_avg_sq, float lr, float beta1, float beta2, float eps, "                     \
-    "float weight_decay, int step)")
+    "Tensor(c!)[] exp_avg_sq, Tensor(d!)[] steps, Tensor lr, float beta1, float beta2, "           \
+    "float eps, float weight_decay)")
 
 #define KILN_EXPAND(...) __VA_ARGS__
 

@@ -344,9 +344,9 @@ void foreach_mul_(const TensorList& self, const TensorList& other) {
   foreach_mul_list__op(self, other);
 }
 void foreach_adamw_(const TensorList& p, const TensorList& g, const TensorList& m,
-                    const TensorList& v, double lr, double beta1, double beta2, double eps,
-                    double weight_decay, int64_t step) {
-  foreach_adamw__op(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step);
+                    const TensorList& v, const TensorList& steps, const Tensor& lr, double beta1,
+                    double beta2, double eps, double weight_decay) {
+  foreach_adamw__op(p, g, m, v, steps, lr, beta1, beta2, eps, weight_decay);
 }
 void foreach_lerp_(const TensorList& self, const TensorList& end, const Scalar& w) {
   foreach_lerp__op(self, end, w);

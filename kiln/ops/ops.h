@@ -240,11 +240,13 @@ void foreach_addcdiv_(const std::vector<Tensor>& self, const std::vector<Tensor>
                       const std::vector<Tensor>& t2, const Scalar& value = 1);
 std::vector<Tensor> foreach_sqrt(const std::vector<Tensor>& self);
 // One fused AdamW step (PyTorch's AdamW arithmetic) over parameters, gradients and both
-// moment lists, in place; `step` is the 1-based number of the step being taken.
+// moment lists, in place. `steps` (0-d float64, one per parameter) count the steps taken and
+// are incremented first; `lr` is a 0-d float64 tensor. Both live on the device, so a compiled
+// step replays with the current values (PyTorch's "capturable" AdamW).
 void foreach_adamw_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                     const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
-                    double lr, double beta1, double beta2, double eps, double weight_decay,
-                    int64_t step);
+                    const std::vector<Tensor>& steps, const Tensor& lr, double beta1, double beta2,
+                    double eps, double weight_decay);
 void foreach_sqrt_(const std::vector<Tensor>& self);
 
 // ---------------------------------------------------------------- operators

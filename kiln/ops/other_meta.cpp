@@ -183,17 +183,29 @@ void foreach_scalar(const char* op, const TensorList& self, const Scalar& s) {
 }
 
 void foreach_adamw(const char* op, const TensorList& p, const TensorList& g, const TensorList& m,
-                   const TensorList& v, double lr, double beta1, double beta2, double eps,
-                   double wd, int64_t step) {
+                   const TensorList& v, const TensorList& steps, const Tensor& lr, double beta1,
+                   double beta2, double eps, double wd) {
   foreach_lists(op, {&p, &g, &m, &v});
   foreach_float(op, p);
-  KILN_CHECK(lr >= 0 && eps >= 0 && wd >= 0,
-             "[{}] lr, eps and weight_decay must be >= 0, got "
-             "{}, {}, {}",
-             op, lr, eps, wd);
+  KILN_CHECK(eps >= 0 && wd >= 0, "[{}] eps and weight_decay must be >= 0, got {} and {}", op,
+             eps, wd);
   KILN_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
              "[{}] betas must be in [0, 1), got {} and {}", op, beta1, beta2);
-  KILN_CHECK(step >= 1, "[{}] step must be >= 1 (the step being taken), got {}", op, step);
+  KILN_CHECK(steps.size() == p.size(), "[{}] got {} step tensors for {} parameters", op,
+             steps.size(), p.size());
+  check_defined(op, lr, "lr");
+  KILN_CHECK_TYPE(lr.dim() == 0 && lr.dtype() == kFloat64,
+                  "[{}] lr must be a 0-d float64 tensor, got [{}] {}", op,
+                  fmt::join(lr.sizes(), ", "), name(lr.dtype()));
+  for (size_t i = 0; i < p.size(); ++i) {
+    check_defined(op, steps[i], "steps");
+    KILN_CHECK_TYPE(steps[i].dim() == 0 && steps[i].dtype() == kFloat64,
+                    "[{}] steps[{}] must be a 0-d float64 tensor, got [{}] {}", op, i,
+                    fmt::join(steps[i].sizes(), ", "), name(steps[i].dtype()));
+    KILN_CHECK_DEVICE(steps[i].device() == p[i].device() && lr.device() == p[i].device(),
+                      "[{}] steps[{}] is on {} and lr on {}, but self[{}] is on {}", op, i,
+                      steps[i].device(), lr.device(), i, p[i].device());
+  }
   const char* names[] = {"grads", "exp_avg", "exp_avg_sq"};
   const TensorList* lists[] = {&g, &m, &v};
   for (size_t i = 0; i < p.size(); ++i) {
@@ -302,9 +314,9 @@ void meta_foreach_sqrt_(const TensorList& a) {
 }
 
 void meta_foreach_adamw_(const TensorList& p, const TensorList& g, const TensorList& m,
-                         const TensorList& v, double lr, double beta1, double beta2, double eps,
-                         double wd, int64_t step) {
-  meta::foreach_adamw("foreach_adamw_", p, g, m, v, lr, beta1, beta2, eps, wd, step);
+                         const TensorList& v, const TensorList& steps, const Tensor& lr,
+                         double beta1, double beta2, double eps, double wd) {
+  meta::foreach_adamw("foreach_adamw_", p, g, m, v, steps, lr, beta1, beta2, eps, wd);
 }
 
 template <class Sig>

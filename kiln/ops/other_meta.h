@@ -21,11 +21,12 @@ TensorSpec native_dropout(const Tensor& input, double p, Generator* gen);
 // foreach: lists of equal length whose i-th tensors have equal sizes and devices.
 void foreach_lists(const char* op, std::initializer_list<const TensorList*> lists);
 void foreach_float(const char* op, const TensorList& self);
-// foreach_adamw_: the lists match and are of self's float dtype; the
-// hyperparameters are in range.
+// foreach_adamw_: the lists match and are of self's float dtype; steps are 0-d float64
+// tensors and lr a 0-d float64 tensor on self's devices; the hyperparameters are in range.
+// (The values of lr and steps live on the device and are checked by the kernels.)
 void foreach_adamw(const char* op, const TensorList& p, const TensorList& g, const TensorList& m,
-                   const TensorList& v, double lr, double beta1, double beta2, double eps,
-                   double wd, int64_t step);
+                   const TensorList& v, const TensorList& steps, const Tensor& lr, double beta1,
+                   double beta2, double eps, double wd);
 // A scalar applied to every tensor must fit each one's dtype (no float into an integer list).
 void foreach_scalar(const char* op, const TensorList& self, const Scalar& s);
 

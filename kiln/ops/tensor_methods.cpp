@@ -13,6 +13,7 @@ Scalar Tensor::item() const {
   KILN_CHECK(numel() == 1, "[item] a tensor with {} elements cannot be converted to a Scalar",
              numel());
   KILN_CHECK_DEVICE(!device().is_meta(), "[item] a meta tensor has no data to read");
+  detail::note_host_read(*impl(), "item");
   Tensor host = device().is_cpu() ? *this : to(Device(kCPU));
   return KILN_DISPATCH_TYPES(dtype(), "item", [&]() -> Scalar {
     scalar_t v = *static_cast<const scalar_t*>(host.impl()->data());
@@ -52,6 +53,7 @@ template <class T>
 std::vector<T> Tensor::to_vector() const {
   KILN_CHECK(defined(), "[to_vector] undefined tensor");
   KILN_CHECK_DEVICE(!device().is_meta(), "[to_vector] a meta tensor has no data to read");
+  detail::note_host_read(*impl(), "to_vector");
   Tensor host = to(Device(kCPU)).to(dtype_of<T>::value).contiguous();
   const T* p = static_cast<const T*>(host.impl()->data());
   return std::vector<T>(p, p + numel());
@@ -195,6 +197,7 @@ void collect_shown(const std::vector<double>& v, IntArrayRef sizes, size_t dim, 
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
+  detail::note_host_read(*impl(), "print");
   std::vector<std::string> suffix;
   if (!device().is_cpu()) suffix.push_back(fmt::format("device='{}'", device()));
   std::string body;

@@ -21,12 +21,15 @@ Optimizer::Optimizer(TensorList params, double lr) : params_(std::move(params)),
     for (size_t j = 0; j < i; ++j)
       KILN_CHECK(!params_[j].is_same(p), "[optimizer] parameter {} appears twice (also {})", i, j);
   }
+  lr_tensor_ = zeros({}, kFloat64, params_[0].device());
   set_lr(lr);
 }
 
 void Optimizer::set_lr(double lr) {
   KILN_CHECK(lr >= 0 && std::isfinite(lr), "[optimizer] invalid learning rate {}", lr);
   lr_ = lr;
+  autograd::NoGradGuard no_grad;
+  lr_tensor_.fill_(lr);
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -98,28 +101,27 @@ AdamW::AdamW(TensorList params, const AdamWOptions& o) : Optimizer(std::move(par
   for (const Tensor& p : params_) {
     m_.push_back(zeros_like(p));
     v_.push_back(zeros_like(p));
+    step_counts_.push_back(zeros({}, kFloat64, p.device()));
   }
-  param_steps_.assign(params_.size(), 0);
 }
 
 void AdamW::step() {
   autograd::NoGradGuard no_grad;
   // Bias correction counts each parameter's own updates (a parameter without a gradient is
-  // not stepped), so parameters are grouped by their step number: normally one group.
-  std::map<int64_t, std::array<TensorList, 4>> groups;
+  // not stepped); the counts live on the device, so one call serves every parameter.
+  TensorList p, g, m, v, steps;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& g = params_[i].grad();
-    if (!g.defined()) continue;
-    auto& l = groups[++param_steps_[i]];
-    l[0].push_back(params_[i]);
-    l[1].push_back(g);
-    l[2].push_back(m_[i]);
-    l[3].push_back(v_[i]);
+    const Tensor& grad = params_[i].grad();
+    if (!grad.defined()) continue;
+    p.push_back(params_[i]);
+    g.push_back(grad);
+    m.push_back(m_[i]);
+    v.push_back(v_[i]);
+    steps.push_back(step_counts_[i]);
   }
-  if (groups.empty()) return;
+  if (p.empty()) return;
   ++steps_;
-  for (auto& [step, l] : groups)
-    foreach_adamw_(l[0], l[1], l[2], l[3], lr_, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, step);
+  foreach_adamw_(p, g, m, v, steps, lr_tensor_, o_.beta1, o_.beta2, o_.eps, o_.weight_decay);
 }
 
 Tensor clip_grad_norm_(const TensorList& params, double max_norm) {

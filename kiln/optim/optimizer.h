@@ -17,13 +17,19 @@ class Optimizer {
   // Zeroes the gradients in place (their addresses stay stable) or drops them.
   void zero_grad(bool set_to_none = false);
   double lr() const { return lr_; }
+  // Sets the learning rate. AdamW also writes it into a device tensor that its kernel reads,
+  // so a compiled step replays with the current rate: call set_lr outside the compiled
+  // function (SGD's rate is a plain number, baked into a compiled step).
   void set_lr(double lr);
+  // The learning rate as a 0-d float64 tensor on the parameters' device.
+  const Tensor& lr_tensor() const { return lr_tensor_; }
   const TensorList& params() const { return params_; }
   int64_t steps() const { return steps_; }
 
  protected:
   TensorList params_;
   double lr_;
+  Tensor lr_tensor_;
   int64_t steps_ = 0;
 };
 
@@ -64,11 +70,13 @@ class AdamW : public Optimizer {
   void step() override;
   const TensorList& exp_avg() const { return m_; }
   const TensorList& exp_avg_sq() const { return v_; }
+  // Per parameter: the updates taken (0-d float64 on the device; bias correction reads them).
+  const TensorList& step_counts() const { return step_counts_; }
 
  private:
   AdamWOptions o_;
-  TensorList m_, v_;                  // per parameter, zero-initialised
-  std::vector<int64_t> param_steps_;  // per parameter: updates taken (for bias correction)
+  TensorList m_, v_;         // per parameter, zero-initialised
+  TensorList step_counts_;
 };
 
 // Scales gradients so that their global L2 norm is at most max_norm, without reading the norm

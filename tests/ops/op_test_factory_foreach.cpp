@@ -491,7 +491,15 @@ void add_foreach(Cases& cs) {
                       };
                       TensorList p = clones(list(x, 0, 4)), m = clones(list(x, 2, 4)),
                                  v = clones(list(x, 3, 4));
-                      foreach_adamw_(p, list(x, 1, 4), m, v, 0.01, 0.9, 0.99, 1e-8, 0.1, 3);
+                      // Two steps already taken: this is step 3.
+                      TensorList steps;
+                      for (size_t i = 0; i < p.size(); ++i)
+                        steps.push_back(full({}, 2.0, kFloat64, p[i].device()));
+                      Tensor lr = full({}, 0.01, kFloat64, p[0].device());
+                      foreach_adamw_(p, list(x, 1, 4), m, v, steps, lr, 0.9, 0.99, 1e-8, 0.1);
+                      for (const Tensor& s : steps)
+                        KILN_CHECK(s.device().is_meta() || s.item<double>() == 3.0,
+                                   "steps not incremented");
                       TensorList out = p;
                       out.insert(out.end(), m.begin(), m.end());
                       out.insert(out.end(), v.begin(), v.end());

@@ -194,16 +194,30 @@ void adamw_tensor(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) {
   }
 }
 void adamw_(const TensorList& p, const TensorList& g, const TensorList& m, const TensorList& v,
-            double lr, double beta1, double beta2, double eps, double wd, int64_t step) {
+            const TensorList& steps, const Tensor& lr_t, double beta1, double beta2, double eps,
+            double wd) {
   const char* op = "foreach_adamw_";
-  meta::foreach_adamw(op, p, g, m, v, lr, beta1, beta2, eps, wd, step);
+  meta::foreach_adamw(op, p, g, m, v, steps, lr_t, beta1, beta2, eps, wd);
   check_writable(op, p, {&g, &m, &v});
   check_writable(op, m, {&g, &v});
   check_writable(op, v, {&g});
-  double bc1 = 1 - std::pow(beta1, static_cast<double>(step));
-  double bc2 = 1 - std::pow(beta2, static_cast<double>(step));
-  AdamWStep s{1 - lr * wd, beta1, beta2, lr / bc1, std::sqrt(bc2), eps};
+  const double lr = *static_cast<const double*>(lr_t.impl()->data());
+  KILN_CHECK(lr >= 0 && std::isfinite(lr), "[{}] lr must be finite and >= 0, got {}", op, lr);
   for (size_t i = 0; i < p.size(); ++i) {
+    double taken = *static_cast<const double*>(steps[i].impl()->data());
+    KILN_CHECK(taken >= 0 && taken == std::floor(taken),
+               "[{}] steps[{}] must hold a whole number >= 0, got {}", op, i, taken);
+    for (size_t j = 0; j < i; ++j)
+      KILN_CHECK(steps[j].impl()->data() != steps[i].impl()->data(),
+                 "[{}] steps[{}] and steps[{}] are the same tensor", op, j, i);
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    double& step = *static_cast<double*>(steps[i].impl()->data());
+    step += 1;
+    steps[i].impl()->storage()->bump_version();
+    double bc1 = 1 - std::pow(beta1, step);
+    double bc2 = 1 - std::pow(beta2, step);
+    AdamWStep s{1 - lr * wd, beta1, beta2, lr / bc1, std::sqrt(bc2), eps};
     // Strided tensors are updated through contiguous copies.
     bool direct = p[i].is_contiguous() && m[i].is_contiguous() && v[i].is_contiguous();
     Tensor pc = direct ? p[i] : p[i].contiguous(), mc = direct ? m[i] : m[i].contiguous(),

@@ -1,0 +1,342 @@
+// Note [Replay]
+// Every value of the graph gets a *slot*: a tensor over its buffer with the value's geometry,
+// made once. Views are slots too, so they cost nothing at replay. Each node becomes a step: a
+// kernel of its backend bound to slots and attributes (OpDef::bind), so a replay is a loop of
+// indirect calls with no dispatch, no boxing, no autograd and no allocation:
+//   - functional ops with an out= variant run that variant into their planned buffer; `full`
+//     becomes fill_, `to_copy` becomes copy_, `empty` needs no step;
+//   - in-place and out= ops run as they are, on the slots they were traced with;
+//   - ops without an out= variant (random factories, dropout, max_dim, ...) run their own
+//     kernel, which allocates; the slots of their buffer are then pointed at the result
+//     (counted in ExecutableStats::allocating_steps);
+//   - host reads (piecewise graph breaks) read the value again between segments.
+// Buffers are bound per call: inputs to the caller's storage (no copy), free tensors to their
+// own storage (by identity), planned intermediates to the arena (Note [Memory planning]), and
+// outputs to buffers handed to the caller: when the caller still holds the previous call's
+// output, a new buffer is allocated rather than overwriting it, so outputs are always tensors
+// the caller owns.
+#include "kiln/compile/executable.h"
+
+#include <optional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "kiln/ops/op_list.h"
+#include "kiln/profiler/profiler.h"
+
+namespace kiln::compiler {
+
+struct Executable::Step {
+  enum class Kind : uint8_t { Call, Result, HostRead } kind = Kind::Call;
+  std::unique_ptr<BoundCall> call;
+  int node = -1;
+  int read_value = -1;              // HostRead
+  std::vector<int> result_buffers;  // Result: buffer of each result, in order
+  std::string_view name;            // the kernel's op name
+};
+
+namespace {
+
+Allocator* allocator_for(Device d) {
+  if (d.is_cpu()) return cpu_allocator();
+  DeviceInterface* iface = device_interface(d.type());
+  KILN_CHECK_DEVICE(iface != nullptr, "[compile] no backend is loaded for device {}", d);
+  return iface->allocator(d.index());
+}
+
+DispatchKey backend_key(const Stack& stack) {
+  DispatchKey k = (detail::key_set_of_stack(stack) & kBackendKeys).highest();
+  KILN_ASSERT(k != DispatchKey::Undefined, "compile: a step has no device to run on");
+  return k;
+}
+
+}  // namespace
+
+Executable::Executable(Graph graph) : graph_(std::move(graph)) { build(); }
+Executable::~Executable() = default;
+
+void Executable::build() {
+  Graph& g = graph_;
+  const size_t nb = g.buffers.size(), nv = g.values.size();
+  in_buffer_.assign(nb, {});
+  for (size_t v = 0; v < nv; ++v) in_buffer_[g.values[v].buffer].push_back(static_cast<int>(v));
+
+  // How each node runs decides which buffers its kernel fills in place.
+  enum class Lowering : uint8_t { Skip, Same, Out, Fill, Copy, Result, HostRead };
+  std::vector<Lowering> how(g.nodes.size());
+  std::vector<const OpDef*> out_op(g.nodes.size(), nullptr);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.host_read) {
+      how[i] = Lowering::HostRead;
+      continue;
+    }
+    std::string_view name = n.op->name();
+    switch (n.op->kind()) {
+      case OpKind::View:
+        how[i] = Lowering::Skip;
+        break;
+      case OpKind::InPlace:
+      case OpKind::Out:
+        how[i] = Lowering::Same;
+        break;
+      case OpKind::Functional:
+      case OpKind::Factory: {
+        bool own_buffers = true;  // a kernel may hand back a view of what it was given
+        for (int o : n.outputs)
+          own_buffers =
+              own_buffers && g.buffers[g.values[o].buffer].producer == static_cast<int>(i);
+        if (!own_buffers) {
+          how[i] = Lowering::Skip;
+        } else if (name == "empty") {
+          how[i] = Lowering::Skip;
+        } else if (name == "full") {
+          how[i] = Lowering::Fill;
+        } else if (name == "to_copy") {
+          how[i] = Lowering::Copy;
+        } else if (const OpDef* o =
+                       n.random ? nullptr : ops::find_op(fmt::format("{}_out", name))) {
+          how[i] = Lowering::Out;
+          out_op[i] = o;
+        } else {
+          how[i] = Lowering::Result;
+        }
+        break;
+      }
+    }
+  }
+
+  // Buffers: which are outputs, which the arena holds.
+  std::vector<bool> is_output(nb, false);
+  for (int v : g.outputs) is_output[g.values[v].buffer] = true;
+  std::vector<bool> in_arena(nb, false);
+  std::optional<Device> arena_device;  // one arena, on the device of the first planned buffer
+  for (size_t b = 0; b < nb; ++b) {
+    const Buffer& buf = g.buffers[b];
+    if (buf.kind != BufferKind::Intermediate || is_output[b] || buf.producer < 0) continue;
+    if (!arena_device) arena_device = buf.device;
+    if (buf.device != *arena_device) continue;
+    Lowering l = how[buf.producer];
+    in_arena[b] = l == Lowering::Out || l == Lowering::Fill || l == Lowering::Copy ||
+                  (l == Lowering::Skip && g.nodes[buf.producer].op->kind() != OpKind::View);
+  }
+  MemoryPlan plan = plan_memory(g, in_arena);
+  stats_.arena_bytes = plan.arena_bytes;
+  stats_.unplanned_bytes = plan.sum_bytes;
+
+  // Storage per buffer.
+  storage_.assign(nb, Ref<StorageImpl>());
+  if (plan.arena_bytes > 0)
+    arena_ = make_ref<StorageImpl>(plan.arena_bytes, *arena_device, allocator_for(*arena_device));
+  for (size_t b = 0; b < nb; ++b) {
+    const Buffer& buf = g.buffers[b];
+    if (plan.offset[b] != SIZE_MAX) {
+      storage_[b] = make_ref<StorageImpl>(static_cast<char*>(arena_->data()) + plan.offset[b],
+                                          buf.nbytes, buf.device);
+    } else if (buf.kind == BufferKind::Intermediate && buf.producer >= 0 &&
+               how[buf.producer] != Lowering::Result) {
+      // Outputs, and intermediates on a second device: buffers of their own.
+      storage_[b] = make_ref<StorageImpl>(buf.nbytes, buf.device, allocator_for(buf.device));
+      if (is_output[b]) {
+        owned_outputs_.push_back(static_cast<int>(b));
+        stats_.output_bytes += buf.nbytes;
+      }
+    } else {
+      storage_[b] = buf.storage;  // inputs (rebound per call), free tensors, constants, results
+    }
+  }
+  // Slots: free tensors and constants are themselves; everything else is a fresh impl.
+  slots_.assign(nv, Tensor());
+  for (size_t v = 0; v < nv; ++v) {
+    const Value& x = g.values[v];
+    BufferKind k = g.buffers[x.buffer].kind;
+    if ((k == BufferKind::Free || k == BufferKind::Constant) && x.producer < 0) {
+      slots_[v] = x.traced;
+    } else {
+      slots_[v] = Tensor(make_ref<TensorImpl>(storage_[x.buffer], x.dtype, x.sizes.span(),
+                                              x.strides.span(), x.offset));
+    }
+  }
+  // Inputs: the first input of each buffer binds it.
+  input_buffers_.assign(g.inputs.size(), -1);
+  bound_offset_.assign(nb, 0);
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const Value& x = g.values[g.inputs[i]];
+    if (g.buffers[x.buffer].input == static_cast<int>(i)) input_buffers_[i] = x.buffer;
+  }
+  // The graph no longer needs what it saw while tracing, except free tensors and constants.
+  for (Value& x : g.values) {
+    BufferKind k = g.buffers[x.buffer].kind;
+    if (k != BufferKind::Free && k != BufferKind::Constant) x.traced = Tensor();
+  }
+  for (size_t b = 0; b < nb; ++b)
+    if (g.buffers[b].kind == BufferKind::Input) g.buffers[b].storage = Ref<StorageImpl>();
+
+  // Steps.
+  auto slot_args = [&](const Node& n) {
+    Stack s;
+    for (const Arg& a : n.args) {
+      if (a.kind == Arg::Kind::Value) {
+        s.emplace_back(a.value < 0 ? Tensor() : slots_[a.value]);
+      } else if (a.kind == Arg::Kind::List) {
+        TensorList l;
+        for (int v : a.values) l.push_back(slots_[v]);
+        s.emplace_back(std::move(l));
+      } else {
+        s.push_back(a.attr);
+      }
+    }
+    return s;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    auto step = std::make_unique<Step>();
+    step->node = static_cast<int>(i);
+    switch (how[i]) {
+      case Lowering::Skip:
+        continue;
+      case Lowering::HostRead:
+        step->kind = Step::Kind::HostRead;
+        step->read_value = n.args[0].value;
+        step->name = n.host_read;
+        ++stats_.host_reads;
+        ++stats_.segments;
+        break;
+      case Lowering::Same: {
+        Stack s = slot_args(n);
+        step->call = n.op->bind(backend_key(s), s);
+        step->name = n.op->name();
+        break;
+      }
+      case Lowering::Out: {
+        Stack s = slot_args(n);
+        s.insert(s.begin(), slots_[n.outputs.at(0)]);
+        step->call = out_op[i]->bind(backend_key(s), s);
+        step->name = out_op[i]->name();
+        break;
+      }
+      case Lowering::Fill: {
+        // full(size, value, dtype, device) -> fill_(out, value)
+        Stack s{slots_[n.outputs.at(0)], n.args.at(1).attr};
+        step->call = ops::fill__op.def.bind(backend_key(s), s);
+        step->name = "fill_";
+        break;
+      }
+      case Lowering::Copy: {
+        Stack s{slots_[n.outputs.at(0)], slots_[n.args.at(0).value]};
+        step->call = ops::copy__op.def.bind(backend_key(s), s);
+        step->name = "copy_";
+        break;
+      }
+      case Lowering::Result: {
+        Stack s = slot_args(n);
+        step->kind = Step::Kind::Result;
+        step->call = n.op->bind(backend_key(s), s);
+        step->name = n.op->name();
+        for (int o : n.outputs) step->result_buffers.push_back(g.values[o].buffer);
+        ++stats_.allocating_steps;
+        break;
+      }
+    }
+    steps_.push_back(std::move(step));
+  }
+  stats_.steps = static_cast<int>(steps_.size());
+}
+
+void Executable::rebind(int buffer, Ref<StorageImpl> storage, int64_t delta_bytes) {
+  for (int v : in_buffer_[buffer]) {
+    const Value& x = graph_.values[v];
+    TensorImpl* impl = slots_[v].impl();
+    int64_t item = static_cast<int64_t>(itemsize(x.dtype));
+    impl->rebind_storage(storage, x.offset + delta_bytes / item);
+  }
+  storage_[buffer] = std::move(storage);
+}
+
+void Executable::bind_inputs(std::span<const Tensor> inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    int b = input_buffers_[i];
+    if (b < 0) continue;
+    const Value& x = graph_.values[graph_.inputs[i]];
+    const TensorImpl* in = inputs[i].impl();
+    int64_t delta = (in->storage_offset() - x.offset) * static_cast<int64_t>(itemsize(x.dtype));
+    if (in->storage() == storage_[b].get() && delta == bound_offset_[b]) continue;
+    rebind(b, in->storage_ref(), delta);
+    bound_offset_[b] = delta;
+  }
+}
+
+Tensor Executable::output(int v, std::span<const Tensor> inputs) const {
+  const Value& x = graph_.values[v];
+  const Buffer& buf = graph_.buffers[x.buffer];
+  if (x.input >= 0) return inputs[x.input];
+  if ((buf.kind == BufferKind::Free) && x.producer < 0) return slots_[v];
+  if (buf.kind == BufferKind::Constant) return slots_[v].clone();
+  // A tensor of its own over the buffer, so later rebinding of the slot never moves it.
+  const TensorImpl* s = slots_[v].impl();
+  return Tensor(make_ref<TensorImpl>(s->storage_ref(), s->dtype(), s->sizes(), s->strides(),
+                                     s->storage_offset()));
+}
+
+void Executable::run(std::span<const Tensor> inputs, TensorList& outputs) {
+  bind_inputs(inputs);
+  // Outputs the caller still holds from an earlier call get a new buffer.
+  for (int b : owned_outputs_) {
+    const int own = 1 + static_cast<int>(in_buffer_[b].size());
+    if (storage_[b]->use_count() > own) {
+      const Buffer& buf = graph_.buffers[b];
+      rebind(b, make_ref<StorageImpl>(buf.nbytes, buf.device, allocator_for(buf.device)), 0);
+    }
+  }
+  const bool profiling = profiler::enabled();
+  for (const auto& step : steps_) {
+    int64_t t0 = profiling ? profiler::now_ns() : 0;
+    switch (step->kind) {
+      case Step::Kind::Call:
+        step->call->run();
+        break;
+      case Step::Kind::Result: {
+        step->call->run();
+        size_t k = 0;
+        for (const IValue& r : step->call->results) {
+          if (auto* t = std::get_if<Tensor>(&r)) {
+            rebind(step->result_buffers.at(k++), t->impl()->storage_ref(), 0);
+          } else if (auto* l = std::get_if<TensorList>(&r)) {
+            for (const Tensor& x : *l)
+              rebind(step->result_buffers.at(k++), x.impl()->storage_ref(), 0);
+          }
+        }
+        step->call->results.clear();
+        break;
+      }
+      case Step::Kind::HostRead: {
+        // What the traced read did: bring the value to the host (a no-op copy on the CPU).
+        const Tensor& t = slots_[step->read_value];
+        if (!t.device().is_cpu()) (void)t.to(Device(kCPU), true);
+        break;
+      }
+    }
+    if (profiling) profiler::record(step->name, "replay", t0, profiler::now_ns());
+  }
+  outputs.clear();
+  for (int v : graph_.outputs) outputs.push_back(output(v, inputs));
+}
+
+std::string Executable::str() const {
+  std::string s;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& st = *steps_[i];
+    const Node& n = graph_.nodes[st.node];
+    const char* kind = st.kind == Step::Kind::Result     ? " (allocates)"
+                       : st.kind == Step::Kind::HostRead ? " (host read: segment break)"
+                                                         : "";
+    std::vector<std::string> outs;
+    for (int o : n.outputs) outs.push_back(fmt::format("%{}", o));
+    s += fmt::format("{}: {} <- n{} {}{}{}\n", i, st.name, st.node, n.name(),
+                     outs.empty() ? "" : fmt::format(" -> {}", fmt::join(outs, ", ")), kind);
+  }
+  return s;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,59 @@
+#pragma once
+// The executable: a traced, optimised graph lowered to a flat list of bound kernel calls.
+// See DESIGN.md "Compile" step 4 and Note [Replay] in executable.cpp.
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/compile/graph.h"
+#include "kiln/compile/passes.h"
+
+namespace kiln::compiler {
+
+struct ExecutableStats {
+  int steps = 0;               // kernel calls per replay
+  int allocating_steps = 0;    // steps whose kernel allocates its result (no out= variant)
+  int host_reads = 0;          // graph breaks replayed between segments (piecewise)
+  int segments = 1;            // stretches of steps between graph breaks
+  size_t arena_bytes = 0;      // one block for every planned intermediate
+  size_t unplanned_bytes = 0;  // the same intermediates without reuse
+  size_t output_bytes = 0;     // buffers handed to the caller
+};
+
+class Executable {
+ public:
+  // Lowers `graph` (after the passes) to steps and plans its memory.
+  explicit Executable(Graph graph);
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  // Replays with `inputs` (which the guards have checked) and writes the outputs.
+  void run(std::span<const Tensor> inputs, TensorList& outputs);
+
+  const Graph& graph() const { return graph_; }
+  const ExecutableStats& stats() const { return stats_; }
+  // One line per step: "3: addmm_out(%7 <- %2, %5, %6) [cpu kernel]".
+  std::string str() const;
+
+ private:
+  struct Step;
+  void build();
+  void bind_inputs(std::span<const Tensor> inputs);
+  void rebind(int buffer, Ref<StorageImpl> storage, int64_t delta_bytes);
+  Tensor output(int value, std::span<const Tensor> inputs) const;
+
+  Graph graph_;
+  ExecutableStats stats_;
+  std::vector<Tensor> slots_;                // per value: the tensor kernels are bound to
+  std::vector<std::vector<int>> in_buffer_;  // per buffer: its values
+  std::vector<Ref<StorageImpl>> storage_;    // per buffer: what its slots point at now
+  std::vector<int64_t> bound_offset_;        // per input buffer: offset (bytes) now bound
+  std::vector<int> owned_outputs_;           // buffers handed to the caller, reallocated on need
+  std::vector<int> input_buffers_;           // per input: its buffer if it is that buffer's first
+  Ref<StorageImpl> arena_;
+  std::vector<std::unique_ptr<Step>> steps_;
+};
+
+}  // namespace kiln::compiler

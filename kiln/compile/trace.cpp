@@ -1,0 +1,306 @@
+// The Trace layer: one boxed fallback records every op. See trace.h.
+#include "kiln/compile/trace.h"
+
+#include "kiln/autograd/node.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace kiln::compiler {
+
+namespace {
+
+thread_local Tracer* tls_tracer = nullptr;
+
+// Only reads made by the traced function itself count: kernels run with Trace excluded.
+bool tracing_here() {
+  const LocalDispatchState& s = local_dispatch_state();
+  return s.included.has(DispatchKey::Trace) && !s.excluded.has(DispatchKey::Trace);
+}
+
+void on_host_read(const TensorImpl& t, const char* what) {
+  if (tls_tracer && tracing_here()) tls_tracer->host_read(t, what);
+}
+
+void trace_fallback(const OpDef& op, DispatchKey, Stack& stack) {
+  if (Tracer* t = tls_tracer) return t->record(op, stack);
+  ExcludeKeyGuard guard(DispatchKey::Trace);
+  op.call_boxed(stack);
+}
+
+const bool registered = [] {
+  register_fallback(DispatchKey::Trace, &trace_fallback);
+  return true;
+}();
+
+// Splits "name(T a, T b=1) -> R" into its argument declarations.
+std::vector<std::string_view> schema_args(std::string_view schema) {
+  std::vector<std::string_view> out;
+  size_t open = schema.find('(');
+  if (open == std::string_view::npos) return out;
+  int depth = 0;
+  size_t start = open + 1;
+  for (size_t i = open; i < schema.size(); ++i) {
+    char c = schema[i];
+    if (c == '(') {
+      ++depth;
+    } else if (c == ')' && --depth == 0) {
+      if (i > start) out.push_back(schema.substr(start, i - start));
+      break;
+    } else if (c == ',' && depth == 1) {
+      out.push_back(schema.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<bool>& written_args(const OpDef& op) {
+  static std::mutex mu;
+  static std::unordered_map<const OpDef*, std::vector<bool>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(&op);
+  if (it != cache.end()) return it->second;
+  std::vector<bool> w;
+  bool any = false;
+  for (std::string_view a : schema_args(op.schema())) {
+    w.push_back(a.find('!') != std::string_view::npos);
+    any = any || w.back();
+  }
+  // Pointwise `name_` ops share their functional schema: they write their first argument.
+  if (op.kind() == OpKind::InPlace && !any && !w.empty()) w[0] = true;
+  // out= schemas ("out=add(...)") list the op's own arguments; `out` comes first.
+  if (op.kind() == OpKind::Out) w.insert(w.begin(), true);
+  return cache.emplace(&op, std::move(w)).first->second;
+}
+
+Tracer* current_tracer() { return tls_tracer; }
+
+Tracer::Tracer(std::span<const Tensor> inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    KILN_CHECK(t.defined(), "[compile] input {} is an undefined tensor", i);
+    auto known = value_of_.find(t.impl());
+    if (known != value_of_.end()) {  // the same tensor passed twice
+      g_.inputs.push_back(known->second);
+      continue;
+    }
+    auto b = buffer_of_.find(t.impl()->storage());
+    int buffer;
+    if (b != buffer_of_.end()) {
+      buffer = b->second;  // a view of an earlier input: same buffer
+    } else {
+      buffer = static_cast<int>(g_.buffers.size());
+      g_.buffers.push_back({BufferKind::Input, t.device(), t.impl()->storage()->nbytes(),
+                            static_cast<int>(i), -1, t.impl()->storage_ref()});
+      buffer_of_[t.impl()->storage()] = buffer;
+    }
+    int v = new_value(t, buffer, -1);
+    g_.values[v].input = static_cast<int>(i);
+    g_.inputs.push_back(v);
+  }
+}
+
+Tracer::~Tracer() = default;
+
+Tracer::Scope::Scope(Tracer& t)
+    : saved_(tls_tracer), include_(DispatchKey::Trace), saved_hook_(detail::tls_host_read_hook) {
+  tls_tracer = &t;
+  detail::tls_host_read_hook = &on_host_read;
+}
+Tracer::Scope::~Scope() {
+  tls_tracer = saved_;
+  detail::tls_host_read_hook = saved_hook_;
+}
+
+int Tracer::new_value(const Tensor& t, int buffer, int producer) {
+  Value v;
+  v.dtype = t.dtype();
+  v.device = t.device();
+  v.sizes = t.sizes();
+  v.strides = t.strides();
+  v.offset = t.storage_offset();
+  v.buffer = buffer;
+  v.producer = producer;
+  v.traced = t;
+  int id = static_cast<int>(g_.values.size());
+  g_.values.push_back(std::move(v));
+  value_of_[t.impl()] = id;
+  return id;
+}
+
+// A tensor seen for the first time is a view of a known buffer, or else a free tensor (made
+// outside the call, or inside it without an op: finish() tells which).
+int Tracer::value_for(const Tensor& t) {
+  auto it = value_of_.find(t.impl());
+  if (it != value_of_.end()) return it->second;
+  StorageImpl* s = t.impl()->storage();
+  auto b = buffer_of_.find(s);
+  int buffer;
+  if (b != buffer_of_.end()) {
+    buffer = b->second;
+  } else {
+    buffer = static_cast<int>(g_.buffers.size());
+    g_.buffers.push_back(
+        {BufferKind::Free, t.device(), s->nbytes(), -1, -1, t.impl()->storage_ref()});
+    buffer_of_[s] = buffer;
+  }
+  return new_value(t, buffer, -1);
+}
+
+void Tracer::record(const OpDef& op, Stack& stack) {
+  Node n;
+  n.op = &op;
+  n.args.reserve(stack.size());
+  for (const IValue& v : stack) {
+    Arg a;
+    if (auto* t = std::get_if<Tensor>(&v)) {
+      a.kind = Arg::Kind::Value;
+      a.value = t->defined() ? value_for(*t) : -1;
+    } else if (auto* l = std::get_if<TensorList>(&v)) {
+      a.kind = Arg::Kind::List;
+      for (const Tensor& x : *l) a.values.push_back(value_for(x));
+    } else {
+      a.attr = v;
+      if (auto* gen = std::get_if<Generator*>(&v)) n.random = true, (void)gen;
+    }
+    n.args.push_back(std::move(a));
+  }
+  const std::vector<bool>& w = written_args(op);
+  for (size_t i = 0; i < n.args.size() && i < w.size(); ++i) {
+    if (!w[i]) continue;
+    auto add = [&](int v) {
+      int b = g_.values[v].buffer;
+      if (std::find(n.writes.begin(), n.writes.end(), b) == n.writes.end()) n.writes.push_back(b);
+    };
+    if (n.args[i].kind == Arg::Kind::Value && n.args[i].value >= 0) add(n.args[i].value);
+    for (int v : n.args[i].values) add(v);
+  }
+
+  {
+    ExcludeKeyGuard guard(DispatchKey::Trace);
+    op.call_boxed(stack);
+  }
+
+  const int node = static_cast<int>(g_.nodes.size());
+  auto result = [&](const Tensor& t) {
+    if (!t.defined()) return;
+    if (value_of_.count(t.impl())) {  // a kernel handed back a tensor it was given
+      n.outputs.push_back(value_of_[t.impl()]);
+      return;
+    }
+    StorageImpl* s = t.impl()->storage();
+    auto b = buffer_of_.find(s);
+    int buffer;
+    if (b != buffer_of_.end()) {
+      buffer = b->second;  // a view
+    } else {
+      buffer = static_cast<int>(g_.buffers.size());
+      g_.buffers.push_back(
+          {BufferKind::Intermediate, t.device(), s->nbytes(), -1, node, t.impl()->storage_ref()});
+      buffer_of_[s] = buffer;
+    }
+    n.outputs.push_back(new_value(t, buffer, node));
+  };
+  for (const IValue& v : stack) {
+    if (auto* t = std::get_if<Tensor>(&v)) result(*t);
+    if (auto* l = std::get_if<TensorList>(&v))
+      for (const Tensor& x : *l) result(x);
+  }
+  g_.nodes.push_back(std::move(n));
+}
+
+void Tracer::host_read(const TensorImpl& impl, const char* what) {
+  Tensor t(Ref<TensorImpl>(const_cast<TensorImpl*>(&impl)));
+  Node n;
+  n.host_read = what;
+  Arg a;
+  a.kind = Arg::Kind::Value;
+  a.value = value_for(t);
+  n.args.push_back(std::move(a));
+  g_.nodes.push_back(std::move(n));
+}
+
+Graph Tracer::finish(std::span<const Tensor> outputs, TraceProblems& problems) {
+  for (const Tensor& t : outputs) {
+    KILN_CHECK(t.defined(), "[compile] the function returned an undefined tensor");
+    g_.outputs.push_back(value_for(t));
+  }
+  auto describe = [&](int v) {
+    const Value& x = g_.values[v];
+    return fmt::format("%{} [{}] {}", v, fmt::join(x.sizes, ", "), name(x.dtype));
+  };
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (outputs[k].requires_grad() && !outputs[k].is_leaf())
+      problems.outputs_with_history.push_back(fmt::format(
+          "output {} ({}) was made by {}", k, describe(g_.outputs[k]), outputs[k].grad_fn_name()));
+  }
+  for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    const Node& n = g_.nodes[i];
+    if (!n.host_read) continue;
+    std::string after = i > 0 ? fmt::format(" after n{} '{}'", i - 1, g_.nodes[i - 1].name())
+                              : std::string(" before any op");
+    problems.host_reads.push_back(
+        fmt::format("{}() of {}{}", n.host_read, describe(n.args[0].value), after));
+  }
+
+  // References the graph holds: each buffer's storage once, and each value's impl once (plus
+  // once per time it is returned, and once per traced view whose autograd state names it as
+  // its base). Anything beyond that is held by someone else.
+  std::vector<int> impls_in_buffer(g_.buffers.size(), 0);
+  for (const Value& v : g_.values) ++impls_in_buffer[v.buffer];
+  std::unordered_map<const TensorImpl*, int> returned;
+  for (const Tensor& t : outputs) ++returned[t.impl()];
+  for (const Value& v : g_.values) {
+    const autograd::AutogradMeta* m = autograd::meta_of(v.traced);
+    if (m && m->view_base.defined() && value_of_.count(m->view_base.impl()))
+      ++returned[m->view_base.impl()];
+  }
+  for (Value& v : g_.values)
+    if (v.producer < 0)
+      v.outside_refs = v.traced.impl()->use_count() - 1 - returned[v.traced.impl()];
+  std::vector<bool> written(g_.buffers.size(), false);
+  for (const Node& n : g_.nodes)
+    for (int b : n.writes) written[b] = true;
+
+  for (size_t b = 0; b < g_.buffers.size(); ++b) {
+    Buffer& buf = g_.buffers[b];
+    const int storage_refs = buf.storage->use_count();
+    const bool held_outside = storage_refs > 1 + impls_in_buffer[b];
+    if (buf.kind == BufferKind::Free && !held_outside) {
+      bool impl_outside = false;
+      for (const Value& v : g_.values)
+        if (v.buffer == static_cast<int>(b) &&
+            v.traced.impl()->use_count() > 1 + returned[v.traced.impl()])
+          impl_outside = true;
+      if (impl_outside) continue;
+      buf.kind = BufferKind::Constant;  // made during the call, without an op
+      if (written[b]) {
+        for (size_t v = 0; v < g_.values.size(); ++v)
+          if (g_.values[v].buffer == static_cast<int>(b)) {
+            problems.written_constants.push_back(describe(static_cast<int>(v)));
+            break;
+          }
+      }
+    }
+    if (buf.kind != BufferKind::Intermediate) continue;
+    for (size_t v = 0; v < g_.values.size(); ++v) {
+      const Value& x = g_.values[v];
+      if (x.buffer != static_cast<int>(b)) continue;
+      if (held_outside || x.traced.impl()->use_count() > 1 + returned[x.traced.impl()]) {
+        problems.escapes.push_back(fmt::format("n{} '{}' made {}", buf.producer,
+                                               g_.nodes[buf.producer].name(),
+                                               describe(static_cast<int>(v))));
+        break;
+      }
+    }
+  }
+  return std::move(g_);
+}
+
+}  // namespace kiln::compiler
