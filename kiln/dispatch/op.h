@@ -237,7 +237,8 @@ class TypedOp<R(A...)> {
  public:
   using Sig = R(A...);
   constexpr TypedOp(std::string_view name, std::string_view schema, OpKind kind)
-      : def(name, schema, kind, &detail::BoxedCallerFor<Sig>::call, &detail::BinderFor<Sig>::bind) {}
+      : def(name, schema, kind, &detail::BoxedCallerFor<Sig>::call, &detail::BinderFor<Sig>::bind) {
+  }
 
   R operator()(A... args) const {
     const LocalDispatchState& tls = local_dispatch_state();

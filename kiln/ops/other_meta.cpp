@@ -187,8 +187,8 @@ void foreach_adamw(const char* op, const TensorList& p, const TensorList& g, con
                    double beta2, double eps, double wd) {
   foreach_lists(op, {&p, &g, &m, &v});
   foreach_float(op, p);
-  KILN_CHECK(eps >= 0 && wd >= 0, "[{}] eps and weight_decay must be >= 0, got {} and {}", op,
-             eps, wd);
+  KILN_CHECK(eps >= 0 && wd >= 0, "[{}] eps and weight_decay must be >= 0, got {} and {}", op, eps,
+             wd);
   KILN_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1,
              "[{}] betas must be in [0, 1), got {} and {}", op, beta1, beta2);
   KILN_CHECK(steps.size() == p.size(), "[{}] got {} step tensors for {} parameters", op,

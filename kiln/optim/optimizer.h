@@ -75,7 +75,7 @@ class AdamW : public Optimizer {
 
  private:
   AdamWOptions o_;
-  TensorList m_, v_;         // per parameter, zero-initialised
+  TensorList m_, v_;  // per parameter, zero-initialised
   TensorList step_counts_;
 };
 

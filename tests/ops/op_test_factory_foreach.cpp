@@ -479,51 +479,50 @@ void add_foreach(Cases& cs) {
       [](const AArgs& a, size_t i, size_t) { return at::sqrt(a[i]); });
   // AdamW step 3 with weight decay on clones (so the row is functional); p, m and v are all
   // compared. The ATen side is PyTorch's AdamW formula.
-  cs.push_back({.name = "foreach_adamw_",
-                .ops = {"foreach_adamw_"},
-                .dtypes = kFloatDTypes,
-                .make = make_lists({draw_any(), draw_any(), draw_any(), draw_positive()}),
-                .kiln =
-                    [](const KArgs& x) {
-                      auto clones = [](TensorList l) {
-                        for (Tensor& t : l) t = t.clone();
-                        return l;
-                      };
-                      TensorList p = clones(list(x, 0, 4)), m = clones(list(x, 2, 4)),
-                                 v = clones(list(x, 3, 4));
-                      // Two steps already taken: this is step 3.
-                      TensorList steps;
-                      for (size_t i = 0; i < p.size(); ++i)
-                        steps.push_back(full({}, 2.0, kFloat64, p[i].device()));
-                      Tensor lr = full({}, 0.01, kFloat64, p[0].device());
-                      foreach_adamw_(p, list(x, 1, 4), m, v, steps, lr, 0.9, 0.99, 1e-8, 0.1);
-                      for (const Tensor& s : steps)
-                        KILN_CHECK(s.device().is_meta() || s.item<double>() == 3.0,
-                                   "steps not incremented");
-                      TensorList out = p;
-                      out.insert(out.end(), m.begin(), m.end());
-                      out.insert(out.end(), v.begin(), v.end());
-                      return out;
-                    },
-                .aten =
-                    [](const AArgs& a) {
-                      size_t n = a.in.size() / 4;
-                      double bc1 = 1 - std::pow(0.9, 3), bc2 = 1 - std::pow(0.99, 3);
-                      ATensors ps, ms, vs;
-                      for (size_t i = 0; i < n; ++i) {
-                        const at::Tensor &p = a[i], &g = a[n + i], &m = a[2 * n + i],
-                                         &v = a[3 * n + i];
-                        at::Tensor m1 = at::lerp(m, g, 0.1);
-                        at::Tensor v1 = v * 0.99 + 0.01 * g * g;
-                        at::Tensor denom = at::sqrt(v1) / std::sqrt(bc2) + 1e-8;
-                        ps.push_back(p * (1 - 0.01 * 0.1) - (0.01 / bc1) * m1 / denom);
-                        ms.push_back(m1);
-                        vs.push_back(v1);
-                      }
-                      ps.insert(ps.end(), ms.begin(), ms.end());
-                      ps.insert(ps.end(), vs.begin(), vs.end());
-                      return ps;
-                    }});
+  cs.push_back(
+      {.name = "foreach_adamw_",
+       .ops = {"foreach_adamw_"},
+       .dtypes = kFloatDTypes,
+       .make = make_lists({draw_any(), draw_any(), draw_any(), draw_positive()}),
+       .kiln =
+           [](const KArgs& x) {
+             auto clones = [](TensorList l) {
+               for (Tensor& t : l) t = t.clone();
+               return l;
+             };
+             TensorList p = clones(list(x, 0, 4)), m = clones(list(x, 2, 4)),
+                        v = clones(list(x, 3, 4));
+             // Two steps already taken: this is step 3.
+             TensorList steps;
+             for (size_t i = 0; i < p.size(); ++i)
+               steps.push_back(full({}, 2.0, kFloat64, p[i].device()));
+             Tensor lr = full({}, 0.01, kFloat64, p[0].device());
+             foreach_adamw_(p, list(x, 1, 4), m, v, steps, lr, 0.9, 0.99, 1e-8, 0.1);
+             for (const Tensor& s : steps)
+               KILN_CHECK(s.device().is_meta() || s.item<double>() == 3.0, "steps not incremented");
+             TensorList out = p;
+             out.insert(out.end(), m.begin(), m.end());
+             out.insert(out.end(), v.begin(), v.end());
+             return out;
+           },
+       .aten =
+           [](const AArgs& a) {
+             size_t n = a.in.size() / 4;
+             double bc1 = 1 - std::pow(0.9, 3), bc2 = 1 - std::pow(0.99, 3);
+             ATensors ps, ms, vs;
+             for (size_t i = 0; i < n; ++i) {
+               const at::Tensor &p = a[i], &g = a[n + i], &m = a[2 * n + i], &v = a[3 * n + i];
+               at::Tensor m1 = at::lerp(m, g, 0.1);
+               at::Tensor v1 = v * 0.99 + 0.01 * g * g;
+               at::Tensor denom = at::sqrt(v1) / std::sqrt(bc2) + 1e-8;
+               ps.push_back(p * (1 - 0.01 * 0.1) - (0.01 / bc1) * m1 / denom);
+               ms.push_back(m1);
+               vs.push_back(v1);
+             }
+             ps.insert(ps.end(), ms.begin(), ms.end());
+             ps.insert(ps.end(), vs.begin(), vs.end());
+             return ps;
+           }});
   cs.push_back(
       {.name = "foreach_sqrt",
        .ops = {"foreach_sqrt"},
