@@ -55,6 +55,8 @@ struct CacheEntryInfo {
   int64_t hits = 0;
   std::string reason;     // why it was compiled ("first call", or the miss that caused it)
   double compile_ms = 0;  // trace, passes and lowering
+  double trace_ms = 0;    // of which the traced call (it runs the real ops)
+  double lower_ms = 0;    // of which classifying, passes, planning, binding and guards
   int nodes_traced = 0;
   int steps = 0;
   int segments = 1;

@@ -142,8 +142,11 @@ void Executable::build() {
         owned_outputs_.push_back(static_cast<int>(b));
         stats_.output_bytes += buf.nbytes;
       }
+    } else if (buf.kind == BufferKind::Intermediate && buf.producer >= 0) {
+      // Filled by a kernel that allocates (a Result step); a placeholder until the first run.
+      storage_[b] = make_ref<StorageImpl>(buf.nbytes, buf.device, allocator_for(buf.device));
     } else {
-      storage_[b] = buf.storage;  // inputs (rebound per call), free tensors, constants, results
+      storage_[b] = buf.storage;  // inputs (rebound per call), free tensors, constants
     }
   }
   // Slots: free tensors and constants are themselves; everything else is a fresh impl.
@@ -153,6 +156,8 @@ void Executable::build() {
     BufferKind k = g.buffers[x.buffer].kind;
     if ((k == BufferKind::Free || k == BufferKind::Constant) && x.producer < 0) {
       slots_[v] = x.traced;
+    } else if (!storage_[x.buffer]) {
+      continue;  // made by a node the passes removed
     } else {
       slots_[v] = Tensor(make_ref<TensorImpl>(storage_[x.buffer], x.dtype, x.sizes.span(),
                                               x.strides.span(), x.offset));

@@ -32,7 +32,8 @@ struct Buffer {
   size_t nbytes = 0;
   int input = -1;     // Input: which input
   int producer = -1;  // Intermediate: the node that made it
-  // The traced storage (kept alive while the graph lives).
+  // The traced storage: held for inputs, free tensors and constants; intermediates are not
+  // kept alive by the trace (it would hold every activation of a step at once).
   Ref<StorageImpl> storage;
 };
 
@@ -43,9 +44,11 @@ struct Value {
   Shape strides;
   int64_t offset = 0;  // in elements, within the buffer
   int buffer = -1;
-  int producer = -1;     // node that defined it; -1 for inputs, free tensors and constants
-  int input = -1;        // the input it is, if any
-  Tensor traced;         // the tensor seen while tracing (free tensors keep their identity)
+  int producer = -1;  // node that defined it; -1 for inputs, free tensors and constants
+  int input = -1;     // the input it is, if any
+  // The tensor seen while tracing, held for inputs, free tensors and constants (free tensors
+  // keep their identity); undefined for values made by nodes.
+  Tensor traced;
   int outside_refs = 0;  // free tensors: references held outside the graph when traced
 };
 

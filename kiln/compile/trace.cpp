@@ -24,6 +24,9 @@ bool tracing_here() {
 void on_host_read(const TensorImpl& t, const char* what) {
   if (tls_tracer && tracing_here()) tls_tracer->host_read(t, what);
 }
+void on_release(const void* p) {
+  if (tls_tracer) tls_tracer->released(p);
+}
 
 void trace_fallback(const OpDef& op, DispatchKey, Stack& stack) {
   if (Tracer* t = tls_tracer) return t->record(op, stack);
@@ -95,10 +98,8 @@ Tracer::Tracer(std::span<const Tensor> inputs) {
     if (b != buffer_of_.end()) {
       buffer = b->second;  // a view of an earlier input: same buffer
     } else {
-      buffer = static_cast<int>(g_.buffers.size());
-      g_.buffers.push_back({BufferKind::Input, t.device(), t.impl()->storage()->nbytes(),
-                            static_cast<int>(i), -1, t.impl()->storage_ref()});
-      buffer_of_[t.impl()->storage()] = buffer;
+      buffer = new_buffer(t, BufferKind::Input, -1);
+      g_.buffers[buffer].input = static_cast<int>(i);
     }
     int v = new_value(t, buffer, -1);
     g_.values[v].input = static_cast<int>(i);
@@ -109,13 +110,32 @@ Tracer::Tracer(std::span<const Tensor> inputs) {
 Tracer::~Tracer() = default;
 
 Tracer::Scope::Scope(Tracer& t)
-    : saved_(tls_tracer), include_(DispatchKey::Trace), saved_hook_(detail::tls_host_read_hook) {
+    : saved_(tls_tracer),
+      include_(DispatchKey::Trace),
+      saved_hook_(detail::tls_host_read_hook),
+      saved_release_(detail::tls_release_hook) {
   tls_tracer = &t;
   detail::tls_host_read_hook = &on_host_read;
+  detail::tls_release_hook = &on_release;
 }
 Tracer::Scope::~Scope() {
   tls_tracer = saved_;
   detail::tls_host_read_hook = saved_hook_;
+  detail::tls_release_hook = saved_release_;
+}
+
+void Tracer::released(const void* p) {
+  value_of_.erase(static_cast<const TensorImpl*>(p));
+  buffer_of_.erase(static_cast<const StorageImpl*>(p));
+}
+
+int Tracer::new_buffer(const Tensor& t, BufferKind kind, int producer) {
+  int b = static_cast<int>(g_.buffers.size());
+  Buffer buf{kind, t.device(), t.impl()->storage()->nbytes(), -1, producer, {}};
+  if (kind != BufferKind::Intermediate) buf.storage = t.impl()->storage_ref();
+  g_.buffers.push_back(std::move(buf));
+  buffer_of_[t.impl()->storage()] = b;
+  return b;
 }
 
 int Tracer::new_value(const Tensor& t, int buffer, int producer) {
@@ -127,7 +147,7 @@ int Tracer::new_value(const Tensor& t, int buffer, int producer) {
   v.offset = t.storage_offset();
   v.buffer = buffer;
   v.producer = producer;
-  v.traced = t;
+  if (producer < 0) v.traced = t;
   int id = static_cast<int>(g_.values.size());
   g_.values.push_back(std::move(v));
   value_of_[t.impl()] = id;
@@ -141,15 +161,7 @@ int Tracer::value_for(const Tensor& t) {
   if (it != value_of_.end()) return it->second;
   StorageImpl* s = t.impl()->storage();
   auto b = buffer_of_.find(s);
-  int buffer;
-  if (b != buffer_of_.end()) {
-    buffer = b->second;
-  } else {
-    buffer = static_cast<int>(g_.buffers.size());
-    g_.buffers.push_back(
-        {BufferKind::Free, t.device(), s->nbytes(), -1, -1, t.impl()->storage_ref()});
-    buffer_of_[s] = buffer;
-  }
+  int buffer = b != buffer_of_.end() ? b->second : new_buffer(t, BufferKind::Free, -1);
   return new_value(t, buffer, -1);
 }
 
@@ -196,15 +208,8 @@ void Tracer::record(const OpDef& op, Stack& stack) {
     }
     StorageImpl* s = t.impl()->storage();
     auto b = buffer_of_.find(s);
-    int buffer;
-    if (b != buffer_of_.end()) {
-      buffer = b->second;  // a view
-    } else {
-      buffer = static_cast<int>(g_.buffers.size());
-      g_.buffers.push_back(
-          {BufferKind::Intermediate, t.device(), s->nbytes(), -1, node, t.impl()->storage_ref()});
-      buffer_of_[s] = buffer;
-    }
+    const int buffer =
+        b != buffer_of_.end() ? b->second : new_buffer(t, BufferKind::Intermediate, node);
     n.outputs.push_back(new_value(t, buffer, node));
   };
   for (const IValue& v : stack) {
@@ -249,11 +254,12 @@ Graph Tracer::finish(std::span<const Tensor> outputs, TraceProblems& problems) {
         fmt::format("{}() of {}{}", n.host_read, describe(n.args[0].value), after));
   }
 
-  // References the graph holds: each buffer's storage once, and each value's impl once (plus
-  // once per time it is returned, and once per traced view whose autograd state names it as
-  // its base). Anything beyond that is held by someone else.
-  std::vector<int> impls_in_buffer(g_.buffers.size(), 0);
-  for (const Value& v : g_.values) ++impls_in_buffer[v.buffer];
+  // Held by the graph: inputs', free tensors' and constants' storages and impls (once each),
+  // and nothing made by nodes. An intermediate buffer still alive now is held by someone: the
+  // outputs (each output impl holds its storage once) or, beyond them, an escape.
+  std::vector<int> held_impls(g_.buffers.size(), 0);
+  for (const Value& v : g_.values)
+    if (v.traced.defined()) ++held_impls[v.buffer];
   std::unordered_map<const TensorImpl*, int> returned;
   for (const Tensor& t : outputs) ++returned[t.impl()];
   for (const Value& v : g_.values) {
@@ -262,7 +268,7 @@ Graph Tracer::finish(std::span<const Tensor> outputs, TraceProblems& problems) {
       ++returned[m->view_base.impl()];
   }
   for (Value& v : g_.values)
-    if (v.producer < 0)
+    if (v.traced.defined())
       v.outside_refs = v.traced.impl()->use_count() - 1 - returned[v.traced.impl()];
   std::vector<bool> written(g_.buffers.size(), false);
   for (const Node& n : g_.nodes)
@@ -270,35 +276,38 @@ Graph Tracer::finish(std::span<const Tensor> outputs, TraceProblems& problems) {
 
   for (size_t b = 0; b < g_.buffers.size(); ++b) {
     Buffer& buf = g_.buffers[b];
-    const int storage_refs = buf.storage->use_count();
-    const bool held_outside = storage_refs > 1 + impls_in_buffer[b];
-    if (buf.kind == BufferKind::Free && !held_outside) {
-      bool impl_outside = false;
-      for (const Value& v : g_.values)
-        if (v.buffer == static_cast<int>(b) &&
-            v.traced.impl()->use_count() > 1 + returned[v.traced.impl()])
-          impl_outside = true;
-      if (impl_outside) continue;
-      buf.kind = BufferKind::Constant;  // made during the call, without an op
-      if (written[b]) {
-        for (size_t v = 0; v < g_.values.size(); ++v)
-          if (g_.values[v].buffer == static_cast<int>(b)) {
-            problems.written_constants.push_back(describe(static_cast<int>(v)));
-            break;
-          }
-      }
-    }
-    if (buf.kind != BufferKind::Intermediate) continue;
-    for (size_t v = 0; v < g_.values.size(); ++v) {
-      const Value& x = g_.values[v];
-      if (x.buffer != static_cast<int>(b)) continue;
-      if (held_outside || x.traced.impl()->use_count() > 1 + returned[x.traced.impl()]) {
-        problems.escapes.push_back(fmt::format("n{} '{}' made {}", buf.producer,
-                                               g_.nodes[buf.producer].name(),
-                                               describe(static_cast<int>(v))));
+    if (buf.kind != BufferKind::Free) continue;
+    if (buf.storage->use_count() > 1 + held_impls[b]) continue;  // held outside
+    bool impl_outside = false;
+    for (const Value& v : g_.values)
+      if (v.buffer == static_cast<int>(b) && v.traced.defined() && v.outside_refs > 0)
+        impl_outside = true;
+    if (impl_outside) continue;
+    buf.kind = BufferKind::Constant;  // made during the call, without an op
+    if (!written[b]) continue;
+    for (size_t v = 0; v < g_.values.size(); ++v)
+      if (g_.values[v].buffer == static_cast<int>(b)) {
+        problems.written_constants.push_back(describe(static_cast<int>(v)));
         break;
       }
-    }
+  }
+  // Intermediate storages alive now, and the output impls on each.
+  std::unordered_map<const StorageImpl*, int> output_impls;
+  for (const auto& [impl, count] : returned) output_impls[impl->storage()] += 1;
+  for (const auto& [storage, b] : buffer_of_) {
+    const Buffer& buf = g_.buffers[b];
+    if (buf.kind != BufferKind::Intermediate) continue;
+    auto o = output_impls.find(storage);
+    bool escaped = o == output_impls.end() || storage->use_count() > o->second;
+    for (size_t k = 0; !escaped && k < outputs.size(); ++k)
+      escaped = outputs[k].impl()->storage() == storage &&
+                outputs[k].impl()->use_count() > returned[outputs[k].impl()];
+    if (!escaped) continue;
+    int v = -1;
+    for (size_t x = 0; x < g_.values.size() && v < 0; ++x)
+      if (g_.values[x].buffer == b) v = static_cast<int>(x);
+    problems.escapes.push_back(
+        fmt::format("n{} '{}' made {}", buf.producer, g_.nodes[buf.producer].name(), describe(v)));
   }
   return std::move(g_);
 }

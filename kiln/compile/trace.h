@@ -43,6 +43,7 @@ class Tracer {
     Tracer* saved_;
     IncludeKeyGuard include_;
     detail::HostReadHook saved_hook_;
+    detail::ReleaseHook saved_release_;
   };
 
   // Ends the trace: maps the outputs, classifies buffers (constants, escapes) and returns the
@@ -52,14 +53,17 @@ class Tracer {
   // Called by the Trace fallback: records `op`, runs it below Trace, records its results.
   void record(const OpDef& op, Stack& stack);
   void host_read(const TensorImpl& t, const char* what);
+  // A TensorImpl or StorageImpl at `p` was destroyed: forget it (its address may be reused).
+  void released(const void* p);
 
  private:
   int value_for(const Tensor& t);
   int new_value(const Tensor& t, int buffer, int producer);
+  int new_buffer(const Tensor& t, BufferKind kind, int producer);
 
   Graph g_;
   std::unordered_map<const TensorImpl*, int> value_of_;
-  std::unordered_map<const StorageImpl*, int> buffer_of_;
+  std::unordered_map<const StorageImpl*, int> buffer_of_;  // storages alive now
 };
 
 // The tracer active on this thread, or nullptr.

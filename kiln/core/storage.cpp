@@ -119,7 +119,12 @@ StorageImpl::StorageImpl(size_t nbytes, Device device, Allocator* allocator)
 StorageImpl::StorageImpl(void* data, size_t nbytes, Device device)
     : data_(data), nbytes_(nbytes), device_(device), allocator_(nullptr) {}
 
+namespace detail {
+thread_local ReleaseHook tls_release_hook __attribute__((tls_model("initial-exec"))) = nullptr;
+}
+
 StorageImpl::~StorageImpl() {
+  if (__builtin_expect(detail::tls_release_hook != nullptr, 0)) detail::tls_release_hook(this);
   if (allocator_ && data_) allocator_->deallocate(data_, nbytes_);
 }
 

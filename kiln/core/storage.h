@@ -31,6 +31,14 @@ CpuMemoryStats cpu_memory_stats();
 // Sets the peak to what is allocated now (to measure the peak of one region of code).
 void reset_peak_cpu_memory();
 
+namespace detail {
+// Called with the address of every TensorImpl and StorageImpl destroyed on this thread, when
+// set: compile's tracer forgets tensors that died (their addresses may be reused). nullptr
+// when idle.
+using ReleaseHook = void (*)(const void* object);
+extern thread_local ReleaseHook tls_release_hook __attribute__((tls_model("initial-exec")));
+}  // namespace detail
+
 // Bytes on one device from one allocator. A meta storage has no bytes (data() is nullptr).
 // The version counter is shared by every tensor viewing this storage; in-place ops bump it.
 class StorageImpl : public RefCounted {

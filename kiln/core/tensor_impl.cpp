@@ -106,6 +106,10 @@ void TensorImpl::operator delete(void* p, size_t nbytes) {
   ::operator delete(p);
 }
 
+TensorImpl::~TensorImpl() {
+  if (__builtin_expect(detail::tls_release_hook != nullptr, 0)) detail::tls_release_hook(this);
+}
+
 void TensorImpl::set_geometry(IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
   sizes_ = sizes;
   strides_ = strides;

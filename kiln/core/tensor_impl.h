@@ -27,6 +27,8 @@ class TensorImpl : public RefCounted {
   // A row-major view of `base` with `sizes` (whose product must be base's numel).
   TensorImpl(const TensorImpl& base, IntArrayRef sizes, int64_t offset);
 
+  ~TensorImpl() override;
+
   // Impls are made and dropped on every op: recycle their memory through a per-thread cache.
   static void* operator new(size_t nbytes);
   static void operator delete(void* p, size_t nbytes);

@@ -24,6 +24,7 @@ struct TrainOptions {
   int64_t eval_every = 100;  // 0: only at the end
   std::string out = "kiln_ckpt.safetensors";
   bool compile = false;
+  std::string profile;  // Chrome trace JSON to write; empty: no profiling
 };
 
 struct GenerateOptions {

@@ -66,7 +66,10 @@ CLI::App* add_train(CLI::App& app, TrainOptions& o) {
   cmd->add_option("--eval-every", o.eval_every, "Evaluate every N steps (0: only at the end)")
       ->capture_default_str();
   cmd->add_option("--out", o.out, "Checkpoint to write (safetensors)")->capture_default_str();
-  cmd->add_flag("--compile", o.compile, "Compile the training step (not available yet)");
+  cmd->add_flag("--compile", o.compile,
+                "Compile the training step (trace once, replay without the dispatcher)");
+  cmd->add_option("--profile", o.profile,
+                  "Write a Chrome trace (Perfetto) of ops, compiles and replays to this file");
   add_common(cmd, o.common);
   return cmd;
 }

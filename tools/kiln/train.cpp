@@ -2,13 +2,16 @@
 // periodic evaluation, and a safetensors checkpoint at the end.
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "kiln/autograd/grad_mode.h"
+#include "kiln/compile/compile.h"
 #include "kiln/core/error.h"
 #include "kiln/nn/transformer.h"
 #include "kiln/optim/optimizer.h"
+#include "kiln/profiler/profiler.h"
 #include "tools/kiln/checkpoint.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/data.h"
@@ -65,13 +68,17 @@ void validate(const TrainOptions& o, const nn::GPTConfig& cfg) {
   auto dir = std::filesystem::absolute(o.out).parent_path();
   KILN_CHECK(std::filesystem::is_directory(dir),
              "[train] cannot write --out '{}': directory '{}' does not exist", o.out, dir.string());
+  if (!o.profile.empty()) {
+    auto pdir = std::filesystem::absolute(o.profile).parent_path();
+    KILN_CHECK(std::filesystem::is_directory(pdir) && !std::filesystem::is_directory(o.profile),
+               "[train] cannot write --profile '{}': directory '{}' does not exist", o.profile,
+               pdir.string());
+  }
 }
 
 }  // namespace
 
 int run_train(const TrainOptions& o) {
-  KILN_CHECK_KIND(!o.compile, NotImplemented,
-                  "[train] compile is not available yet (the Compile issue)");
   int threads = apply_common(o.common);
   nn::GPTConfig cfg = config_named(o.config);
   validate(o, cfg);
@@ -100,6 +107,23 @@ int run_train(const TrainOptions& o) {
       o.seed, threads);
   std::fflush(stdout);
 
+  // One training step; compiled, it is traced once and replayed (kiln::compile). The learning
+  // rates are set outside it: they live in the optimizers' lr tensors.
+  auto train_step = [&](const Tensor& x, const Tensor& y) {
+    model.zero_grad();
+    Tensor loss = model.loss(x, y);
+    loss.backward();
+    optim::clip_grad_norm_(params, kClipNorm);
+    opt_decay.step();
+    opt_no_decay.step();
+    return loss.detach();
+  };
+  std::optional<CompiledFunction> compiled;
+  if (o.compile)
+    compiled.emplace(compile(train_step, {.name = "train_step", .input_names = {"x", "y"}}));
+  std::optional<profiler::Session> profile;
+  if (!o.profile.empty()) profile.emplace();
+
   Progress progress(o.steps, o.batch * o.seq, stdout_is_tty());
   const uint64_t eval_seed = o.seed + 1;
   auto report = [&](int64_t step) {
@@ -112,12 +136,7 @@ int run_train(const TrainOptions& o) {
     opt_decay.set_lr(schedule(step));
     opt_no_decay.set_lr(schedule(step));
     auto [x, y] = sample_batch(corpus.train, o.batch, o.seq, gen);
-    model.zero_grad();
-    Tensor loss = model.loss(x, y);
-    loss.backward();
-    optim::clip_grad_norm_(params, kClipNorm);
-    opt_decay.step();
-    opt_no_decay.step();
+    Tensor loss = compiled ? (*compiled)({x, y}).at(0) : train_step(x, y);
     double l = loss.item<double>();
     KILN_CHECK(std::isfinite(l), "[train] the loss became {} at step {} (try a lower --lr)", l,
                step + 1);
@@ -128,6 +147,20 @@ int run_train(const TrainOptions& o) {
   Losses final = report(o.steps);
   progress.finish();
 
+  if (compiled) {
+    CacheEntryInfo e = compiled->entries().at(0);
+    fmt::print(
+        "compile: {} cache entr{}, {} replays, {} eager (warm-up) calls; compiled in {:.1f} ms "
+        "({} steps per replay, intermediates {:.1f} MiB planned vs {:.1f} MiB eager peak)\n",
+        compiled->entries().size(), compiled->entries().size() == 1 ? "y" : "ies", e.hits,
+        compiled->eager_calls(), e.compile_ms, e.steps, e.arena_bytes / 1048576.0,
+        e.eager_peak_bytes / 1048576.0);
+  }
+  if (profile) {
+    profile->save_chrome_trace(o.profile);
+    fmt::print("profile: {} ({} events; open it in https://ui.perfetto.dev)\n", o.profile,
+               profile->events().size());
+  }
   save_checkpoint(model, o.config, o.steps, o.out);
   fmt::print(
       "done: {} steps in {:.1f} s ({:.0f} tokens/s); final train loss {:.4f}, val loss "

@@ -19,8 +19,8 @@ template <class Make>
 void binary_same(const Tensor& out, const Tensor& a, const Tensor& b, DType compute, const char* op,
                  Make make) {
   Tensor ta, tb;  // casts, only when needed
-  const Tensor& ca = a.dtype() == compute ? a : (ta = as_dtype(a, compute));
-  const Tensor& cb = b.dtype() == compute ? b : (tb = as_dtype(b, compute));
+  const Tensor& ca = a.dtype() == compute ? a : (ta = operand_as(a, compute));
+  const Tensor& cb = b.dtype() == compute ? b : (tb = operand_as(b, compute));
   with_result_dtype(out, compute, [&](const Tensor& r) {
     KILN_DISPATCH_TYPES(compute, op, [&] {
       elementwise<scalar_t, scalar_t, scalar_t>(r, {&ca, &cb}, make(Tag<scalar_t>{}));
@@ -32,8 +32,8 @@ template <class Make>
 void binary_bool(const Tensor& out, const Tensor& a, const Tensor& b, DType compute, const char* op,
                  Make make) {
   Tensor ta, tb;
-  const Tensor& ca = a.dtype() == compute ? a : (ta = as_dtype(a, compute));
-  const Tensor& cb = b.dtype() == compute ? b : (tb = as_dtype(b, compute));
+  const Tensor& ca = a.dtype() == compute ? a : (ta = operand_as(a, compute));
+  const Tensor& cb = b.dtype() == compute ? b : (tb = operand_as(b, compute));
   with_result_dtype(out, kBool, [&](const Tensor& r) {
     KILN_DISPATCH_TYPES(compute, op, [&] {
       elementwise<bool, scalar_t, scalar_t>(r, {&ca, &cb}, make(Tag<scalar_t>{}));

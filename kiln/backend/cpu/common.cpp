@@ -58,6 +58,21 @@ Tensor as_dtype(const Tensor& t, DType dtype) {
   return out;
 }
 
+Tensor operand_as(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  if (t.dim() != 0) return as_dtype(t, dtype);
+  thread_local Tensor scratch[kNumDTypes];
+  Tensor& s = scratch[static_cast<int>(dtype)];
+  // Held elsewhere (the other operand of the same call): make a fresh one.
+  Tensor out = s.defined() && s.impl()->use_count() == 1 ? s : (s = empty_cpu({}, dtype));
+  Scalar v = KILN_DISPATCH_TYPES(t.dtype(), "operand_as", [&]() -> Scalar {
+    return Scalar(*static_cast<const scalar_t*>(t.impl()->data()));
+  });
+  KILN_DISPATCH_TYPES(dtype, "operand_as",
+                      [&] { *static_cast<scalar_t*>(out.impl()->data()) = v.to<scalar_t>(); });
+  return out;
+}
+
 Tensor contiguous_as(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype && t.is_contiguous()) return t;
   Tensor out = empty_cpu(t.sizes(), dtype);

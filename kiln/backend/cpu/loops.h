@@ -238,6 +238,10 @@ void copy_kernel(const Tensor& dst, const Tensor& src);
 
 // `t` in dtype `dtype` on the host, converting (and allocating) only if needed.
 Tensor as_dtype(const Tensor& t, DType dtype);
+// as_dtype for a kernel's temporary operand: a 0-d tensor (a wrapped number, mostly) is cast
+// into a per-thread scratch tensor instead of a new allocation. Only for values dropped before
+// the kernel returns.
+Tensor operand_as(const Tensor& t, DType dtype);
 
 // Runs `compute(result)` where result is `out` itself when it has dtype `dtype` and no
 // overlap, else a temporary of dtype `dtype` whose values are then cast into `out`.
