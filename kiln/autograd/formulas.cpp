@@ -122,21 +122,7 @@ void cos_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   gi[0] = neg(mul(g[0], sin(c.input(0))));
 }
 void gelu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
-  Tensor x = c.input(0);
-  if (!c.get<bool>(1)) {
-    // d/dx x Phi(x) = Phi(x) + x phi(x); Phi(x) = gelu(x) / x (the saved output, so erf is
-    // not evaluated again), with Phi(0) = 1/2.
-    Tensor cdf = where(eq(x, 0.0), full_like(x, 0.5), div(c.output(0), x));
-    Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 1.0 / std::sqrt(2.0 * std::numbers::pi));
-    gi[0] = mul(g[0], add(cdf, mul(x, pdf)));
-    return;
-  }
-  const double beta = std::sqrt(2.0 / std::numbers::pi), kappa = 0.044715;
-  Tensor x2 = mul(x, x);
-  Tensor t = tanh(mul(add(x, mul(mul(x2, x), kappa)), beta));
-  Tensor left = mul(add(t, 1.0), 0.5);
-  Tensor right = mul(mul(mul(x, 0.5), 1.0 - mul(t, t)), add(mul(x2, 3.0 * kappa * beta), beta));
-  gi[0] = mul(g[0], add(left, right));
+  gi[0] = gelu_backward(g[0], c.input(0), c.get<bool>(1));
 }
 void clamp_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   Tensor a = c.input(0);
@@ -391,7 +377,7 @@ const Entry kPointwise[] = {
     {"silu", F(silu_bw, S(0))},
     {"sin", F(sin_bw, S(0))},
     {"cos", F(cos_bw, S(0))},
-    {"gelu", F(gelu_bw, S(0), S(0))},
+    {"gelu", F(gelu_bw, S(0))},
     {"clamp", F(clamp_bw, S(0))},
     {"where", F(where_bw, S(0))},
 };

@@ -333,6 +333,19 @@ TensorSpec tril(const Tensor& self, int64_t) {
   KILN_CHECK(self.dim() >= 2, "[tril] input must have at least 2 dimensions, got {}", self.dim());
   return {Shape(self.sizes()), self.dtype(), self.device()};
 }
+TensorSpec gelu_backward(const Tensor& grad, const Tensor& self, bool) {
+  const char* op = "gelu_backward";
+  check_defined(op, grad, "grad_output");
+  check_defined(op, self, "self");
+  KILN_CHECK_TYPE(is_floating(self.dtype()) && grad.dtype() == self.dtype(),
+                  "[{}] expected floating-point grad_output and self of one dtype, got {} and {}",
+                  op, name(grad.dtype()), name(self.dtype()));
+  KILN_CHECK(grad.sizes() == self.sizes(),
+             "[{}] grad_output has shape [{}], but self has shape [{}]", op,
+             fmt::join(grad.sizes(), ", "), fmt::join(self.sizes(), ", "));
+  return {Shape(self.sizes()), self.dtype(), common_device(op, {&grad, &self})};
+}
+
 TensorSpec one_hot(const Tensor& self, int64_t num_classes) {
   check_defined("one_hot", self, "self");
   KILN_CHECK_TYPE(self.dtype() == kInt64, "[one_hot] input must be int64, got {}", self.dtype());

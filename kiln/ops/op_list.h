@@ -100,7 +100,9 @@ namespace kiln::ops {
     "index_add(Tensor self, int dim, Tensor index, Tensor source, Scalar alpha=1)")                \
   _(triu, (const Tensor&, int64_t), "triu(Tensor self, int diagonal=0)")                           \
   _(tril, (const Tensor&, int64_t), "tril(Tensor self, int diagonal=0)")                           \
-  _(one_hot, (const Tensor&, int64_t), "one_hot(Tensor self, int num_classes)")
+  _(one_hot, (const Tensor&, int64_t), "one_hot(Tensor self, int num_classes)")                    \
+  _(gelu_backward, (const Tensor&, const Tensor&, bool),                                           \
+    "gelu_backward(Tensor grad_output, Tensor self, bool tanh_approximation=False)")
 
 #define KILN_FORALL_OTHER_OPS(_)                                                                   \
   /* views: share storage, no kernel work; one kernel serves every backend */                      \

@@ -156,6 +156,9 @@ KILN_UNARY_WRAPPER(sin)
 KILN_UNARY_WRAPPER(cos)
 #undef KILN_UNARY_WRAPPER
 Tensor gelu(const Tensor& a, bool approximate_tanh) { return gelu_op(a, approximate_tanh); }
+Tensor gelu_backward(const Tensor& grad, const Tensor& self, bool approximate_tanh) {
+  return gelu_backward_op(grad, self, approximate_tanh);
+}
 Tensor clamp(const Tensor& a, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   return clamp_op(a, lo, hi);
 }

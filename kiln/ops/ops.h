@@ -96,6 +96,8 @@ Tensor sin(const Tensor& a);
 Tensor cos(const Tensor& a);
 // approximate = false: x * Phi(x) with erf; true: the tanh approximation.
 Tensor gelu(const Tensor& a, bool approximate_tanh = false);
+// grad * d/dx gelu(x), in one pass: gelu's backward formula (no double backward).
+Tensor gelu_backward(const Tensor& grad, const Tensor& self, bool approximate_tanh = false);
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max = {});
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);

@@ -69,6 +69,48 @@ std::vector<ErrorCase> error_cases() {
             for (const Tensor& t : a) watch(t);
             foreach_mul_(a, {f32({2}), f32({2})});
           }),
+      // foreach_adamw_: everything is checked before any parameter, moment or step is written.
+      err("adamw_lr_not_a_0d_float64", K::Type, "foreach_adamw_", {"lr", "[] float32"},
+          [](const Watch& watch) {
+            TensorList p{f32({2})}, g{f32({2})}, m{f32({2})}, v{f32({2})},
+                s{zeros({}, kFloat64)};
+            for (const TensorList* l : {&p, &m, &v, &s}) watch((*l)[0]);
+            foreach_adamw_(p, g, m, v, s, f32({}), 0.9, 0.999, 1e-8, 0.0);
+          }),
+      err("adamw_step_count", K::Value, "foreach_adamw_", {"1 step tensors", "2 parameters"},
+          [](const Watch& watch) {
+            TensorList p{f32({2}), f32({3})}, g{f32({2}), f32({3})}, m{f32({2}), f32({3})},
+                v{f32({2}), f32({3})}, s{zeros({}, kFloat64)};
+            for (const Tensor& t : p) watch(t);
+            foreach_adamw_(p, g, m, v, s, zeros({}, kFloat64), 0.9, 0.999, 1e-8, 0.0);
+          }),
+      err("adamw_negative_lr", K::Value, "foreach_adamw_", {"lr", "-1"},
+          [](const Watch& watch) {
+            TensorList p{f32({2})}, g{f32({2})}, m{f32({2})}, v{f32({2})},
+                s{zeros({}, kFloat64)};
+            for (const TensorList* l : {&p, &m, &v, &s}) watch((*l)[0]);
+            foreach_adamw_(p, g, m, v, s, full({}, -1.0, kFloat64), 0.9, 0.999, 1e-8, 0.0);
+          }),
+      err("adamw_fractional_step", K::Value, "foreach_adamw_", {"steps[0]", "1.5"},
+          [](const Watch& watch) {
+            TensorList p{f32({2})}, g{f32({2})}, m{f32({2})}, v{f32({2})},
+                s{full({}, 1.5, kFloat64)};
+            for (const TensorList* l : {&p, &m, &v, &s}) watch((*l)[0]);
+            foreach_adamw_(p, g, m, v, s, zeros({}, kFloat64), 0.9, 0.999, 1e-8, 0.0);
+          }),
+      err("adamw_shared_step_tensor", K::Value, "foreach_adamw_", {"steps[0]", "steps[1]"},
+          [](const Watch& watch) {
+            Tensor step = zeros({}, kFloat64);
+            TensorList p{f32({2}), f32({3})}, g{f32({2}), f32({3})}, m{f32({2}), f32({3})},
+                v{f32({2}), f32({3})}, s{step, step};
+            for (const Tensor& t : p) watch(t);
+            watch(step);
+            foreach_adamw_(p, g, m, v, s, zeros({}, kFloat64), 0.9, 0.999, 1e-8, 0.0);
+          }),
+      err("gelu_backward_shape", K::Value, "gelu_backward", {"[2, 3]", "[3, 2]"},
+          [](const Watch&) { gelu_backward(f32({2, 3}), f32({3, 2})); }),
+      err("gelu_backward_int", K::Type, "gelu_backward", {"int64"},
+          [](const Watch&) { gelu_backward(i64({3}), i64({3})); }),
       // ---------------------------------------------------------------- dtypes
       err("mm_dtype_mismatch", K::Type, "mm", {"float32", "float64"},
           [](const Watch&) { mm(f32({2, 3}), ones({3, 2}, kFloat64)); }),

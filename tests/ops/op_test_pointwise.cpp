@@ -171,6 +171,24 @@ void add_unary_ops(Cases& cs) {
        .tag = "tanh"},
       KILN_PW(gelu), [](auto call, const KArgs& x) { return call(x[0], true); },
       [](const AArgs& a) { return ATensors{at::gelu(a[0], "tanh")}; });
+  // gelu's backward (one fused op) against ATen's.
+  for (bool tanh : {false, true}) {
+    OpCase row{.name = tanh ? "gelu_backward_tanh" : "gelu_backward_erf",
+               .ops = {"gelu_backward"},
+               .dtypes = kFloatDTypes,
+               .make = make_from({draw_any(), draw_uniform(-6, 6)}, {Spec{{7, 9}}, Spec{{7, 9}}}),
+               .kiln = [tanh](const KArgs& x) { return KTensors{gelu_backward(x[0], x[1], tanh)}; },
+               .aten =
+                   [tanh](const AArgs& a) {
+                     return ATensors{at::gelu_backward(a[0], a[1], tanh ? "tanh" : "none")};
+                   }};
+    cs.push_back(row);
+    if (!tanh)
+      cs.push_back(out_variant(row, "gelu_backward_out", [](const KArgs& x) {
+        ops::gelu_backward_out_op(x.out, x[0], x[1], false);
+        return KTensors{x.out};
+      }));
+  }
   add_pointwise(
       cs,
       {.name = "clamp", .dtypes = kNumericDTypes, .draws = {draw_uniform(-9, 9)}, .special = true},

@@ -120,6 +120,35 @@ void gelu_impl(const Tensor& out, const Tensor& a, bool approximate) {
   });
 }
 
+// d/dx gelu(x) * grad in one pass (autograd's formula for gelu).
+void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x, bool approximate) {
+  with_result_dtype(out, x.dtype(), [&](const Tensor& r) {
+    KILN_DISPATCH_FLOAT_TYPES(x.dtype(), "gelu_backward", [&] {
+      using T = scalar_t;
+      using F = A<T>;
+      if (approximate) {
+        constexpr F kBeta = F(std::numbers::sqrt2 * std::numbers::inv_sqrtpi), kKappa = 0.044715;
+        elementwise<T, T, T>(r, {&grad, &x}, [](T gv, T xv) -> T {
+          F x = xv, x2 = x * x;
+          F t = tanh_any(kBeta * (x + kKappa * x2 * x));
+          F left = F(0.5) * (F(1) + t);
+          F right = F(0.5) * x * (F(1) - t * t) * kBeta * (F(1) + F(3) * kKappa * x2);
+          return static_cast<F>(gv) * (left + right);
+        });
+      } else {
+        constexpr F kInvSqrt2 = F(std::numbers::sqrt2 / 2),
+                    kInvSqrt2Pi = F(std::numbers::inv_sqrtpi * std::numbers::sqrt2 / 2);
+        elementwise<T, T, T>(r, {&grad, &x}, [](T gv, T xv) -> T {
+          F x = xv;
+          F cdf = F(0.5) * (F(1) + erf_any(x * kInvSqrt2));
+          F pdf = exp_any(F(-0.5) * x * x) * kInvSqrt2Pi;
+          return static_cast<F>(gv) * (cdf + x * pdf);
+        });
+      }
+    });
+  });
+}
+
 void clamp_impl(const Tensor& out, const Tensor& a, const OptScalar& lo, const OptScalar& hi) {
   DType ct = meta::clamp(a, lo, hi).dtype;
   unary(out, a, ct, "clamp", [&](auto* tag) {
@@ -153,6 +182,7 @@ KILN_REGISTER_POINTWISE(relu, K, &relu_impl);
 KILN_REGISTER_POINTWISE(logical_not, K, &logical_not_impl);
 KILN_REGISTER_POINTWISE(gelu, K, &gelu_impl);
 KILN_REGISTER_POINTWISE(clamp, K, &clamp_impl);
+KILN_REGISTER_STRUCTURED(gelu_backward, K, &gelu_backward_impl);
 
 }  // namespace
 }  // namespace kiln::cpu
