@@ -96,6 +96,13 @@ struct CompiledFunction::Impl {
 void CompiledFunction::Impl::call(std::span<const Tensor> inputs, TensorList& outputs) {
   ++calls;
   outputs.clear();  // the caller's previous outputs, if it holds them nowhere else, are free
+  // Called from inside another function's trace: run the ops for real so that the outer trace
+  // records them (a replay would run kernels it never sees).
+  if (Tracer* outer = current_tracer(); outer && outer->tracing()) {
+    ++eager_calls;
+    outputs = fn(inputs);
+    return;
+  }
   const ModeState modes = ModeState::current();
   for (const auto& e : entries) {
     if (!e->guards->check(inputs, modes)) continue;
@@ -278,8 +285,15 @@ std::unique_ptr<CompiledFunction::Impl::Traced> CompiledFunction::Impl::trace(
   if (log_enabled("graph"))
     fmt::print(stderr, "[compile] '{}' entry {} graph ({} nodes traced):\n{}", o.name,
                entries.size(), report.nodes_traced, graph.str());
-  e->exe = std::make_unique<Executable>(std::move(graph));
-  e->guards = std::make_unique<Guards>(e->exe->graph(), inputs, modes, dynamic);
+  std::vector<bool> is_static(inputs.size(), false);
+  for (int i : o.static_inputs) {
+    KILN_CHECK(i >= 0 && static_cast<size_t>(i) < inputs.size(),
+               "[compile] '{}': static input {} is out of range (the call has {} inputs)", o.name,
+               i, inputs.size());
+    is_static[i] = true;
+  }
+  e->exe = std::make_unique<Executable>(std::move(graph), is_static);
+  e->guards = std::make_unique<Guards>(e->exe->graph(), inputs, modes, dynamic, is_static);
   const int64_t t1 = profiler::now_ns();
 
   CacheEntryInfo& info = e->info;

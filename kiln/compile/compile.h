@@ -40,7 +40,9 @@ struct CompileOptions {
   bool piecewise = false;
   // Dims whose size may change between calls without a recompile (also: mark_dynamic).
   std::vector<DynamicDim> dynamic = {};
-  // Inputs whose storage is the same at every call (bound once, never checked again).
+  // Inputs whose storage is the same at every call: the executable binds them once and the
+  // guards check the storage by identity instead (a different storage is a cache miss). On a
+  // device with graphs this is what spares the copy into a static buffer.
   std::vector<int> static_inputs = {};
   // Names of the inputs, for messages ("input 0 ('x') ...").
   std::vector<std::string> input_names = {};

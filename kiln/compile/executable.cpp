@@ -53,7 +53,10 @@ DispatchKey backend_key(const Stack& stack) {
 
 }  // namespace
 
-Executable::Executable(Graph graph) : graph_(std::move(graph)) { build(); }
+Executable::Executable(Graph graph, std::vector<bool> is_static)
+    : graph_(std::move(graph)), is_static_(std::move(is_static)) {
+  build();
+}
 Executable::~Executable() = default;
 
 void Executable::build() {
@@ -175,8 +178,12 @@ void Executable::build() {
     BufferKind k = g.buffers[x.buffer].kind;
     if (k != BufferKind::Free && k != BufferKind::Constant) x.traced = Tensor();
   }
-  for (size_t b = 0; b < nb; ++b)
-    if (g.buffers[b].kind == BufferKind::Input) g.buffers[b].storage = Ref<StorageImpl>();
+  for (size_t b = 0; b < nb; ++b) {
+    const Buffer& buf = g.buffers[b];
+    bool keep = buf.kind == BufferKind::Input && buf.input >= 0 &&
+                static_cast<size_t>(buf.input) < is_static_.size() && is_static_[buf.input];
+    if (buf.kind == BufferKind::Input && !keep) g.buffers[b].storage = Ref<StorageImpl>();
+  }
 
   // Steps.
   auto slot_args = [&](const Node& n) {
@@ -262,7 +269,7 @@ void Executable::rebind(int buffer, Ref<StorageImpl> storage, int64_t delta_byte
 void Executable::bind_inputs(std::span<const Tensor> inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     int b = input_buffers_[i];
-    if (b < 0) continue;
+    if (b < 0 || (i < is_static_.size() && is_static_[i])) continue;
     const Value& x = graph_.values[graph_.inputs[i]];
     const TensorImpl* in = inputs[i].impl();
     int64_t delta = (in->storage_offset() - x.offset) * static_cast<int64_t>(itemsize(x.dtype));

@@ -24,7 +24,8 @@ struct ExecutableStats {
 class Executable {
  public:
   // Lowers `graph` (after the passes) to steps and plans its memory.
-  explicit Executable(Graph graph);
+  // Inputs with `is_static[i]` stay bound to the storage they were traced with.
+  Executable(Graph graph, std::vector<bool> is_static);
   ~Executable();
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;
@@ -52,6 +53,7 @@ class Executable {
   std::vector<int64_t> bound_offset_;        // per input buffer: offset (bytes) now bound
   std::vector<int> owned_outputs_;           // buffers handed to the caller, reallocated on need
   std::vector<int> input_buffers_;           // per input: its buffer if it is that buffer's first
+  std::vector<bool> is_static_;              // per input: bound once (the guards check it)
   Ref<StorageImpl> arena_;
   std::vector<std::unique_ptr<Step>> steps_;
 };

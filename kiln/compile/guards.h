@@ -15,9 +15,11 @@ struct InputGuard {
   Shape strides;
   bool requires_grad = false;
   bool contiguous = true;
-  uint32_t dynamic = 0;     // dims whose size is not checked
-  int alias_of = -1;        // an earlier input whose storage this one shares, or -1
-  int64_t alias_delta = 0;  // storage offset relative to alias_of's
+  uint32_t dynamic = 0;                  // dims whose size is not checked
+  int alias_of = -1;                     // an earlier input whose storage this one shares, or -1
+  int64_t alias_delta = 0;               // storage offset relative to alias_of's
+  const StorageImpl* storage = nullptr;  // static inputs: the storage (kept alive by the entry)
+  int64_t offset = 0;                    // static inputs: the storage offset
 };
 
 // Thread-local state a trace depends on.
@@ -34,9 +36,10 @@ class Guards {
  public:
   // Guards for `graph`, traced with `inputs` under `modes`. Build them once the executable
   // holds its references to free tensors (each guard counts what the entry holds).
-  // `dynamic[i]` are the dims of input i left unchecked.
+  // `dynamic[i]` are the dims of input i left unchecked; `is_static[i]` says input i must keep
+  // its storage (and offset).
   Guards(const Graph& graph, std::span<const Tensor> inputs, const ModeState& modes,
-         std::span<const uint32_t> dynamic);
+         std::span<const uint32_t> dynamic, const std::vector<bool>& is_static);
   // Whether any input has a dynamic dim.
   bool has_dynamic() const { return has_dynamic_; }
   // The sizes of the dynamic dims of `inputs`, in order (the key of a size specialisation).

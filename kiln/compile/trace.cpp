@@ -84,6 +84,8 @@ const std::vector<bool>& written_args(const OpDef& op) {
 
 Tracer* current_tracer() { return tls_tracer; }
 
+bool Tracer::tracing() const { return tls_tracer == this && tracing_here(); }
+
 Tracer::Tracer(std::span<const Tensor> inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];

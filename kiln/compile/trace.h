@@ -55,6 +55,8 @@ class Tracer {
   void host_read(const TensorImpl& t, const char* what);
   // A TensorImpl or StorageImpl at `p` was destroyed: forget it (its address may be reused).
   void released(const void* p);
+  // Whether ops called now on this thread are being recorded (not from inside a kernel).
+  bool tracing() const;
 
  private:
   int value_for(const Tensor& t);

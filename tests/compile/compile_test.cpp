@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include "kiln/autograd/grad_mode.h"
+#include "kiln/compile/trace.h"
 #include "kiln/ops/ops.h"
+#include "kiln/profiler/profiler.h"
 
 namespace kiln {
 namespace {
@@ -175,6 +177,28 @@ TEST(CompileGuards, InputAliasing) {
   expect_equal(f({x, x})[0], add(x, x));
 }
 
+TEST(CompileGuards, StaticInputsAreGuardedByStorage) {
+  Tensor w = rnd({3}, 1);
+  CompiledFunction f = compile([](const Tensor& x, const Tensor& w) { return mul(x, w); },
+                               {.static_inputs = {1}, .input_names = {"x", "w"}});
+  for (int i = 0; i < 3; ++i) {
+    Tensor x = rnd({3}, 10 + i);
+    {
+      autograd::NoGradGuard ng;
+      add_(w, 1.0);  // the same storage, new values: still a hit
+    }
+    expect_equal(f({x, w})[0], mul(x, w));
+  }
+  EXPECT_EQ(f.entries().size(), 1u);
+  Tensor w2 = w.clone();
+  Tensor x = rnd({3}, 20);
+  expect_equal(f({x, w2})[0], mul(x, w2));
+  ASSERT_EQ(f.miss_reasons().size(), 1u);
+  EXPECT_EQ(f.miss_reasons()[0], "input 1 ('w') is a static input, but its storage changed");
+  CompiledFunction g = compile([](const Tensor& x) { return x; }, {.static_inputs = {3}});
+  EXPECT_THROW(g({x}), ValueError);
+}
+
 TEST(CompileGuards, FreeTensorIdentity) {
   auto w = std::make_shared<Tensor>(rnd({3}, 1));
   CompiledFunction f = compile([w](const Tensor& x) { return mul(x, *w); });
@@ -332,6 +356,38 @@ TEST(CompileMutation, ConstantsMadeWithoutOps) {
     expect_equal(f({x})[0], mul(x, 3.0));
   }
   EXPECT_EQ(f.entries().size(), 1u);
+}
+
+TEST(CompileMutation, NestedCompiledFunctionsAreTracedThrough) {
+  CompiledFunction inner = compile([](const Tensor& x) { return mul(x, 2.0); });
+  Tensor x0 = rnd({3}, 1);
+  inner({x0});
+  inner({x0});  // inner now replays when called on its own
+  CompiledFunction outer = compile([&](const Tensor& x) { return add(inner({x})[0], 1.0); });
+  for (int i = 0; i < 3; ++i) {
+    Tensor x = rnd({3}, 70 + i);
+    expect_equal(outer({x})[0], add(mul(x, 2.0), 1.0), fmt::format("call {}", i));
+  }
+  EXPECT_EQ(outer.entries().at(0).steps, 2) << outer.steps_str();
+}
+
+TEST(CompileMutation, AnExceptionWhileTracingLeavesNoEntry) {
+  bool fail = true;
+  CompiledFunction f = compile([&](const Tensor& x) {
+    Tensor y = mul(x, 3.0);
+    if (fail) mm(ones({2, 3}), ones({2, 3}));  // a size mismatch raises
+    return y;
+  });
+  Tensor x = rnd({3}, 1);
+  EXPECT_THROW(f({x}), ValueError);
+  EXPECT_TRUE(f.entries().empty());
+  EXPECT_FALSE(profiler::enabled());
+  fail = false;
+  expect_equal(f({x})[0], mul(x, 3.0));
+  expect_equal(f({x})[0], mul(x, 3.0));
+  EXPECT_EQ(f.entries().size(), 1u);
+  EXPECT_FALSE(local_dispatch_state().included.has(DispatchKey::Trace));
+  EXPECT_EQ(compiler::current_tracer(), nullptr);
 }
 
 // ---------------------------------------------------------------- outputs
