@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -79,6 +80,9 @@ struct CompiledFunction::Impl {
   bool warned_limit = false;
   bool warmed_up = false;    // a call already ran as warm-up (see Note [Warm-up])
   std::vector<int64_t> key;  // scratch: the dynamic sizes of a call
+  // One call at a time: a replay re-binds the executable's buffers. Recursive, because the
+  // traced function may call this compiled function again (it then runs eagerly).
+  std::recursive_mutex mu;
 
   void call(std::span<const Tensor> inputs, TensorList& outputs);
   void miss(std::span<const Tensor> inputs, const ModeState& modes, TensorList& outputs);
@@ -94,6 +98,7 @@ struct CompiledFunction::Impl {
 };
 
 void CompiledFunction::Impl::call(std::span<const Tensor> inputs, TensorList& outputs) {
+  std::lock_guard<std::recursive_mutex> lock(mu);
   ++calls;
   outputs.clear();  // the caller's previous outputs, if it holds them nowhere else, are free
   // Called from inside another function's trace: run the ops for real so that the outer trace

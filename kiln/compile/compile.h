@@ -69,6 +69,7 @@ struct CacheEntryInfo {
   std::string guards;
 };
 
+// Calls from several threads are serialised (one replay at a time per compiled function).
 class CompiledFunction {
  public:
   using Fn = std::function<TensorList(std::span<const Tensor>)>;

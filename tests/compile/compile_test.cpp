@@ -2,7 +2,9 @@
 // dims, free tensors, graph breaks, passes, outputs, logs and explain().
 #include "kiln/compile/compile.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -256,6 +258,17 @@ TEST(CompileLimits, BadOptions) {
   CompiledFunction g =
       compile([](const Tensor& x) { return neg(x); }, {.dynamic = {{.input = 0, .dim = 3}}});
   EXPECT_THROW(g({rnd({2}, 1)}), ValueError);
+  CompiledFunction h = compile([](const Tensor& x) { return neg(x); }, {.input_names = {"x"}});
+  try {
+    h({Tensor()});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("input 0 ('x') is an undefined tensor"), std::string::npos)
+        << e.what();
+  }
+  h({rnd({2}, 1)});
+  EXPECT_THROW(h({Tensor()}), ValueError);  // a miss, then the same error
+  EXPECT_EQ(h.entries().size(), 1u);
 }
 
 // ---------------------------------------------------------------- dynamic dims
@@ -388,6 +401,44 @@ TEST(CompileMutation, AnExceptionWhileTracingLeavesNoEntry) {
   EXPECT_EQ(f.entries().size(), 1u);
   EXPECT_FALSE(local_dispatch_state().included.has(DispatchKey::Trace));
   EXPECT_EQ(compiler::current_tracer(), nullptr);
+}
+
+TEST(CompileMutation, RandomOpsDrawFreshNumbersOnEveryReplay) {
+  // dropout and randn have no out= variant: their kernels run at replay and advance the
+  // generator, so a compiled run draws the same sequence as an eager one from the same seed.
+  auto fn = [](const Tensor& x, Generator* g) {
+    return add(dropout(x, 0.5, true, g), randn({4}, g));
+  };
+  Generator ge(42), gc(42);
+  CompiledFunction f = compile([&](const Tensor& x) { return fn(x, &gc); });
+  Tensor x = ones({4});
+  std::vector<std::vector<float>> seen;
+  for (int i = 0; i < 4; ++i) {
+    Tensor got = f({x})[0];
+    expect_equal(got, fn(x, &ge), fmt::format("call {}", i));
+    seen.push_back(got.to_vector<float>());
+  }
+  EXPECT_NE(seen[2], seen[3]);
+  EXPECT_EQ(f.entries().at(0).hits, 3);
+  EXPECT_NE(f.explain().find("2 allocate their result"), std::string::npos) << f.explain();
+}
+
+TEST(CompileMutation, CallsFromSeveralThreadsAreSerialised) {
+  CompiledFunction f = compile([](const Tensor& x) { return mul(add(x, 1.0), 2.0); });
+  f({rnd({64}, 1)});
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        Tensor x = rnd({64}, 1000 * t + i);
+        Tensor y = f({x})[0];
+        if (y.to_vector<float>() != mul(add(x, 1.0), 2.0).to_vector<float>()) ++wrong;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(f.entries().size(), 1u);
 }
 
 // ---------------------------------------------------------------- outputs
