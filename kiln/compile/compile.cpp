@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "kiln/compile/dynamic.h"
 #include "kiln/compile/executable.h"
 #include "kiln/compile/guards.h"
 #include "kiln/compile/trace.h"
@@ -63,11 +64,15 @@ struct CompiledFunction::Impl {
     std::unique_ptr<Guards> guards;
     std::vector<Spec> specs;
     CacheEntryInfo info;
+    std::vector<bool> is_static;
+    std::optional<SizeTemplate> sizes;  // derives graphs for new dynamic sizes
+    std::string no_template;            // why there is none (after two traces)
   };
   struct Traced {
     std::unique_ptr<Guards> guards;
     std::unique_ptr<Executable> exe;
     CacheEntryInfo info;
+    std::vector<bool> is_static;
   };
   static constexpr size_t kMaxSpecs = 64;
 
@@ -90,6 +95,8 @@ struct CompiledFunction::Impl {
                                 const std::string& reason, TensorList& outputs);
   void run_entry(Entry& e, std::span<const Tensor> inputs, const ModeState& modes,
                  TensorList& outputs);
+  // An executable for the current dynamic sizes `key` derived without tracing, or nullptr.
+  Executable* derive(Entry& e, std::span<const Tensor> inputs);
   const Entry& entry(int i) const {
     KILN_CHECK(i >= 0 && static_cast<size_t>(i) < entries.size(),
                "[compile] '{}' has {} cache entries, no entry {}", o.name, entries.size(), i);
@@ -118,13 +125,72 @@ void CompiledFunction::Impl::call(std::span<const Tensor> inputs, TensorList& ou
 
 // Note [Dynamic dims]
 // Dims marked dynamic are left out of the guards, so calls that differ only in those sizes
-// share one cache entry and never count against the recompile limit. The executable, its
-// memory plan and every size-dependent attribute (view shapes, the divisor of a mean) are
-// specialised to concrete sizes: the entry keeps one executable per distinct set of dynamic
-// sizes, made by tracing the first call with those sizes (a *size specialisation*, reported
-// by explain(), at most kMaxSpecs per entry). A graph is therefore always correct for the
-// sizes it runs with. What is not done yet is deriving the other sizes symbolically, which
-// would re-plan a new size without tracing it.
+// share one cache entry and never count against the recompile limit. An executable, its
+// memory plan and every size-dependent attribute (view shapes, expand sizes, a mean's
+// divisor) are concrete, so the entry keeps one executable per distinct set of dynamic sizes
+// (a *size specialisation*, at most kMaxSpecs). The first two sizes are traced. From those
+// two graphs a SizeTemplate fits every integer as a + b * t of the dynamic size t (all dynamic
+// dims of a call must then have one size, e.g. a batch dim shared by inputs and targets); a
+// new size is then *derived* without tracing: instantiated, checked by running every node's
+// meta function on shape-only tensors of the derived geometry, and planned. Graphs whose two
+// traces differ otherwise (a float attribute that depends on the size, a different op
+// sequence), and sizes whose derived graph fails the check, are traced instead, with the
+// reason logged under KILN_LOGS=recompiles.
+Executable* CompiledFunction::Impl::derive(Entry& e, std::span<const Tensor> inputs) {
+  if (e.specs.size() < 2 || key.empty()) return nullptr;
+  auto one_size = [](const std::vector<int64_t>& k) {
+    for (int64_t s : k)
+      if (s != k[0]) return false;
+    return true;
+  };
+  if (!one_size(key)) return nullptr;
+  if (!e.sizes && e.no_template.empty()) {
+    const Spec* a = nullptr;
+    const Spec* b = nullptr;
+    for (const Spec& sp : e.specs) {
+      if (!one_size(sp.sizes)) continue;
+      if (!a)
+        a = &sp;
+      else if (!b && sp.sizes[0] != a->sizes[0])
+        b = &sp;
+    }
+    if (!a || !b) return nullptr;
+    e.sizes = SizeTemplate::fit(a->exe->graph(), a->sizes[0], b->exe->graph(), b->sizes[0],
+                                e.no_template);
+    if (!e.sizes && log_enabled("recompiles"))
+      fmt::print(stderr, "[compile] '{}' entry {}: new dynamic sizes will be traced: {}\n", o.name,
+                 e.info.index, e.no_template);
+  }
+  if (!e.sizes || e.specs.size() >= kMaxSpecs) return nullptr;
+  std::string why;
+  const int64_t t0 = profiler::now_ns();
+  std::optional<Graph> g = e.sizes->instantiate(key[0], why);
+  for (size_t i = 0; g && i < inputs.size(); ++i) {
+    const Value& v = g->values[g->inputs[i]];
+    if (inputs[i].sizes() != v.sizes.span() || inputs[i].strides() != v.strides.span()) {
+      why =
+          fmt::format("input {} is [{}] strides [{}], the derived graph expects [{}] strides [{}]",
+                      i, fmt::join(inputs[i].sizes(), ", "), fmt::join(inputs[i].strides(), ", "),
+                      fmt::join(v.sizes, ", "), fmt::join(v.strides, ", "));
+      g.reset();
+    }
+  }
+  if (!g) {
+    if (log_enabled("recompiles"))
+      fmt::print(stderr, "[compile] '{}' entry {}: cannot derive size {}: {}\n", o.name,
+                 e.info.index, key[0], why);
+    return nullptr;
+  }
+  e.specs.push_back({key, std::make_unique<Executable>(std::move(*g), e.is_static)});
+  e.info.size_specializations = static_cast<int>(e.specs.size());
+  ++e.info.sizes_derived;
+  if (log_enabled("recompiles"))
+    fmt::print(stderr, "[compile] '{}' entry {}: derived the graph for size {} without tracing\n",
+               o.name, e.info.index, key[0]);
+  profiler::record(fmt::format("derive {}", o.name), "compile", t0, profiler::now_ns(),
+                   {{"size", std::to_string(key[0])}});
+  return e.specs.back().exe.get();
+}
 void CompiledFunction::Impl::run_entry(Entry& e, std::span<const Tensor> inputs,
                                        const ModeState& modes, TensorList& outputs) {
   Executable* exe = e.specs.front().exe.get();
@@ -133,6 +199,7 @@ void CompiledFunction::Impl::run_entry(Entry& e, std::span<const Tensor> inputs,
     exe = nullptr;
     for (const Spec& sp : e.specs)
       if (sp.sizes == key) exe = sp.exe.get();
+    if (!exe) exe = derive(e, inputs);
     if (!exe) {
       KILN_CHECK(e.specs.size() < kMaxSpecs,
                  "[compile] '{}': entry {} already holds {} size specialisations; sizes [{}] "
@@ -204,6 +271,7 @@ void CompiledFunction::Impl::miss(std::span<const Tensor> inputs, const ModeStat
   e->info = t->info;
   e->info.index = static_cast<int>(entries.size());
   e->guards = std::move(t->guards);
+  e->is_static = t->is_static;
   std::vector<int64_t> sizes;
   e->guards->dynamic_sizes(inputs, sizes);
   e->specs.push_back({std::move(sizes), std::move(t->exe)});
@@ -298,6 +366,7 @@ std::unique_ptr<CompiledFunction::Impl::Traced> CompiledFunction::Impl::trace(
     is_static[i] = true;
   }
   e->exe = std::make_unique<Executable>(std::move(graph), is_static);
+  e->is_static = is_static;
   e->guards = std::make_unique<Guards>(e->exe->graph(), inputs, modes, dynamic, is_static);
   const int64_t t1 = profiler::now_ns();
 
@@ -382,8 +451,9 @@ std::string CompiledFunction::explain() const {
         "views resolved at compile time\n",
         i.nodes_traced, i.dead_removed, i.cse_merged, i.noops_removed, i.views_resolved);
     if (e->guards->has_dynamic())
-      s += fmt::format("  dynamic dims: {} size specialisation{}\n", e->specs.size(),
-                       e->specs.size() == 1 ? "" : "s");
+      s += fmt::format("  dynamic dims: {} size specialisation{} ({} derived without tracing){}\n",
+                       e->specs.size(), e->specs.size() == 1 ? "" : "s", i.sizes_derived,
+                       e->no_template.empty() ? "" : "; new sizes are traced: " + e->no_template);
     s += fmt::format("  {} steps ({} allocate their result), {} segment{}\n", st.steps,
                      st.allocating_steps, st.segments, st.segments == 1 ? "" : "s");
     s += fmt::format(

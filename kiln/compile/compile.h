@@ -65,7 +65,8 @@ struct CacheEntryInfo {
   size_t arena_bytes = 0;       // planned peak of intermediates
   size_t eager_peak_bytes = 0;  // peak memory of the traced (eager) call
   int dead_removed = 0, cse_merged = 0, noops_removed = 0, views_resolved = 0;
-  int size_specializations = 1;  // traces for distinct sizes of dynamic dims
+  int size_specializations = 1;  // executables for distinct sizes of dynamic dims
+  int sizes_derived = 0;         // of which derived from two traces without tracing
   std::string guards;
 };
 

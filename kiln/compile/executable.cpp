@@ -148,6 +148,9 @@ void Executable::build() {
     } else if (buf.kind == BufferKind::Intermediate && buf.producer >= 0) {
       // Filled by a kernel that allocates (a Result step); a placeholder until the first run.
       storage_[b] = make_ref<StorageImpl>(buf.nbytes, buf.device, allocator_for(buf.device));
+    } else if (buf.kind == BufferKind::Input && !buf.storage) {
+      // A derived graph (Note [Dynamic dims]) has no traced input: bound at the first run.
+      storage_[b] = make_ref<StorageImpl>(nullptr, buf.nbytes, buf.device);
     } else {
       storage_[b] = buf.storage;  // inputs (rebound per call), free tensors, constants
     }

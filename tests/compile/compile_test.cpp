@@ -282,8 +282,61 @@ TEST(CompileDynamic, BatchSizesShareOneEntry) {
   }
   ASSERT_EQ(f.entries().size(), 1u);
   EXPECT_EQ(f.entries()[0].size_specializations, 4);
+  EXPECT_EQ(f.entries()[0].sizes_derived, 2) << "16 and 2 derived from the traces of 4 and 8";
   EXPECT_TRUE(f.miss_reasons().empty());
-  EXPECT_EQ(f.entries()[0].hits, 3);
+  EXPECT_EQ(f.entries()[0].hits, 5);
+}
+
+TEST(CompileDynamic, TrainingStepWithDynamicBatch) {
+  // A training step whose graph depends on the batch size in view shapes, in a mean's
+  // divisor (an integer constant) and in cross-entropy's sizes: two sizes are traced, the
+  // others derived, every step equal to the eager one bitwise.
+  auto make = [](uint64_t seed) {
+    Generator g(seed);
+    return std::pair{randn({5, 6}, &g).requires_grad_(), randn({5}, &g).requires_grad_()};
+  };
+  auto [w1, b1] = make(3);
+  auto [w2, b2] = make(3);
+  auto step = [](Tensor& w, Tensor& b, const Tensor& x, const Tensor& y) {
+    Tensor h = gelu(linear(x, w, b));
+    Tensor logits = h.view({x.size(0), 5});
+    Tensor loss = add(cross_entropy(logits, y), mean(mul(h, h)));
+    loss.backward();
+    autograd::NoGradGuard ng;
+    for (Tensor* p : {&w, &b}) {
+      add_(*p, mul(p->grad(), -0.1));
+      Tensor g = p->grad();
+      g.zero_();
+    }
+    return loss.detach();
+  };
+  CompiledFunction f = compile([&](const Tensor& x, const Tensor& y) { return step(w2, b2, x, y); },
+                               {.dynamic = {{0, 0}, {1, 0}}});
+  Generator data(5);
+  for (int64_t n : {4, 4, 8, 16, 3, 8, 12}) {
+    Tensor x = randn({n, 6}, &data), y = randint(0, 5, {n}, &data);
+    Tensor want = step(w1, b1, x, y);
+    expect_equal(f({x, y})[0], want, fmt::format("batch {}", n));
+    expect_equal(w2, w1, fmt::format("weights after batch {}", n));
+  }
+  ASSERT_EQ(f.entries().size(), 1u);
+  EXPECT_GE(f.entries()[0].sizes_derived, 2) << f.explain();
+  EXPECT_TRUE(f.miss_reasons().empty());
+}
+
+TEST(CompileDynamic, FloatsThatDependOnTheSizeAreTraced) {
+  auto fn = [](const Tensor& x) { return mul(sum(x, {0}), 1.0 / static_cast<double>(x.size(0))); };
+  CompiledFunction f = compile(fn, {.dynamic = {{0, 0}}});
+  for (int64_t n : {2, 4, 8, 16}) {
+    Tensor x = rnd({n, 3}, static_cast<uint64_t>(n));
+    expect_equal(f({x})[0], fn(x), fmt::format("batch {}", n));
+  }
+  ASSERT_EQ(f.entries().size(), 1u);
+  EXPECT_EQ(f.entries()[0].sizes_derived, 0);
+  EXPECT_EQ(f.entries()[0].size_specializations, 4);
+  EXPECT_NE(f.explain().find("new sizes are traced: the graphs traced at sizes 2 and 4 differ"),
+            std::string::npos)
+      << f.explain();
 }
 
 TEST(CompileDynamic, MarkDynamic) {

@@ -95,5 +95,34 @@ TEST(CompileTrain, GptTenStepsMatchEagerBitwise) {
   EXPECT_LT(f.entries()[0].arena_bytes, f.entries()[0].eager_peak_bytes);
 }
 
+TEST(CompileTrain, GptWithDynamicBatchDerivesNewSizes) {
+  nn::GPTConfig cfg{.vocab_size = 32, .context = 8, .width = 16, .layers = 1, .heads = 2};
+  Generator g1(4), g2(4);
+  nn::GPT eager(cfg, {.gen = &g1}), compiled(cfg, {.gen = &g2});
+  optim::AdamW eager_opt(eager.parameters(), {.lr = 3e-3});
+  optim::AdamW opt(compiled.parameters(), {.lr = 3e-3});
+  auto step = [](nn::GPT& m, optim::Optimizer& o, const Tensor& idx, const Tensor& tgt) {
+    o.zero_grad();
+    Tensor loss = m.loss(idx, tgt);
+    loss.backward();
+    o.step();
+    return loss.detach();
+  };
+  CompiledFunction f =
+      compile([&](const Tensor& idx, const Tensor& tgt) { return step(compiled, opt, idx, tgt); },
+              {.name = "gpt_step", .dynamic = {{0, 0}, {1, 0}}});
+  Generator data(13);
+  int s = 0;
+  for (int64_t b : {2, 2, 4, 6, 3, 4, 8}) {
+    ++s;
+    Tensor idx = randint(0, 32, {b, 8}, &data), tgt = randint(0, 32, {b, 8}, &data);
+    Tensor want = step(eager, eager_opt, idx, tgt);
+    EXPECT_EQ(f({idx, tgt})[0].item<float>(), want.item<float>()) << "batch " << b;
+    expect_params_equal(eager, compiled, s);
+  }
+  ASSERT_EQ(f.entries().size(), 1u);
+  EXPECT_EQ(f.entries()[0].sizes_derived, 3) << f.explain();  // 6, 3 and 8
+}
+
 }  // namespace
 }  // namespace kiln
