@@ -157,6 +157,10 @@ Executable* CompiledFunction::Impl::derive(Entry& e, std::span<const Tensor> inp
     if (!a || !b) return nullptr;
     e.sizes = SizeTemplate::fit(a->exe->graph(), a->sizes[0], b->exe->graph(), b->sizes[0],
                                 e.no_template);
+    if (e.sizes) {
+      const SizeTemplate* tmpl = &*e.sizes;
+      e.guards->add_held([tmpl](const TensorImpl* p) { return tmpl->refs_to(p); });
+    }
     if (!e.sizes && log_enabled("recompiles"))
       fmt::print(stderr, "[compile] '{}' entry {}: new dynamic sizes will be traced: {}\n", o.name,
                  e.info.index, e.no_template);
@@ -182,6 +186,8 @@ Executable* CompiledFunction::Impl::derive(Entry& e, std::span<const Tensor> inp
     return nullptr;
   }
   e.specs.push_back({key, std::make_unique<Executable>(std::move(*g), e.is_static)});
+  const Executable* added = e.specs.back().exe.get();
+  e.guards->add_held([added](const TensorImpl* p) { return added->refs_to(p); });
   e.info.size_specializations = static_cast<int>(e.specs.size());
   ++e.info.sizes_derived;
   if (log_enabled("recompiles"))
@@ -210,6 +216,8 @@ void CompiledFunction::Impl::run_entry(Entry& e, std::span<const Tensor> inputs,
         fmt::print(stderr, "[compile] '{}' entry {}: {}\n", o.name, e.info.index, reason);
       std::unique_ptr<Traced> t = trace(inputs, modes, reason, outputs);
       if (t) {
+        const Executable* added = t->exe.get();
+        e.guards->add_held([added](const TensorImpl* p) { return added->refs_to(p); });
         e.specs.push_back({key, std::move(t->exe)});
         e.info.size_specializations = static_cast<int>(e.specs.size());
       }
@@ -367,7 +375,9 @@ std::unique_ptr<CompiledFunction::Impl::Traced> CompiledFunction::Impl::trace(
   }
   e->exe = std::make_unique<Executable>(std::move(graph), is_static);
   e->is_static = is_static;
-  e->guards = std::make_unique<Guards>(e->exe->graph(), inputs, modes, dynamic, is_static);
+  const Executable* exe = e->exe.get();
+  e->guards = std::make_unique<Guards>(e->exe->graph(), inputs, modes, dynamic, is_static,
+                                       [exe](const TensorImpl* t) { return exe->refs_to(t); });
   const int64_t t1 = profiler::now_ns();
 
   CacheEntryInfo& info = e->info;

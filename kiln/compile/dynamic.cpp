@@ -91,6 +91,9 @@ std::string skeleton(const Graph& g) {
   for (const Value& v : g.values) {
     fmt::format_to(out, "v{}:{}:{}:{}:{}:{};", name(v.dtype), v.device.str(), v.buffer, v.producer,
                    v.input, v.sizes.size());
+    // The same free tensors, by identity.
+    if (g.buffers[v.buffer].kind == BufferKind::Free && v.traced.defined())
+      fmt::format_to(out, "f{}", static_cast<const void*>(v.traced.impl()));
     if (g.buffers[v.buffer].kind == BufferKind::Constant && v.producer < 0 && v.traced.defined() &&
         !integral_scalar_constant(g, v))
       fmt::format_to(out, "c{}", fmt::join(v.traced.to(kFloat64).to_vector<double>(), ","));
@@ -177,6 +180,12 @@ std::optional<SizeTemplate> SizeTemplate::fit(const Graph& g1, int64_t t1, const
     t.intercept_.push_back(q1[i] - dq / dt * t1);
   }
   return t;
+}
+
+int SizeTemplate::refs_to(const TensorImpl* t) const {
+  int n = 0;
+  for (const Value& v : base_.values) n += v.traced.impl() == t;
+  return n;
 }
 
 std::optional<Graph> SizeTemplate::instantiate(int64_t t, std::string& why) const {

@@ -20,6 +20,8 @@ class SizeTemplate {
   // The graph at size `t`, checked by running every node's meta function on shape-only
   // tensors of the derived geometry; nullopt with `why` when a check fails.
   std::optional<Graph> instantiate(int64_t t, std::string& why) const;
+  // References the template holds to `t` (its copy of the first graph's free tensors).
+  int refs_to(const TensorImpl* t) const;
 
  private:
   Graph base_;

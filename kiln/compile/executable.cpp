@@ -204,6 +204,15 @@ void Executable::build() {
     }
     return s;
   };
+  // Binds a stack, counting the tensor handles the bound call keeps.
+  auto bind = [&](const OpDef& op, Stack& s) {
+    for (const IValue& v : s) {
+      if (auto* t = std::get_if<Tensor>(&v); t && t->defined()) ++bound_refs_[t->impl()];
+      if (auto* l = std::get_if<TensorList>(&v))
+        for (const Tensor& x : *l) ++bound_refs_[x.impl()];
+    }
+    return op.bind(backend_key(s), s);
+  };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     auto step = std::make_unique<Step>();
@@ -220,34 +229,34 @@ void Executable::build() {
         break;
       case Lowering::Same: {
         Stack s = slot_args(n);
-        step->call = n.op->bind(backend_key(s), s);
+        step->call = bind(*n.op, s);
         step->name = n.op->name();
         break;
       }
       case Lowering::Out: {
         Stack s = slot_args(n);
         s.insert(s.begin(), slots_[n.outputs.at(0)]);
-        step->call = out_op[i]->bind(backend_key(s), s);
+        step->call = bind(*out_op[i], s);
         step->name = out_op[i]->name();
         break;
       }
       case Lowering::Fill: {
         // full(size, value, dtype, device) -> fill_(out, value)
         Stack s{slots_[n.outputs.at(0)], n.args.at(1).attr};
-        step->call = ops::fill__op.def.bind(backend_key(s), s);
+        step->call = bind(ops::fill__op.def, s);
         step->name = "fill_";
         break;
       }
       case Lowering::Copy: {
         Stack s{slots_[n.outputs.at(0)], slots_[n.args.at(0).value]};
-        step->call = ops::copy__op.def.bind(backend_key(s), s);
+        step->call = bind(ops::copy__op.def, s);
         step->name = "copy_";
         break;
       }
       case Lowering::Result: {
         Stack s = slot_args(n);
         step->kind = Step::Kind::Result;
-        step->call = n.op->bind(backend_key(s), s);
+        step->call = bind(*n.op, s);
         step->name = n.op->name();
         for (int o : n.outputs) step->result_buffers.push_back(g.values[o].buffer);
         ++stats_.allocating_steps;
@@ -257,6 +266,16 @@ void Executable::build() {
     steps_.push_back(std::move(step));
   }
   stats_.steps = static_cast<int>(steps_.size());
+}
+
+int Executable::refs_to(const TensorImpl* t) const {
+  int n = 0;
+  for (size_t v = 0; v < graph_.values.size(); ++v) {
+    n += graph_.values[v].traced.impl() == t;
+    n += slots_[v].impl() == t;
+  }
+  auto it = bound_refs_.find(t);
+  return n + (it == bound_refs_.end() ? 0 : it->second);
 }
 
 void Executable::rebind(int buffer, Ref<StorageImpl> storage, int64_t delta_bytes) {

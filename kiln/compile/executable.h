@@ -4,6 +4,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/compile/graph.h"
@@ -34,6 +35,9 @@ class Executable {
   void run(std::span<const Tensor> inputs, TensorList& outputs);
 
   const Graph& graph() const { return graph_; }
+  // References this executable holds to `t` (its graph, slots and bound arguments): guards on
+  // free tensors count them as the cache entry's own.
+  int refs_to(const TensorImpl* t) const;
   const ExecutableStats& stats() const { return stats_; }
   // One line per step: "3: addmm_out(%7 <- %2, %5, %6) [cpu kernel]".
   std::string str() const;
@@ -55,6 +59,7 @@ class Executable {
   std::vector<int> input_buffers_;           // per input: its buffer if it is that buffer's first
   std::vector<bool> is_static_;              // per input: bound once (the guards check it)
   Ref<StorageImpl> arena_;
+  std::unordered_map<const TensorImpl*, int> bound_refs_;  // per impl: copies in bound calls
   std::vector<std::unique_ptr<Step>> steps_;
 };
 

@@ -34,7 +34,8 @@ bool strides_match(const InputGuard& g, const TensorImpl& t) {
 }  // namespace
 
 Guards::Guards(const Graph& graph, std::span<const Tensor> inputs, const ModeState& modes,
-               std::span<const uint32_t> dynamic, const std::vector<bool>& is_static)
+               std::span<const uint32_t> dynamic, const std::vector<bool>& is_static,
+               const HeldRefs& held)
     : modes_(modes) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorImpl& t = *inputs[i].impl();
@@ -63,13 +64,15 @@ Guards::Guards(const Graph& graph, std::span<const Tensor> inputs, const ModeSta
       continue;
     std::string label =
         fmt::format("free tensor %{} ([{}] {})", v, fmt::join(x.sizes, ", "), name(x.dtype));
-    // What the cache entry holds now is what it will always hold: everything else was
-    // outside when traced (Value::outside_refs).
-    int internal = x.traced.impl()->use_count() - x.outside_refs;
+    // The entry's own references: its executables' and this guard's copy of a parameter.
     const bool param = x.traced.requires_grad() && x.traced.is_leaf();
-    free_.push_back({x.traced.impl(), internal + (param ? 1 : 0), label});
+    free_.push_back({x.traced.impl(), held(x.traced.impl()) + (param ? 1 : 0), label});
     if (param) grads_.push_back({x.traced, x.traced.grad().impl(), label});
   }
+}
+
+void Guards::add_held(const HeldRefs& held) {
+  for (FreeGuard& f : free_) f.internal_refs += held(f.impl);
 }
 
 void Guards::dynamic_sizes(std::span<const Tensor> inputs, std::vector<int64_t>& out) const {

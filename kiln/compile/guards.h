@@ -1,5 +1,6 @@
 #pragma once
 // Guards: the checks a call must pass to replay a cache entry. See DESIGN.md "Compile" step 5.
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,8 +39,13 @@ class Guards {
   // holds its references to free tensors (each guard counts what the entry holds).
   // `dynamic[i]` are the dims of input i left unchecked; `is_static[i]` says input i must keep
   // its storage (and offset).
+  // `held(t)` counts the references the cache entry holds to free tensor `t`.
+  using HeldRefs = std::function<int(const TensorImpl*)>;
   Guards(const Graph& graph, std::span<const Tensor> inputs, const ModeState& modes,
-         std::span<const uint32_t> dynamic, const std::vector<bool>& is_static);
+         std::span<const uint32_t> dynamic, const std::vector<bool>& is_static,
+         const HeldRefs& held);
+  // The entry came to hold more references (another executable, a size template).
+  void add_held(const HeldRefs& held);
   // Whether any input has a dynamic dim.
   bool has_dynamic() const { return has_dynamic_; }
   // The sizes of the dynamic dims of `inputs`, in order (the key of a size specialisation).

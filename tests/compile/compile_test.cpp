@@ -339,6 +339,20 @@ TEST(CompileDynamic, FloatsThatDependOnTheSizeAreTraced) {
       << f.explain();
 }
 
+TEST(CompileDynamic, FreeTensorIdentityWithManySizes) {
+  auto w = std::make_shared<Tensor>(rnd({3}, 1));
+  CompiledFunction f =
+      compile([w](const Tensor& x) { return mul(x, *w); }, {.dynamic = {{.input = 0, .dim = 0}}});
+  for (int64_t n : {2, 4, 8, 16}) f({rnd({n, 3}, 2)});  // two traced, two derived
+  EXPECT_EQ(f.entries().at(0).sizes_derived, 2);
+  *w = rnd({3}, 3);  // the function now reaches a different tensor
+  Tensor x = rnd({8, 3}, 4);
+  expect_equal(f({x})[0], mul(x, *w));
+  ASSERT_EQ(f.miss_reasons().size(), 1u);
+  EXPECT_NE(f.miss_reasons()[0].find("is no longer referenced outside"), std::string::npos)
+      << f.miss_reasons()[0];
+}
+
 TEST(CompileDynamic, MarkDynamic) {
   CompiledFunction f = compile([](const Tensor& x) { return sum(x, {1}); });
   Tensor a = rnd({2, 3}, 1);
