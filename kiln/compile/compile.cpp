@@ -312,16 +312,18 @@ std::unique_ptr<CompiledFunction::Impl::Traced> CompiledFunction::Impl::trace(
   }
   for (size_t i = 0; i < inputs.size(); ++i) dynamic[i] |= inputs[i].impl()->dynamic_dims();
   const int64_t t0 = profiler::now_ns();
-  const CpuMemoryStats before = cpu_memory_stats();
-  reset_peak_cpu_memory();
   Tracer tracer(inputs);
+  size_t eager_peak = 0;
   {
+    struct Peak {  // closed on every path, an exception from fn included
+      size_t* out;
+      Peak(size_t* o) : out(o) { begin_cpu_peak(); }
+      ~Peak() { *out = end_cpu_peak(); }
+    } peak{&eager_peak};
     Tracer::Scope scope(tracer);
     outputs = fn(inputs);
   }
   const int64_t t_traced = profiler::now_ns();
-  const size_t eager_peak =
-      cpu_memory_stats().peak - std::min(before.allocated, cpu_memory_stats().peak);
   TraceProblems problems;
   Graph graph = tracer.finish(outputs, problems);
 

@@ -234,20 +234,7 @@ std::optional<Graph> SizeTemplate::instantiate(int64_t t, std::string& why) cons
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const Node& node = g.nodes[n];
     if (!node.op) continue;
-    Stack stack;
-    for (const Arg& a : node.args) {
-      if (a.kind == Arg::Kind::Value) {
-        stack.emplace_back(a.value < 0 ? Tensor() : meta[a.value]);
-      } else if (a.kind == Arg::Kind::List) {
-        TensorList l;
-        for (int v : a.values) l.push_back(meta[v]);
-        stack.emplace_back(std::move(l));
-      } else if (std::holds_alternative<Device>(a.attr)) {
-        stack.emplace_back(Device(kMeta));  // factories: shapes only
-      } else {
-        stack.push_back(a.attr);
-      }
-    }
+    Stack stack = node_args(node, meta, Device(kMeta));  // factories: shapes only
     try {
       node.op->call_boxed_at(DispatchKey::Meta, stack);
     } catch (const Error& e) {

@@ -189,21 +189,7 @@ void Executable::build() {
   }
 
   // Steps.
-  auto slot_args = [&](const Node& n) {
-    Stack s;
-    for (const Arg& a : n.args) {
-      if (a.kind == Arg::Kind::Value) {
-        s.emplace_back(a.value < 0 ? Tensor() : slots_[a.value]);
-      } else if (a.kind == Arg::Kind::List) {
-        TensorList l;
-        for (int v : a.values) l.push_back(slots_[v]);
-        s.emplace_back(std::move(l));
-      } else {
-        s.push_back(a.attr);
-      }
-    }
-    return s;
-  };
+  auto slot_args = [&](const Node& n) { return node_args(n, slots_); };
   // Binds a stack, counting the tensor handles the bound call keeps.
   auto bind = [&](const OpDef& op, Stack& s) {
     for (const IValue& v : s) {

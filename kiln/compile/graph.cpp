@@ -47,6 +47,25 @@ std::string attr_str(const IValue& v) {
       v);
 }
 
+Stack node_args(const Node& n, const std::vector<Tensor>& tensors, std::optional<Device> device) {
+  Stack s;
+  s.reserve(n.args.size());
+  for (const Arg& a : n.args) {
+    if (a.kind == Arg::Kind::Value) {
+      s.emplace_back(a.value < 0 ? Tensor() : tensors[a.value]);
+    } else if (a.kind == Arg::Kind::List) {
+      TensorList l;
+      for (int v : a.values) l.push_back(tensors[v]);
+      s.emplace_back(std::move(l));
+    } else if (device && std::holds_alternative<Device>(a.attr)) {
+      s.emplace_back(*device);
+    } else {
+      s.push_back(a.attr);
+    }
+  }
+  return s;
+}
+
 void compact(Graph& g, const std::vector<bool>& keep) {
   std::vector<int> index(g.nodes.size(), -1);
   std::vector<Node> kept;

@@ -10,6 +10,7 @@
 // kept in trace order and the passes never move or merge a node across a write to a buffer it
 // reads.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,10 @@ class Graph {
   std::string value_str(int v) const;
 };
 
+// The boxed arguments of `n`, with value v given as tensors[v] (and every Device attribute
+// replaced by `device` when one is given: shape-only runs put factories on the meta device).
+Stack node_args(const Node& n, const std::vector<Tensor>& tensors,
+                std::optional<Device> device = std::nullopt);
 // An attribute as the text dump prints it.
 std::string attr_str(const IValue& v);
 // Removes the nodes without `keep`, renumbering producers.

@@ -181,7 +181,7 @@ void Tracer::record(const OpDef& op, Stack& stack) {
       for (const Tensor& x : *l) a.values.push_back(value_for(x));
     } else {
       a.attr = v;
-      if (auto* gen = std::get_if<Generator*>(&v)) n.random = true, (void)gen;
+      n.random = n.random || std::holds_alternative<Generator*>(v);
     }
     n.args.push_back(std::move(a));
   }

@@ -1,5 +1,6 @@
 #include "kiln/core/storage.h"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdint>
@@ -34,10 +35,7 @@ class CpuAllocator final : public Allocator {
 
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
-    size_t now = allocated_.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
-    size_t peak = peak_.load(std::memory_order_relaxed);
-    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-    }
+    if (tracking_.load(std::memory_order_relaxed) > 0) count(static_cast<int64_t>(nbytes));
     KILN_CHECK(nbytes < (size_t{1} << 62), "[cpu allocator] cannot allocate {} bytes", nbytes);
     if (nbytes >= kCacheMin) {
       nbytes = size_class(nbytes);
@@ -58,7 +56,7 @@ class CpuAllocator final : public Allocator {
   }
   void deallocate(void* p, size_t nbytes) override {
     if (!p) return;
-    allocated_.fetch_sub(nbytes, std::memory_order_relaxed);
+    if (tracking_.load(std::memory_order_relaxed) > 0) count(-static_cast<int64_t>(nbytes));
     if (nbytes >= kCacheMin) {
       nbytes = size_class(nbytes);
       std::lock_guard<std::mutex> lock(mu_);
@@ -70,10 +68,17 @@ class CpuAllocator final : public Allocator {
     }
     std::free(static_cast<void**>(p)[-1]);
   }
-  CpuMemoryStats stats() const {
-    return {allocated_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed)};
+  void begin_peak() {
+    if (tracking_.fetch_add(1) == 0) {
+      delta_.store(0);
+      peak_.store(0);
+    }
   }
-  void reset_peak() { peak_.store(allocated_.load(std::memory_order_relaxed)); }
+  size_t end_peak() {
+    size_t p = static_cast<size_t>(std::max<int64_t>(0, peak_.load()));
+    tracking_.fetch_sub(1);
+    return p;
+  }
 
   size_t release_cached() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -91,8 +96,16 @@ class CpuAllocator final : public Allocator {
     size_t step = (size_t{1} << (63 - std::countl_zero(static_cast<uint64_t>(n)))) / 4;
     return (n + step - 1) / step * step;
   }
-  std::atomic<size_t> allocated_{0};
-  std::atomic<size_t> peak_{0};
+  // Bytes allocated minus freed since the open region began, and its maximum.
+  void count(int64_t n) {
+    int64_t now = delta_.fetch_add(n, std::memory_order_relaxed) + n;
+    int64_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+  std::atomic<int> tracking_{0};
+  std::atomic<int64_t> delta_{0};
+  std::atomic<int64_t> peak_{0};
   std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;
   size_t cached_ = 0;
@@ -108,8 +121,8 @@ CpuAllocator& cpu_allocator_instance() {
 size_t release_cached_cpu_memory() { return cpu_allocator_instance().release_cached(); }
 
 Allocator* cpu_allocator() { return &cpu_allocator_instance(); }
-CpuMemoryStats cpu_memory_stats() { return cpu_allocator_instance().stats(); }
-void reset_peak_cpu_memory() { cpu_allocator_instance().reset_peak(); }
+void begin_cpu_peak() { cpu_allocator_instance().begin_peak(); }
+size_t end_cpu_peak() { return cpu_allocator_instance().end_peak(); }
 
 StorageImpl::StorageImpl(size_t nbytes, Device device, Allocator* allocator)
     : nbytes_(nbytes), device_(device), allocator_(allocator) {

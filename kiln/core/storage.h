@@ -22,14 +22,12 @@ class Allocator {
 Allocator* cpu_allocator();
 // Returns the CPU allocator's cached blocks to the system; the number of bytes released.
 size_t release_cached_cpu_memory();
-// Bytes of CPU tensor memory in use now, and the most in use since the last reset.
-struct CpuMemoryStats {
-  size_t allocated = 0;
-  size_t peak = 0;
-};
-CpuMemoryStats cpu_memory_stats();
-// Sets the peak to what is allocated now (to measure the peak of one region of code).
-void reset_peak_cpu_memory();
+// The peak of CPU tensor memory allocated during a region of code, beyond what was allocated
+// when it began (compile reports it for a traced call). Counting happens only while a region
+// is open, so allocations elsewhere pay one relaxed load. Regions on several threads at once
+// share the count.
+void begin_cpu_peak();
+size_t end_cpu_peak();
 
 namespace detail {
 // Called with the address of every TensorImpl and StorageImpl destroyed on this thread, when
