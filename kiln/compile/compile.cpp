@@ -185,7 +185,8 @@ Executable* CompiledFunction::Impl::derive(Entry& e, std::span<const Tensor> inp
                  e.info.index, key[0], why);
     return nullptr;
   }
-  e.specs.push_back({key, std::make_unique<Executable>(std::move(*g), e.is_static)});
+  e.specs.push_back({key, std::make_unique<Executable>(std::move(*g), e.is_static,
+                                                      GraphOptions{o.capture, o.piecewise, o.name})});
   const Executable* added = e.specs.back().exe.get();
   e.guards->add_held([added](const TensorImpl* p) { return added->refs_to(p); });
   e.info.size_specializations = static_cast<int>(e.specs.size());
@@ -375,10 +376,11 @@ std::unique_ptr<CompiledFunction::Impl::Traced> CompiledFunction::Impl::trace(
                i, inputs.size());
     is_static[i] = true;
   }
-  e->exe = std::make_unique<Executable>(std::move(graph), is_static);
+  e->exe = std::make_unique<Executable>(std::move(graph), is_static,
+                                       GraphOptions{o.capture, o.piecewise, o.name});
   e->is_static = is_static;
   const Executable* exe = e->exe.get();
-  e->guards = std::make_unique<Guards>(e->exe->graph(), inputs, modes, dynamic, is_static,
+  e->guards = std::make_unique<Guards>(e->exe->graph(), inputs, modes, dynamic,
                                        [exe](const TensorImpl* t) { return exe->refs_to(t); });
   const int64_t t1 = profiler::now_ns();
 
@@ -431,7 +433,15 @@ TensorList CompiledFunction::operator()(std::initializer_list<Tensor> inputs) {
 
 std::vector<CacheEntryInfo> CompiledFunction::entries() const {
   std::vector<CacheEntryInfo> out;
-  for (const auto& e : impl_->entries) out.push_back(e->info);
+  for (const auto& e : impl_->entries) {
+    out.push_back(e->info);
+    for (const auto& sp : e->specs) {
+      const ExecutableStats& st = sp.exe->stats();
+      out.back().device_graphs = out.back().device_graphs || st.device_graphs;
+      out.back().captures += st.captures;
+      out.back().graph_updates += st.graph_updates;
+    }
+  }
   return out;
 }
 std::vector<std::string> CompiledFunction::miss_reasons() const { return impl_->misses; }
@@ -468,6 +478,14 @@ std::string CompiledFunction::explain() const {
                        e->no_template.empty() ? "" : "; new sizes are traced: " + e->no_template);
     s += fmt::format("  {} steps ({} allocate their result), {} segment{}\n", st.steps,
                      st.allocating_steps, st.segments, st.segments == 1 ? "" : "s");
+    if (st.device_graphs)
+      s += fmt::format(
+          "  device graphs: {} per replay, {} kernel launches recorded; captured {} time{} ({} "
+          "by updating the graph)\n",
+          st.graph_segments, st.graph_nodes, st.captures, st.captures == 1 ? "" : "s",
+          st.graph_updates);
+    else if (!st.no_graphs.empty())
+      s += fmt::format("  device graphs: none, because {}\n", st.no_graphs);
     s += fmt::format(
         "  memory: intermediates planned into {} (without reuse {}); outputs {}; eager peak of "
         "the traced call {}\n",

@@ -40,12 +40,15 @@ struct CompileOptions {
   bool piecewise = false;
   // Dims whose size may change between calls without a recompile (also: mark_dynamic).
   std::vector<DynamicDim> dynamic = {};
-  // Inputs whose storage is the same at every call: the executable binds them once and the
-  // guards check the storage by identity instead (a different storage is a cache miss). On a
-  // device with graphs this is what spares the copy into a static buffer.
+  // Inputs whose storage is usually the same at every call. On a device with graphs they are
+  // baked into the graph by address instead of copied into a static buffer; when one's storage
+  // changes the graph is updated (not a cache miss).
   std::vector<int> static_inputs = {};
   // Names of the inputs, for messages ("input 0 ('x') ...").
   std::vector<std::string> input_names = {};
+  // On a device with graphs (sim, CUDA), replays launch device graphs captured after one
+  // warm-up replay (README "Device graphs"). Off: the steps are launched one by one.
+  bool capture = true;
 };
 
 // Marks `dim` of `t` dynamic for the compiled functions it is passed to.
@@ -67,6 +70,9 @@ struct CacheEntryInfo {
   int dead_removed = 0, cse_merged = 0, noops_removed = 0, views_resolved = 0;
   int size_specializations = 1;  // executables for distinct sizes of dynamic dims
   int sizes_derived = 0;         // of which derived from two traces without tracing
+  bool device_graphs = false;    // replays launch captured device graphs
+  int captures = 0;              // captures of the steps (first and after an address change)
+  int graph_updates = 0;         // of which applied by updating the executable graph
   std::string guards;
 };
 

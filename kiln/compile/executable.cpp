@@ -15,6 +15,20 @@
 // outputs to buffers handed to the caller: when the caller still holds the previous call's
 // output, a new buffer is allocated rather than overwriting it, so outputs are always tensors
 // the caller owns.
+//
+// Note [Device graphs]
+// On a device whose interface has graphs (sim, CUDA), the first replay runs the steps as above
+// (the warm-up: kernels that allocate on first use do so outside any capture). The second
+// captures them on a side stream, in a memory pool of the executable's own, one graph per
+// segment (segments end at host reads, and with `piecewise` at copies through the host, which
+// run eagerly between the graphs). From then on a replay is: copy each non-static input into
+// its static buffer (the address the graph was captured with), launch the graphs, copy inputs
+// the step wrote back to the caller's tensors, and copy the outputs out of the graph's buffers
+// into tensors the caller owns. Static inputs and free tensors are baked in by address: when
+// one's address has changed the steps are captured again and the executable graph updated in
+// place (update(), which keeps the instantiation) or, when the device refuses, re-instantiated.
+// A capture that fails (an op that synchronises or copies to the host) is a CompileError
+// naming the step's op; the executable then stays uncaptured and tries again on the next call.
 #include "kiln/compile/executable.h"
 
 #include <optional>
@@ -53,11 +67,113 @@ DispatchKey backend_key(const Stack& stack) {
 
 }  // namespace
 
-Executable::Executable(Graph graph, std::vector<bool> is_static)
-    : graph_(std::move(graph)), is_static_(std::move(is_static)) {
+struct Executable::Graphs {
+  DeviceInterface* iface = nullptr;
+  Device device;
+  uint64_t stream = 0, pool = 0;
+  struct Segment {
+    size_t begin = 0, end = 0;  // steps [begin, end) captured; step `end` (if any) runs eagerly
+    uint64_t exec = 0;
+  };
+  std::vector<Segment> segments;
+  std::vector<bool> eager;         // per step: runs between graphs
+  bool captured = false;
+  int runs = 0;
+  std::vector<int> copy_in;        // inputs copied into static buffers
+  std::vector<int> copy_back;      // of those, the ones the steps write
+  std::vector<std::pair<const Tensor*, const void*>> baked;  // free tensors' captured addresses
+
+  ~Graphs() {
+    for (const Segment& s : segments)
+      if (s.exec) iface->destroy_exec(device.index(), s.exec);
+    if (stream) iface->destroy_stream(device.index(), stream);
+    if (pool) iface->release_pool(device.index(), pool);
+  }
+};
+
+Executable::Executable(Graph graph, std::vector<bool> is_static, GraphOptions graphs)
+    : graph_(std::move(graph)), is_static_(std::move(is_static)), graph_options_(std::move(graphs)) {
   build();
+  setup_graphs();
 }
-Executable::~Executable() = default;
+Executable::~Executable() {
+  // Graphs go first: queued launches must not outlive the buffers they use.
+  if (graphs_) {
+    try {
+      graphs_->iface->synchronize(graphs_->device.index());
+    } catch (...) {  // NOLINT: destructors never throw; a failed kernel was reported already
+    }
+  }
+  graphs_.reset();
+}
+
+void Executable::setup_graphs() {
+  const Graph& g = graph_;
+  // The device: the one non-cpu device of the graph's buffers, if its interface has graphs.
+  std::optional<Device> dev;
+  bool mixed = false;
+  for (const Buffer& b : g.buffers) {
+    if (b.device.is_cpu()) continue;
+    if (dev && *dev != b.device) mixed = true;
+    dev = dev.value_or(b.device);
+  }
+  if (!dev) return;
+  DeviceInterface* iface = device_interface(dev->type());
+  if (!iface || !iface->caps().graphs) return;
+  auto refuse = [&](std::string why) { stats_.no_graphs = std::move(why); };
+  if (!graph_options_.capture) return refuse("CompileOptions::capture is off");
+  if (mixed) return refuse(fmt::format("the graph uses two devices ({} and more)", *dev));
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    const Buffer& buf = g.buffers[b];
+    if (!buf.device.is_cpu()) continue;
+    if (buf.kind == BufferKind::Input)
+      return refuse("an input is a cpu tensor (a graph would keep its value of the capture)");
+    if (buf.kind == BufferKind::Free)
+      return refuse("a free tensor is on the cpu (a graph would keep its value of the capture)");
+  }
+  std::vector<int> inputs_of(g.buffers.size(), 0);
+  for (int v : g.inputs) ++inputs_of[g.values[v].buffer];
+  for (int n : inputs_of)
+    if (n > 1) return refuse("two inputs share a buffer");
+
+  auto gr = std::make_unique<Graphs>();
+  gr->iface = iface;
+  gr->device = *dev;
+  gr->eager.assign(steps_.size(), false);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& st = *steps_[i];
+    if (st.kind == Step::Kind::HostRead) {
+      gr->eager[i] = true;
+      continue;
+    }
+    // A copy through the host cannot be captured; with piecewise it runs between graphs.
+    if (graph_options_.piecewise && (st.name == "copy_" || st.name == "to_copy")) {
+      bool host = false;
+      for (const Arg& a : g.nodes[st.node].args)
+        if (a.kind == Arg::Kind::Value) host = host || g.values[a.value].device.is_cpu();
+      for (int o : g.nodes[st.node].outputs) host = host || g.values[o].device.is_cpu();
+      gr->eager[i] = host;
+    }
+  }
+  size_t begin = 0;
+  for (size_t i = 0; i <= steps_.size(); ++i) {
+    if (i < steps_.size() && !gr->eager[i]) continue;
+    if (i > begin) gr->segments.push_back({begin, i, 0});
+    begin = i + 1;
+  }
+  // Inputs the steps write go back to the caller after each replay.
+  std::vector<bool> written(g.buffers.size(), false);
+  for (const Node& n : g.nodes)
+    for (int b : n.writes) written[b] = true;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    if (input_buffers_[i] < 0 || (i < is_static_.size() && is_static_[i])) continue;
+    gr->copy_in.push_back(static_cast<int>(i));
+    if (written[input_buffers_[i]]) gr->copy_back.push_back(static_cast<int>(i));
+  }
+  graphs_ = std::move(gr);
+  stats_.device_graphs = true;
+  stats_.graph_segments = static_cast<int>(graphs_->segments.size());
+}
 
 void Executable::build() {
   Graph& g = graph_;
@@ -277,7 +393,7 @@ void Executable::rebind(int buffer, Ref<StorageImpl> storage, int64_t delta_byte
 void Executable::bind_inputs(std::span<const Tensor> inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     int b = input_buffers_[i];
-    if (b < 0 || (i < is_static_.size() && is_static_[i])) continue;
+    if (b < 0) continue;
     const Value& x = graph_.values[graph_.inputs[i]];
     const TensorImpl* in = inputs[i].impl();
     int64_t delta = (in->storage_offset() - x.offset) * static_cast<int64_t>(itemsize(x.dtype));
@@ -300,6 +416,7 @@ Tensor Executable::output(int v, std::span<const Tensor> inputs) const {
 }
 
 void Executable::run(std::span<const Tensor> inputs, TensorList& outputs) {
+  if (graphs_ && graphs_->runs++ > 0) return run_graphs(inputs, outputs);
   bind_inputs(inputs);
   // Outputs the caller still holds from an earlier call get a new buffer.
   for (int b : owned_outputs_) {
@@ -309,8 +426,15 @@ void Executable::run(std::span<const Tensor> inputs, TensorList& outputs) {
       rebind(b, make_ref<StorageImpl>(buf.nbytes, buf.device, allocator_for(buf.device)), 0);
     }
   }
+  run_steps(0, steps_.size());
+  outputs.clear();
+  for (int v : graph_.outputs) outputs.push_back(output(v, inputs));
+}
+
+void Executable::run_steps(size_t begin, size_t end) {
   const bool profiling = profiler::enabled();
-  for (const auto& step : steps_) {
+  for (size_t i = begin; i < end; ++i) {
+    const auto& step = steps_[i];
     int64_t t0 = profiling ? profiler::now_ns() : 0;
     switch (step->kind) {
       case Step::Kind::Call:
@@ -339,8 +463,122 @@ void Executable::run(std::span<const Tensor> inputs, TensorList& outputs) {
     }
     if (profiling) profiler::record(step->name, "replay", t0, profiler::now_ns());
   }
+}
+
+void Executable::capture(bool update) {
+  Graphs& gr = *graphs_;
+  const int index = gr.device.index();
+  DeviceInterface* iface = gr.iface;
+  if (!gr.stream) gr.stream = iface->create_stream(index);
+  if (!gr.pool) gr.pool = iface->create_pool(index);
+  const uint64_t previous = iface->current_stream(index);
+  // The side stream starts after everything queued so far on the caller's stream.
+  const uint64_t ready = iface->create_event(index);
+  iface->record_event(index, ready, previous);
+  iface->stream_wait_event(index, gr.stream, ready);
+  iface->destroy_event(index, ready);
+  iface->set_current_stream(index, gr.stream);
+  std::vector<uint64_t> graphs;
+  size_t at = 0;
+  try {
+    for (Graphs::Segment& s : gr.segments) {
+      iface->begin_capture(index, gr.stream, gr.pool);
+      try {
+        for (at = s.begin; at < s.end; ++at) run_steps(at, at + 1);
+      } catch (...) {
+        try {
+          (void)iface->end_capture(index, gr.stream);
+        } catch (...) {  // NOLINT: the step's own error is the one to report
+        }
+        throw;
+      }
+      graphs.push_back(iface->end_capture(index, gr.stream));
+    }
+  } catch (const Error& e) {
+    iface->set_current_stream(index, previous);
+    for (uint64_t g : graphs) iface->destroy_graph(index, g);
+    const Step& st = *steps_[at];
+    throw CompileError(fmt::format(
+        "[compile] '{}': step {} ({}, op '{}') cannot be captured into a graph on {}: {}. Run it "
+        "between graphs with CompileOptions::piecewise (copies through the host), or compile "
+        "with capture = false",
+        graph_options_.name, at, st.name, graph_.nodes[st.node].name(), gr.device, e.what()));
+  }
+  iface->set_current_stream(index, previous);
+  int nodes = 0;
+  for (size_t k = 0; k < graphs.size(); ++k) {
+    Graphs::Segment& s = gr.segments[k];
+    nodes += iface->graph_nodes(index, graphs[k]);
+    if (update && s.exec && iface->update(index, s.exec, graphs[k])) {
+      ++stats_.graph_updates;
+    } else {
+      if (s.exec) iface->destroy_exec(index, s.exec);
+      s.exec = iface->instantiate(index, graphs[k]);
+    }
+    iface->destroy_graph(index, graphs[k]);
+  }
+  ++stats_.captures;
+  stats_.graph_nodes = nodes;
+  gr.captured = true;
+  // Free tensors are baked in by address (static inputs are checked against their buffers).
+  gr.baked.clear();
+  for (size_t v = 0; v < graph_.values.size(); ++v) {
+    const Value& x = graph_.values[v];
+    if (graph_.buffers[x.buffer].kind == BufferKind::Free && x.producer < 0 && slots_[v].defined())
+      gr.baked.push_back({&slots_[v], slots_[v].impl()->storage()->data()});
+  }
+}
+
+void Executable::run_graphs(std::span<const Tensor> inputs, TensorList& outputs) {
+  Graphs& gr = *graphs_;
+  const int index = gr.device.index();
+  if (!gr.captured) {
+    // Static buffers for the inputs copied in: the addresses the graphs are captured with.
+    for (int i : gr.copy_in) {
+      int b = input_buffers_[i];
+      const Buffer& buf = graph_.buffers[b];
+      rebind(b, make_ref<StorageImpl>(buf.nbytes, buf.device, allocator_for(buf.device)), 0);
+      bound_offset_[b] = 0;
+    }
+    // Output buffers become the graph's: the warm-up's outputs stay the caller's.
+    for (int b : owned_outputs_) {
+      const Buffer& buf = graph_.buffers[b];
+      rebind(b, make_ref<StorageImpl>(buf.nbytes, buf.device, allocator_for(buf.device)), 0);
+    }
+  }
+  // Static inputs: bound by address, like free tensors.
+  bool moved = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    int b = input_buffers_[i];
+    if (b < 0 || i >= is_static_.size() || !is_static_[i]) continue;
+    const Value& x = graph_.values[graph_.inputs[i]];
+    const TensorImpl* in = inputs[i].impl();
+    int64_t delta = (in->storage_offset() - x.offset) * static_cast<int64_t>(itemsize(x.dtype));
+    if (in->storage() == storage_[b].get() && delta == bound_offset_[b]) continue;
+    rebind(b, in->storage_ref(), delta);
+    bound_offset_[b] = delta;
+    moved = true;
+  }
+  for (const auto& [t, data] : gr.baked) moved = moved || t->impl()->storage()->data() != data;
+  for (int i : gr.copy_in) slots_[graph_.inputs[i]].copy_(inputs[i]);
+  if (!gr.captured || moved) capture(gr.captured);
+  const bool profiling = profiler::enabled();
+  for (const Graphs::Segment& s : gr.segments) {
+    int64_t t0 = profiling ? profiler::now_ns() : 0;
+    gr.iface->launch(index, s.exec, gr.iface->current_stream(index));
+    if (profiling) profiler::record("graph launch", "replay", t0, profiler::now_ns());
+    if (s.end < steps_.size()) run_steps(s.end, s.end + 1);
+  }
+  for (int i : gr.copy_back) ops::copy__op(inputs[i], slots_[graph_.inputs[i]]);
   outputs.clear();
-  for (int v : graph_.outputs) outputs.push_back(output(v, inputs));
+  for (int v : graph_.outputs) {
+    const Value& x = graph_.values[v];
+    const BufferKind k = graph_.buffers[x.buffer].kind;
+    if (x.input >= 0 || k == BufferKind::Free || k == BufferKind::Constant)
+      outputs.push_back(output(v, inputs));
+    else
+      outputs.push_back(slots_[v].clone());  // out of the graph's buffer, into the caller's
+  }
 }
 
 std::string Executable::str() const {

@@ -20,13 +20,27 @@ struct ExecutableStats {
   size_t arena_bytes = 0;      // one block for every planned intermediate
   size_t unplanned_bytes = 0;  // the same intermediates without reuse
   size_t output_bytes = 0;     // buffers handed to the caller
+  // Device graphs (Note [Device graphs] in executable.cpp).
+  bool device_graphs = false;  // replays launch captured graphs
+  std::string no_graphs;       // why not, when the device has graphs but this one does not
+  int graph_segments = 0;      // captured graphs per replay
+  int captures = 0;            // times the steps were captured (the first, and re-captures)
+  int graph_updates = 0;       // captures applied by update() (only addresses changed)
+  int graph_nodes = 0;         // kernel launches recorded in the graphs
+};
+
+// How an executable may use device graphs.
+struct GraphOptions {
+  bool capture = true;     // capture on devices that support it (CompileOptions::capture)
+  bool piecewise = false;  // copies through the host end a segment instead of failing capture
+  std::string name;        // the compiled function's, for errors
 };
 
 class Executable {
  public:
   // Lowers `graph` (after the passes) to steps and plans its memory.
   // Inputs with `is_static[i]` stay bound to the storage they were traced with.
-  Executable(Graph graph, std::vector<bool> is_static);
+  Executable(Graph graph, std::vector<bool> is_static, GraphOptions graphs = {});
   ~Executable();
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;
@@ -44,7 +58,12 @@ class Executable {
 
  private:
   struct Step;
+  struct Graphs;
   void build();
+  void setup_graphs();
+  void run_steps(size_t begin, size_t end);
+  void run_graphs(std::span<const Tensor> inputs, TensorList& outputs);
+  void capture(bool update);
   void bind_inputs(std::span<const Tensor> inputs);
   void rebind(int buffer, Ref<StorageImpl> storage, int64_t delta_bytes);
   Tensor output(int value, std::span<const Tensor> inputs) const;
@@ -61,6 +80,8 @@ class Executable {
   Ref<StorageImpl> arena_;
   std::unordered_map<const TensorImpl*, int> bound_refs_;  // per impl: copies in bound calls
   std::vector<std::unique_ptr<Step>> steps_;
+  GraphOptions graph_options_;
+  std::unique_ptr<Graphs> graphs_;
 };
 
 }  // namespace kiln::compiler

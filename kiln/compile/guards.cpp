@@ -34,8 +34,7 @@ bool strides_match(const InputGuard& g, const TensorImpl& t) {
 }  // namespace
 
 Guards::Guards(const Graph& graph, std::span<const Tensor> inputs, const ModeState& modes,
-               std::span<const uint32_t> dynamic, const std::vector<bool>& is_static,
-               const HeldRefs& held)
+               std::span<const uint32_t> dynamic, const HeldRefs& held)
     : modes_(modes) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorImpl& t = *inputs[i].impl();
@@ -45,10 +44,6 @@ Guards::Guards(const Graph& graph, std::span<const Tensor> inputs, const ModeSta
     InputGuard g{
         t.dtype(),         t.device(), Shape(t.sizes()), Shape(t.strides()), t.requires_grad(),
         t.is_contiguous(), mask};
-    if (i < is_static.size() && is_static[i]) {
-      g.storage = t.storage();
-      g.offset = t.storage_offset();
-    }
     for (size_t j = 0; j < i; ++j) {
       if (inputs[j].impl()->storage() == t.storage()) {
         g.alias_of = static_cast<int>(j);
@@ -95,7 +90,6 @@ bool Guards::check(std::span<const Tensor> inputs, const ModeState& modes) const
         t->requires_grad() != g.requires_grad || !sizes_match(g, t->sizes()) ||
         !strides_match(g, *t))
       return false;
-    if (g.storage && (t->storage() != g.storage || t->storage_offset() != g.offset)) return false;
     if (g.alias_of >= 0) {
       const TensorImpl* a = inputs[g.alias_of].impl();
       if (a->storage() != t->storage() ||
@@ -152,8 +146,6 @@ std::string Guards::why(std::span<const Tensor> inputs, const ModeState& modes,
     if (!strides_match(g, t))
       return fmt::format("{} stride mismatch: expected [{}], got [{}]", who,
                          fmt::join(g.strides, ", "), fmt::join(t.strides(), ", "));
-    if (g.storage && (t.storage() != g.storage || t.storage_offset() != g.offset))
-      return fmt::format("{} is a static input, but its storage changed", who);
     if (t.requires_grad() != g.requires_grad)
       return fmt::format("{} requires_grad mismatch: expected {}, got {}", who, g.requires_grad,
                          t.requires_grad());
@@ -198,7 +190,6 @@ std::string Guards::str(std::span<const std::string> names) const {
                      name(g.dtype), fmt::join(sizes, ", "), fmt::join(g.strides, ", "), g.device,
                      g.requires_grad);
     if (g.alias_of >= 0) s += fmt::format(", shares storage with input {}", g.alias_of);
-    if (g.storage) s += ", static (same storage)";
     s += "\n";
   }
   for (const FreeGuard& f : free_) s += fmt::format("{} is alive (identity)\n", f.label);

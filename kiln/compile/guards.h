@@ -19,8 +19,6 @@ struct InputGuard {
   uint32_t dynamic = 0;                  // dims whose size is not checked
   int alias_of = -1;                     // an earlier input whose storage this one shares, or -1
   int64_t alias_delta = 0;               // storage offset relative to alias_of's
-  const StorageImpl* storage = nullptr;  // static inputs: the storage (kept alive by the entry)
-  int64_t offset = 0;                    // static inputs: the storage offset
 };
 
 // Thread-local state a trace depends on.
@@ -37,13 +35,12 @@ class Guards {
  public:
   // Guards for `graph`, traced with `inputs` under `modes`. Build them once the executable
   // holds its references to free tensors (each guard counts what the entry holds).
-  // `dynamic[i]` are the dims of input i left unchecked; `is_static[i]` says input i must keep
-  // its storage (and offset).
+  // `dynamic[i]` are the dims of input i left unchecked. Static inputs are not guarded by
+  // storage: an executable re-binds one whose storage changed (updating its device graphs).
   // `held(t)` counts the references the cache entry holds to free tensor `t`.
   using HeldRefs = std::function<int(const TensorImpl*)>;
   Guards(const Graph& graph, std::span<const Tensor> inputs, const ModeState& modes,
-         std::span<const uint32_t> dynamic, const std::vector<bool>& is_static,
-         const HeldRefs& held);
+         std::span<const uint32_t> dynamic, const HeldRefs& held);
   // The entry came to hold more references (another executable, a size template).
   void add_held(const HeldRefs& held);
   // Whether any input has a dynamic dim.

@@ -11,7 +11,24 @@
 
 namespace kiln {
 
+// Note [Aliased types]
+// alias_device(alias, target) either adds a name (a new spelling resolved at parse time) or,
+// when `alias` names a type without a backend of its own (such as "cuda" on a machine without
+// the CUDA backend), redirects that type id to the target. Device::type() reads the redirect,
+// so a Device made from the type before the alias was declared (the default device, a device
+// a module stored) compares, hashes, prints and dispatches as the target: nothing can hold a
+// stale "cuda" that differs from the new "cuda". This is the failure of a vendor plugin that
+// patched the device constructor after the framework had stored a device made with the old
+// one, which made every call of a compiled function miss its guards.
+namespace detail {
+DeviceType g_canonical_type[kMaxDeviceTypes] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+}  // namespace detail
+
 namespace {
+
+[[noreturn]] void throw_unsupported(const char* what) {
+  KILN_THROW(NotImplemented, "[device] this device has no {}", what);
+}
 
 class CpuInterface final : public DeviceInterface {
  public:
@@ -83,9 +100,11 @@ std::string_view key_name(DispatchKey k) {
   return names[static_cast<int>(k)];
 }
 
-Device::Device(DeviceType type, int index) : type_(type) {
+Device::Device(DeviceType type, int index) {
   auto& r = registry();
   KILN_CHECK_DEVICE(type < r.count, "[device] unknown device type id {}", static_cast<int>(type));
+  type = detail::g_canonical_type[type];
+  type_ = type;
   KILN_CHECK_DEVICE(index >= -1 && index < 32768, "[device] bad device index {} for '{}'", index,
                     r.types[type].name);
   KILN_CHECK_DEVICE(!(r.types[type].single_device && index > 0),
@@ -120,10 +139,68 @@ Device::Device(std::string_view spec) {
   *this = Device(type, index);
 }
 
-DispatchKey Device::dispatch_key() const { return registry().types[type_].key; }
+Device::Device(std::string_view type, int index) {
+  int t = find_device_type(type);
+  KILN_CHECK_DEVICE(t >= 0, "[device] unknown device type '{}'", type);
+  *this = Device(static_cast<DeviceType>(t), index);
+}
+
+Device Device::from_index(int index) { return Device("cuda", index); }
+
+int find_device_type(std::string_view name) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.by_name.find(std::string(name));
+  return it == r.by_name.end() ? -1 : detail::g_canonical_type[it->second];
+}
+
+int device_type_for_key(DispatchKey key) {
+  auto& r = registry();
+  for (int i = 0; i < r.count; ++i)
+    if (r.types[i].key == key && detail::g_canonical_type[i] == i) return i;
+  return -1;
+}
+
+void synchronize(Device device) {
+  if (DeviceInterface* iface = device_interface(device.type())) iface->synchronize(device.index());
+}
+
+void synchronize_all_devices() {
+  auto& r = registry();
+  for (int i = 0; i < r.count; ++i) {
+    DeviceInterface* iface = r.types[i].interface;
+    if (!iface || detail::g_canonical_type[i] != i || !iface->caps().async) continue;
+    for (int d = 0; d < iface->device_count(); ++d) iface->synchronize(d);
+  }
+}
+
+// The defaults: a synchronous device without graphs (Note in device.h).
+uint64_t DeviceInterface::create_stream(int) { return 0; }
+void DeviceInterface::destroy_stream(int, uint64_t) {}
+uint64_t DeviceInterface::current_stream(int) { return 0; }
+void DeviceInterface::set_current_stream(int, uint64_t) {}
+void DeviceInterface::synchronize_stream(int index, uint64_t) { synchronize(index); }
+uint64_t DeviceInterface::create_event(int) { return 1; }
+void DeviceInterface::destroy_event(int, uint64_t) {}
+void DeviceInterface::record_event(int, uint64_t, uint64_t) {}
+void DeviceInterface::stream_wait_event(int, uint64_t, uint64_t) {}
+void DeviceInterface::synchronize_event(int, uint64_t) {}
+bool DeviceInterface::query_event(int, uint64_t) { return true; }
+uint64_t DeviceInterface::create_pool(int) { throw_unsupported("memory pools for graphs"); }
+void DeviceInterface::release_pool(int, uint64_t) {}
+void DeviceInterface::begin_capture(int, uint64_t, uint64_t) { throw_unsupported("graph capture"); }
+uint64_t DeviceInterface::end_capture(int, uint64_t) { throw_unsupported("graph capture"); }
+uint64_t DeviceInterface::instantiate(int, uint64_t) { throw_unsupported("graphs"); }
+bool DeviceInterface::update(int, uint64_t, uint64_t) { throw_unsupported("graphs"); }
+void DeviceInterface::launch(int, uint64_t, uint64_t) { throw_unsupported("graphs"); }
+int DeviceInterface::graph_nodes(int, uint64_t) { throw_unsupported("graphs"); }
+void DeviceInterface::destroy_graph(int, uint64_t) {}
+void DeviceInterface::destroy_exec(int, uint64_t) {}
+
+DispatchKey Device::dispatch_key() const { return registry().types[type()].key; }
 
 std::string Device::str() const {
-  const auto& e = registry().types[type_];
+  const auto& e = registry().types[type()];
   return e.single_device ? e.name : fmt::format("{}:{}", e.name, index_);
 }
 
@@ -139,6 +216,9 @@ void set_device_interface(DeviceType type, DeviceInterface* interface) {
   std::lock_guard<std::mutex> lock(r.mu);
   KILN_CHECK_DEVICE(type < r.count, "[device registry] unknown device type id {}",
                     static_cast<int>(type));
+  KILN_CHECK_DEVICE(detail::g_canonical_type[type] == type,
+                    "[device registry] '{}' is aliased to '{}'; it cannot get a backend of its own",
+                    r.types[type].name, r.types[detail::g_canonical_type[type]].name);
   r.types[type].interface = interface;
 }
 
@@ -148,7 +228,27 @@ void alias_device(std::string_view alias, std::string_view target) {
   auto t = r.by_name.find(std::string(target));
   KILN_CHECK_DEVICE(t != r.by_name.end(), "[alias_device] unknown target device type '{}'", target);
   KILN_CHECK_DEVICE(alias != target, "[alias_device] cannot alias '{}' to itself", alias);
-  r.by_name[std::string(alias)] = t->second;
+  const DeviceType to = detail::g_canonical_type[t->second];
+  auto a = r.by_name.find(std::string(alias));
+  if (a == r.by_name.end()) {  // a new spelling
+    r.by_name[std::string(alias)] = to;
+    return;
+  }
+  const DeviceType from = a->second;
+  const DeviceType now = detail::g_canonical_type[from];
+  if (now == to) return;  // already so
+  KILN_CHECK_DEVICE(r.types[from].name != alias || now == from,
+                    "[alias_device] '{}' is already an alias of '{}'", alias, r.types[now].name);
+  KILN_CHECK_DEVICE(r.types[from].name == alias,
+                    "[alias_device] '{}' is already an alias of '{}'", alias, r.types[now].name);
+  KILN_CHECK_DEVICE(r.types[from].interface == nullptr,
+                    "[alias_device] '{}' has a backend of its own; aliasing it would change the "
+                    "device of its tensors",
+                    alias);
+  KILN_CHECK_DEVICE(to != from, "[alias_device] cannot alias '{}' to itself", alias);
+  // A type without a backend: every Device of it, made before or after, now means the target.
+  detail::g_canonical_type[from] = to;
+  r.by_name[std::string(alias)] = to;
 }
 
 std::string_view device_type_name(DeviceType type) { return registry().types[type].name; }

@@ -20,18 +20,61 @@ inline constexpr DeviceType kMeta = 1;
 inline constexpr DeviceType kCUDA = 2;
 inline constexpr int kMaxDeviceTypes = 16;
 
-// What a backend provides for its device type. Later waves add streams, events and graphs.
+// What a device type can do beyond allocating and copying.
+struct DeviceCaps {
+  bool host_memory = true;  // host code may read its memory directly (cpu)
+  bool async = false;       // kernels run asynchronously on streams; copies to the host wait
+  bool graphs = false;      // graph capture: begin/end_capture, instantiate, launch, update
+};
+
+// What a backend provides for its device type (DESIGN.md "Core objects"). Streams, events,
+// pools and graphs are opaque 64-bit handles made by the interface; stream 0 is each device's
+// default stream. The defaults describe a synchronous device without graphs (the CPU): streams
+// and events exist but every operation has already finished, and graph calls throw
+// NotImplementedError. See Note [Device graphs] in kiln/compile/executable.cpp for how compile
+// uses the graph calls.
 class DeviceInterface {
  public:
   virtual ~DeviceInterface() = default;
+  virtual DeviceCaps caps() const { return {}; }
   // Allocator for tensors on this device; nullptr for devices without memory (meta).
   virtual Allocator* allocator(int index) = 0;
   // Number of devices of this type present.
   virtual int device_count() const = 0;
   // Copies nbytes between two buffers, either of which may live on this device or the host.
+  // Copies that touch the host finish before returning.
   virtual void copy_bytes(void* dst, bool dst_on_device, const void* src, bool src_on_device,
                           size_t nbytes, int index) = 0;
+  // Waits for all work on every stream of the device.
   virtual void synchronize(int index) = 0;
+
+  // Streams. The current stream is per thread; kernels are enqueued on it.
+  virtual uint64_t create_stream(int index);
+  virtual void destroy_stream(int index, uint64_t stream);
+  virtual uint64_t current_stream(int index);
+  virtual void set_current_stream(int index, uint64_t stream);
+  virtual void synchronize_stream(int index, uint64_t stream);
+  // Events: recorded on a stream; a stream or the host waits for them.
+  virtual uint64_t create_event(int index);
+  virtual void destroy_event(int index, uint64_t event);
+  virtual void record_event(int index, uint64_t event, uint64_t stream);
+  virtual void stream_wait_event(int index, uint64_t stream, uint64_t event);
+  virtual void synchronize_event(int index, uint64_t event);
+  virtual bool query_event(int index, uint64_t event);
+  // Graphs (caps().graphs). A pool holds the memory allocated during a capture for as long as
+  // a graph may replay into it. Work enqueued on a capturing stream is recorded, not run.
+  virtual uint64_t create_pool(int index);
+  virtual void release_pool(int index, uint64_t pool);
+  virtual void begin_capture(int index, uint64_t stream, uint64_t pool);
+  virtual uint64_t end_capture(int index, uint64_t stream);  // the captured graph
+  virtual uint64_t instantiate(int index, uint64_t graph);   // an executable graph
+  // Replaces an executable graph's nodes by `graph`'s when only their arguments (addresses)
+  // differ; false (and nothing changed) when the topology differs.
+  virtual bool update(int index, uint64_t exec, uint64_t graph);
+  virtual void launch(int index, uint64_t exec, uint64_t stream);
+  virtual int graph_nodes(int index, uint64_t graph);
+  virtual void destroy_graph(int index, uint64_t graph);
+  virtual void destroy_exec(int index, uint64_t exec);
 };
 
 // Note [Canonical devices]
@@ -43,6 +86,11 @@ class DeviceInterface {
 // {type, index}. Constructed only in canonical form: aliases are resolved by the registry, and
 // single-device types (cpu, meta) always have index 0, so equal devices compare, hash and print
 // equal however they were spelled.
+namespace detail {
+// Note [Aliased types]: type id -> the type it stands for (itself unless aliased).
+extern DeviceType g_canonical_type[kMaxDeviceTypes];
+}  // namespace detail
+
 class Device {
  public:
   constexpr Device() = default;
@@ -51,14 +99,19 @@ class Device {
   // Parses "cpu", "meta", "cuda", "cuda:1", or any registered name or alias.
   Device(std::string_view spec);                                // NOLINT
   Device(const char* spec) : Device(std::string_view(spec)) {}  // NOLINT
+  // A type name and an index: Device("cuda", 1) is Device("cuda:1").
+  Device(std::string_view type, int index);
+  // An index alone names an accelerator, as in PyTorch: Device::from_index(1) is "cuda:1"
+  // (and so whatever "cuda" is aliased to).
+  static Device from_index(int index);
 
-  DeviceType type() const { return type_; }
+  DeviceType type() const { return detail::g_canonical_type[type_]; }
   int index() const { return index_; }
-  bool is_cpu() const { return type_ == kCPU; }
-  bool is_meta() const { return type_ == kMeta; }
+  bool is_cpu() const { return type() == kCPU; }
+  bool is_meta() const { return type() == kMeta; }
   DispatchKey dispatch_key() const;
   std::string str() const;
-  constexpr bool operator==(const Device&) const = default;
+  bool operator==(const Device& o) const { return type() == o.type() && index_ == o.index_; }
 
  private:
   DeviceType type_ = kCPU;
@@ -70,11 +123,20 @@ DeviceType register_device_type(std::string_view name, DispatchKey key, DeviceIn
                                 bool single_device);
 // Installs the interface of an already named type (e.g. the CUDA backend filling in "cuda").
 void set_device_interface(DeviceType type, DeviceInterface* interface);
-// Makes `alias` parse as `target`, e.g. alias_device("cuda", "sim"). Devices already made keep
-// their canonical type; new spellings of the alias resolve to the target.
+// Makes `alias` stand for `target`, e.g. alias_device("cuda", "sim"): see Note [Aliased types].
+// Aliasing a type that has a backend of its own, or re-aliasing a name to another target, is
+// an error; aliasing again to the same target does nothing.
 void alias_device(std::string_view alias, std::string_view target);
 std::string_view device_type_name(DeviceType type);
 DeviceInterface* device_interface(DeviceType type);  // nullptr when none is installed
+// The device type registered with a dispatch key, or -1 when none is.
+int device_type_for_key(DispatchKey key);
+// The type a name resolves to (through aliases), or -1 for an unknown name.
+int find_device_type(std::string_view name);
+// Waits for all work queued on a device (a no-op on synchronous devices such as cpu).
+void synchronize(Device device);
+// Waits for all work queued on every device with an interface (e.g. before reseeding).
+void synchronize_all_devices();
 
 // The device factory functions use when none is given.
 Device default_device();
@@ -84,9 +146,10 @@ void set_default_device(Device d);
 
 template <>
 struct std::hash<kiln::Device> {
-  size_t operator()(const kiln::Device& d) const noexcept {
-    return std::hash<int>()(d.type() * 65536 + d.index());
-  }
+  // The index alone: a hash must not change when an alias redirects a device's type (Note
+  // [Aliased types]), or a set built before the alias would lose its devices. Equality tells
+  // the types apart; processes hold few devices.
+  size_t operator()(const kiln::Device& d) const noexcept { return std::hash<int>()(d.index()); }
 };
 
 template <>

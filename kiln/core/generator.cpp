@@ -1,5 +1,7 @@
 #include "kiln/core/generator.h"
 
+#include "kiln/core/device.h"
+
 namespace kiln {
 
 std::array<uint32_t, 4> philox4x32(uint64_t counter_lo, uint64_t counter_hi, uint64_t key) {
@@ -28,6 +30,10 @@ Generator& default_generator() {
   return g;
 }
 
-void manual_seed(uint64_t seed) { default_generator().set_seed(seed); }
+// Kernels queued on asynchronous devices draw when they run: they finish first.
+void manual_seed(uint64_t seed) {
+  synchronize_all_devices();
+  default_generator().set_seed(seed);
+}
 
 }  // namespace kiln

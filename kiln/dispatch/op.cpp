@@ -54,10 +54,28 @@ void OpDef::call_boxed_at(DispatchKey key, Stack& stack) const {
   detail::throw_no_kernel(*this, key);
 }
 
+namespace {
+// A boxed fallback bound to its arguments (a backend served by one, such as sim): each run
+// hands the fallback a copy of the stack.
+struct BoundFallback final : BoundCall {
+  BoundFallback(const OpDef& op, DispatchKey key, BoxedKernel fn, Stack args)
+      : op(op), key(key), fn(fn), args(std::move(args)) {}
+  void run() override {
+    results = args;
+    fn(op, key, results);
+  }
+  const OpDef& op;
+  DispatchKey key;
+  BoxedKernel fn;
+  Stack args;
+};
+}  // namespace
+
 std::unique_ptr<BoundCall> OpDef::bind(DispatchKey key, Stack& stack) const {
-  void* fn = unboxed_[static_cast<int>(key)];
-  if (!fn) detail::throw_no_kernel(*this, key);
-  return binder_(fn, stack);
+  if (void* fn = unboxed_[static_cast<int>(key)]) return binder_(fn, stack);
+  if (BoxedKernel f = g_fallbacks[static_cast<int>(key)])
+    return std::make_unique<BoundFallback>(*this, key, f, stack);
+  detail::throw_no_kernel(*this, key);
 }
 
 void OpDef::call_boxed(Stack& stack) const {
@@ -71,10 +89,17 @@ void OpDef::call_boxed(Stack& stack) const {
 
 namespace detail {
 void throw_no_kernel(const OpDef& op, DispatchKey key) {
+  int type = device_type_for_key(key);
+  std::string why =
+      type < 0 ? "no backend is registered with this key"
+      : key >= DispatchKey::PrivateUse1 && key <= DispatchKey::PrivateUse3
+          ? fmt::format("device '{}': its backend has no kernel for this op and its CPU "
+                        "fallback is off",
+                        device_type_name(static_cast<DeviceType>(type)))
+          : fmt::format("the op is not supported on device '{}'",
+                        device_type_name(static_cast<DeviceType>(type)));
   throw NotImplementedError(
-      fmt::format("[{}] no kernel for dispatch key {} (is the op supported on "
-                  "this device?)",
-                  op.name(), key_name(key)));
+      fmt::format("[{}] no kernel for dispatch key {} ({})", op.name(), key_name(key), why));
 }
 }  // namespace detail
 

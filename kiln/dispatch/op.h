@@ -103,8 +103,8 @@ class OpDef {
   void call_boxed(Stack& stack) const;
   // Runs the kernel at exactly `key` (or the key's fallback) from boxed arguments.
   void call_boxed_at(DispatchKey key, Stack& stack) const;
-  // Binds the unboxed kernel at `key` to `stack`'s arguments (copied); throws if the key has
-  // no unboxed kernel.
+  // Binds the unboxed kernel at `key` (or the key's boxed fallback) to `stack`'s arguments
+  // (copied); throws if the key has neither.
   std::unique_ptr<BoundCall> bind(DispatchKey key, Stack& stack) const;
 
   void set_kernel_raw(DispatchKey k, void* fn);

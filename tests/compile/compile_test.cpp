@@ -179,7 +179,7 @@ TEST(CompileGuards, InputAliasing) {
   expect_equal(f({x, x})[0], add(x, x));
 }
 
-TEST(CompileGuards, StaticInputsAreGuardedByStorage) {
+TEST(CompileGuards, StaticInputsRebindWhenTheirStorageChanges) {
   Tensor w = rnd({3}, 1);
   CompiledFunction f = compile([](const Tensor& x, const Tensor& w) { return mul(x, w); },
                                {.static_inputs = {1}, .input_names = {"x", "w"}});
@@ -192,11 +192,14 @@ TEST(CompileGuards, StaticInputsAreGuardedByStorage) {
     expect_equal(f({x, w})[0], mul(x, w));
   }
   EXPECT_EQ(f.entries().size(), 1u);
-  Tensor w2 = w.clone();
+  // Another storage: not a miss; the executable binds it (on a device with graphs, the graph
+  // is updated: tests/backend/sim_compile_test.cpp).
+  Tensor w2 = mul(w, 3.0);
   Tensor x = rnd({3}, 20);
   expect_equal(f({x, w2})[0], mul(x, w2));
-  ASSERT_EQ(f.miss_reasons().size(), 1u);
-  EXPECT_EQ(f.miss_reasons()[0], "input 1 ('w') is a static input, but its storage changed");
+  expect_equal(f({x, w})[0], mul(x, w));
+  EXPECT_TRUE(f.miss_reasons().empty());
+  EXPECT_EQ(f.entries().size(), 1u);
   CompiledFunction g = compile([](const Tensor& x) { return x; }, {.static_inputs = {3}});
   EXPECT_THROW(g({x}), ValueError);
 }

@@ -1,0 +1,205 @@
+// Compile's device-graph path (Note [Device graphs] in kiln/compile/executable.cpp) on sim:
+// warm-up then capture, static input copy-in, free tensors and static inputs by address (an
+// address change updates the graph), capture errors naming the op, piecewise segments, and
+// results equal to eager.
+#include <gtest/gtest.h>
+
+#include "kiln/compile/compile.h"
+#include "kiln/nn/layers.h"
+#include "kiln/ops/ops.h"
+#include "kiln/optim/optimizer.h"
+#include "tests/backend/sim_util.h"
+#include "tests/core/test_util.h"
+
+namespace kiln::test {
+namespace {
+
+using kiln_test::contains;
+
+std::vector<float> values(const Tensor& t) { return t.to_vector<float>(); }
+Tensor srand_(std::initializer_list<int64_t> sizes, uint64_t seed) {
+  Generator g(seed);
+  return randn(sizes, &g).to(sim());
+}
+
+TEST(SimCompile, WarmUpThenCaptureThenReplayEqualsEager) {
+  Tensor w = srand_({8, 4}, 1);
+  auto fn = [&](const Tensor& x) { return mul(relu(add(matmul(x, w), 1.0)), 2.0); };
+  CompiledFunction f = compile(fn, {.name = "mlp"});
+  std::vector<int> captures;
+  for (int i = 0; i < 5; ++i) {
+    Tensor x = srand_({3, 8}, 10 + i);
+    Tensor got = f({x})[0];
+    EXPECT_EQ(got.device(), sim());
+    EXPECT_EQ(values(got), values(fn(x))) << "call " << i;
+    captures.push_back(f.entries().at(0).captures);
+  }
+  // Call 0 traces, call 1 replays the steps (the warm-up), call 2 captures.
+  EXPECT_EQ(captures, (std::vector<int>{0, 0, 1, 1, 1}));
+  CacheEntryInfo e = f.entries().at(0);
+  EXPECT_TRUE(e.device_graphs);
+  EXPECT_EQ(e.graph_updates, 0);
+  EXPECT_TRUE(contains(f.explain(), "device graphs: 1 per replay")) << f.explain();
+}
+
+TEST(SimCompile, OutputsAreTheCallersNotTheGraphs) {
+  CompiledFunction f = compile([](const Tensor& x) { return add(x, 1.0); });
+  std::vector<Tensor> outs;
+  for (int i = 0; i < 5; ++i) outs.push_back(f({full({2}, static_cast<double>(i), kFloat32, sim())})[0]);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(values(outs[i]), std::vector<float>(2, static_cast<float>(i + 1))) << i;
+}
+
+TEST(SimCompile, StaticInputAddressChangeUpdatesTheGraph) {
+  CompiledFunction f = compile([](const Tensor& x, const Tensor& w) { return mul(x, w); },
+                               {.static_inputs = {1}});
+  Tensor w = srand_({4}, 2), w2 = srand_({4}, 3);
+  for (int i = 0; i < 4; ++i) {
+    Tensor x = srand_({4}, 20 + i);
+    EXPECT_EQ(values(f({x, w})[0]), values(mul(x, w)));
+  }
+  EXPECT_EQ(f.entries().at(0).captures, 1);
+  Tensor x = srand_({4}, 30);
+  EXPECT_EQ(values(f({x, w2})[0]), values(mul(x, w2)));  // another address
+  EXPECT_EQ(values(f({x, w2})[0]), values(mul(x, w2)));
+  CacheEntryInfo e = f.entries().at(0);
+  EXPECT_EQ(f.entries().size(), 1u);
+  EXPECT_EQ(e.captures, 2);
+  EXPECT_EQ(e.graph_updates, 1);  // updated in place, not re-instantiated
+  EXPECT_TRUE(f.miss_reasons().empty());
+}
+
+TEST(SimCompile, FreeTensorsAreStaticByAddress) {
+  Tensor w = srand_({4}, 4);
+  CompiledFunction f = compile([&](const Tensor& x) { return add(x, w); });
+  Tensor x = srand_({4}, 5);
+  for (int i = 0; i < 4; ++i) {
+    w.copy_(full({4}, static_cast<double>(i), kFloat32, sim()));  // same address, new values
+    EXPECT_EQ(values(f({x})[0]), values(add(x, w))) << i;
+  }
+  EXPECT_EQ(f.entries().at(0).captures, 1);
+}
+
+TEST(SimCompile, InputsWrittenInPlaceReachTheCaller) {
+  auto fn = [](const Tensor& x) {
+    Tensor y = x;
+    add_(y, 1.0);
+    return mul(x, 2.0);
+  };
+  CompiledFunction f = compile(fn);
+  Tensor a = zeros({3}, kFloat32, sim()), b = zeros({3}, kFloat32, sim());
+  for (int i = 0; i < 4; ++i) {
+    Tensor want = fn(a);
+    Tensor got = f({b})[0];
+    EXPECT_EQ(values(got), values(want)) << i;
+    EXPECT_EQ(values(b), values(a)) << i;
+  }
+  EXPECT_EQ(f.entries().at(0).captures, 1);
+}
+
+TEST(SimCompile, RandomOpsDrawFreshNumbersEachReplay) {
+  auto fn = [](const Tensor& x) { return add(x, randn({4}, nullptr, kFloat32, sim())); };
+  CompiledFunction f = compile(fn);
+  Tensor x = zeros({4}, kFloat32, sim());
+  manual_seed(5);
+  std::vector<std::vector<float>> want;
+  for (int i = 0; i < 5; ++i) want.push_back(values(fn(x)));
+  manual_seed(5);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(values(f({x})[0]), want[i]) << "call " << i;
+  EXPECT_NE(want[3], want[4]);
+  EXPECT_EQ(f.entries().at(0).captures, 1);
+}
+
+TEST(SimCompile, CaptureErrorNamesTheOpAndPiecewiseRunsItBetweenGraphs) {
+  auto fn = [](const Tensor& x) {
+    Tensor h = mul(x, 2.0).to(Device(kCPU));  // a copy through the host
+    return add(h.to(sim()), 1.0);
+  };
+  CompiledFunction f = compile(fn, {.name = "hostcopy"});
+  Tensor x = srand_({3}, 6);
+  EXPECT_EQ(values(f({x})[0]), values(fn(x)));  // traced
+  EXPECT_EQ(values(f({x})[0]), values(fn(x)));  // warm-up
+  std::string msg = kiln_test::message_of<CompileError>([&] { (void)f({x}); });
+  EXPECT_TRUE(contains(msg, "[compile] 'hostcopy': step")) << msg;
+  EXPECT_TRUE(contains(msg, "op 'to_copy'")) << msg;
+  EXPECT_TRUE(contains(msg, "a copy between host and device is not permitted")) << msg;
+  EXPECT_TRUE(contains(msg, "piecewise")) << msg;
+
+  CompiledFunction p = compile(fn, {.name = "hostcopy", .piecewise = true});
+  for (int i = 0; i < 4; ++i) {
+    Tensor xi = srand_({3}, 40 + i);
+    EXPECT_EQ(values(p({xi})[0]), values(fn(xi))) << i;
+  }
+  CacheEntryInfo e = p.entries().at(0);
+  EXPECT_TRUE(e.device_graphs);
+  EXPECT_EQ(e.captures, 1);
+  EXPECT_TRUE(contains(p.explain(), "device graphs: 2 per replay")) << p.explain();
+}
+
+TEST(SimCompile, PiecewiseAroundAHostRead) {
+  auto fn = [](const Tensor& x) {
+    Tensor s = sum(x);
+    (void)s.item();  // a graph break
+    return mul(x, s);
+  };
+  CompiledFunction f = compile(fn, {.piecewise = true});
+  for (int i = 0; i < 4; ++i) {
+    Tensor x = srand_({5}, 50 + i);
+    EXPECT_EQ(values(f({x})[0]), values(fn(x))) << i;
+  }
+  EXPECT_TRUE(f.entries().at(0).device_graphs);
+  EXPECT_TRUE(contains(f.explain(), "device graphs: 2 per replay")) << f.explain();
+}
+
+TEST(SimCompile, CaptureOffReplaysTheSteps) {
+  CompiledFunction f = compile([](const Tensor& x) { return add(x, 1.0); }, {.capture = false});
+  Tensor x = srand_({3}, 7);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(values(f({x})[0]), values(add(x, 1.0)));
+  EXPECT_FALSE(f.entries().at(0).device_graphs);
+  EXPECT_TRUE(contains(f.explain(), "none, because CompileOptions::capture is off"));
+}
+
+TEST(SimCompileTrain, MlpStepsMatchEagerBitwise) {
+  auto make = [] {
+    Generator g(1);
+    nn::Init init{.gen = &g};
+    auto m = std::make_shared<nn::Sequential>();
+    m->push_back(std::make_shared<nn::Linear>(16, 32, true, init));
+    m->push_back(std::make_shared<nn::GELU>());
+    m->push_back(std::make_shared<nn::Linear>(32, 10, true, init));
+    m->to(sim());
+    return m;
+  };
+  auto eager = make(), compiled = make();
+  optim::AdamW eager_opt(eager->parameters(), {.lr = 1e-2});
+  optim::AdamW opt(compiled->parameters(), {.lr = 1e-2});
+  auto step = [](nn::Sequential& m, optim::Optimizer& o, const Tensor& x, const Tensor& y) {
+    o.zero_grad();
+    Tensor loss = cross_entropy(m.forward(x), y);
+    loss.backward();
+    o.step();
+    return loss.detach();
+  };
+  CompiledFunction f = compile(
+      [&](const Tensor& x, const Tensor& y) { return step(*compiled, opt, x, y); }, {.name = "step"});
+  Generator data(7);
+  for (int s = 1; s <= 8; ++s) {
+    Tensor x = randn({8, 16}, &data).to(sim()), y = randint(0, 10, {8}, &data).to(sim());
+    Tensor want = step(*eager, eager_opt, x, y);
+    Tensor got = f({x, y})[0];
+    EXPECT_EQ(got.item<float>(), want.item<float>()) << "loss at step " << s;
+    if (s == 5) {
+      eager_opt.set_lr(3e-3);
+      opt.set_lr(3e-3);
+    }
+  }
+  auto pa = eager->parameters(), pb = compiled->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(values(pa[i]), values(pb[i])) << i;
+  CacheEntryInfo e = f.entries().at(0);
+  EXPECT_TRUE(e.device_graphs);
+  EXPECT_EQ(e.captures, 1);
+  EXPECT_EQ(f.entries().size(), 1u);
+}
+
+}  // namespace
+}  // namespace kiln::test
