@@ -27,12 +27,12 @@ BackendKernel backend_kernel(TypedOp<Sig>& op, Sig* fn) {
 }
 
 struct BackendSpec {
-  std::string name = {};                      // the device type's name, e.g. "sim"
-  DispatchKey key = DispatchKey::Undefined;   // PrivateUse1..3
-  DeviceInterface* interface = nullptr;       // owned by the backend; lives until exit
-  bool single_device = false;                 // "name:1" is an error
-  std::vector<BackendKernel> kernels = {};    // any subset of the ops
-  BoxedKernel fallback = nullptr;             // serves every op without a kernel of its own
+  std::string name = {};                     // the device type's name, e.g. "sim"
+  DispatchKey key = DispatchKey::Undefined;  // PrivateUse1..3
+  DeviceInterface* interface = nullptr;      // owned by the backend; lives until exit
+  bool single_device = false;                // "name:1" is an error
+  std::vector<BackendKernel> kernels = {};   // any subset of the ops
+  BoxedKernel fallback = nullptr;            // serves every op without a kernel of its own
   // Ops with neither a kernel nor the fallback run on the CPU, their tensors copied over and
   // back (through the interface's copy_bytes), each op logged once on stderr. Off: such an op
   // is a NotImplementedError naming the op and the device.

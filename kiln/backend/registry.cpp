@@ -110,8 +110,8 @@ void cpu_fallback_kernel(const OpDef& op, DispatchKey key, Stack& stack) {
     const StorageImpl* hs = h->storage();
     auto s = make_ref<StorageImpl>(hs->nbytes(), *dev, iface->allocator(dev->index()));
     iface->copy_bytes(s->data(), true, hs->data(), false, hs->nbytes(), dev->index());
-    return Tensor(
-        make_ref<TensorImpl>(std::move(s), h->dtype(), h->sizes(), h->strides(), h->storage_offset()));
+    return Tensor(make_ref<TensorImpl>(std::move(s), h->dtype(), h->sizes(), h->strides(),
+                                       h->storage_offset()));
   };
   stack.clear();
   for (IValue& v : host) {
@@ -166,8 +166,8 @@ std::string find_plugin(std::string_view name) {
 }  // namespace
 
 DispatchKey free_private_use_key() {
-  for (DispatchKey k : {DispatchKey::PrivateUse1, DispatchKey::PrivateUse2,
-                        DispatchKey::PrivateUse3})
+  for (DispatchKey k :
+       {DispatchKey::PrivateUse1, DispatchKey::PrivateUse2, DispatchKey::PrivateUse3})
     if (device_type_for_key(k) < 0) return k;
   return DispatchKey::Undefined;
 }
@@ -180,8 +180,7 @@ DeviceType register_backend(const BackendSpec& spec) {
   KILN_CHECK(spec.interface != nullptr, "[register_backend] '{}' has no device interface",
              spec.name);
   KILN_CHECK(!(spec.fallback && spec.cpu_fallback),
-             "[register_backend] '{}' sets both a fallback kernel and the CPU fallback",
-             spec.name);
+             "[register_backend] '{}' sets both a fallback kernel and the CPU fallback", spec.name);
   for (const BackendKernel& k : spec.kernels) {
     KILN_CHECK(k.op && k.fn, "[register_backend] '{}': a kernel without an op or a function",
                spec.name);
@@ -190,8 +189,7 @@ DeviceType register_backend(const BackendSpec& spec) {
                k.op->name());
   }
   KILN_CHECK(find_device_type(spec.name) < 0,
-             "[register_backend] device type '{}' is already registered (or an alias)",
-             spec.name);
+             "[register_backend] device type '{}' is already registered (or an alias)", spec.name);
   int holder = device_type_for_key(spec.key);
   KILN_CHECK(holder < 0, "[register_backend] '{}': key {} is already used by '{}'", spec.name,
              key_name(spec.key),
@@ -208,9 +206,8 @@ int64_t cpu_fallback_calls() { return g_fallback_calls.load(std::memory_order_re
 
 DeviceType load_backend(std::string_view path_or_name) {
   std::lock_guard<std::mutex> lock(g_load_mu);
-  std::string path = path_or_name.find('/') == std::string_view::npos
-                         ? find_plugin(path_or_name)
-                         : std::string(path_or_name);
+  std::string path = path_or_name.find('/') == std::string_view::npos ? find_plugin(path_or_name)
+                                                                      : std::string(path_or_name);
   std::error_code ec;
   std::filesystem::path canon = std::filesystem::canonical(path, ec);
   KILN_CHECK(!ec, "[load_backend] cannot open '{}': {}", path, ec.message());
@@ -237,8 +234,10 @@ DeviceType load_backend(std::string_view path_or_name) {
              "[load_backend] '{}' was built for backend ABI version {}, this Kiln has version {}: "
              "rebuild the plugin against this Kiln",
              path, entry->abi_version, KILN_BACKEND_ABI_VERSION);
-  KILN_CHECK(entry->name && entry->describe, "[load_backend] '{}': its entry has no name or no "
-             "describe function", path);
+  KILN_CHECK(entry->name && entry->describe,
+             "[load_backend] '{}': its entry has no name or no "
+             "describe function",
+             path);
   const std::string name = entry->name;
   KILN_CHECK(find_device_type(name) < 0,
              "[load_backend] '{}': device type '{}' is already registered", path, name);

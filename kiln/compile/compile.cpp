@@ -185,8 +185,9 @@ Executable* CompiledFunction::Impl::derive(Entry& e, std::span<const Tensor> inp
                  e.info.index, key[0], why);
     return nullptr;
   }
-  e.specs.push_back({key, std::make_unique<Executable>(std::move(*g), e.is_static,
-                                                      GraphOptions{o.capture, o.piecewise, o.name})});
+  e.specs.push_back(
+      {key, std::make_unique<Executable>(std::move(*g), e.is_static,
+                                         GraphOptions{o.capture, o.piecewise, o.name})});
   const Executable* added = e.specs.back().exe.get();
   e.guards->add_held([added](const TensorImpl* p) { return added->refs_to(p); });
   e.info.size_specializations = static_cast<int>(e.specs.size());
@@ -377,7 +378,7 @@ std::unique_ptr<CompiledFunction::Impl::Traced> CompiledFunction::Impl::trace(
     is_static[i] = true;
   }
   e->exe = std::make_unique<Executable>(std::move(graph), is_static,
-                                       GraphOptions{o.capture, o.piecewise, o.name});
+                                        GraphOptions{o.capture, o.piecewise, o.name});
   e->is_static = is_static;
   const Executable* exe = e->exe.get();
   e->guards = std::make_unique<Guards>(e->exe->graph(), inputs, modes, dynamic,

@@ -76,11 +76,11 @@ struct Executable::Graphs {
     uint64_t exec = 0;
   };
   std::vector<Segment> segments;
-  std::vector<bool> eager;         // per step: runs between graphs
+  std::vector<bool> eager;  // per step: runs between graphs
   bool captured = false;
   int runs = 0;
-  std::vector<int> copy_in;        // inputs copied into static buffers
-  std::vector<int> copy_back;      // of those, the ones the steps write
+  std::vector<int> copy_in;                                  // inputs copied into static buffers
+  std::vector<int> copy_back;                                // of those, the ones the steps write
   std::vector<std::pair<const Tensor*, const void*>> baked;  // free tensors' captured addresses
 
   ~Graphs() {
@@ -92,7 +92,9 @@ struct Executable::Graphs {
 };
 
 Executable::Executable(Graph graph, std::vector<bool> is_static, GraphOptions graphs)
-    : graph_(std::move(graph)), is_static_(std::move(is_static)), graph_options_(std::move(graphs)) {
+    : graph_(std::move(graph)),
+      is_static_(std::move(is_static)),
+      graph_options_(std::move(graphs)) {
   build();
   setup_graphs();
 }

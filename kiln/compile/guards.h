@@ -16,9 +16,9 @@ struct InputGuard {
   Shape strides;
   bool requires_grad = false;
   bool contiguous = true;
-  uint32_t dynamic = 0;                  // dims whose size is not checked
-  int alias_of = -1;                     // an earlier input whose storage this one shares, or -1
-  int64_t alias_delta = 0;               // storage offset relative to alias_of's
+  uint32_t dynamic = 0;     // dims whose size is not checked
+  int alias_of = -1;        // an earlier input whose storage this one shares, or -1
+  int64_t alias_delta = 0;  // storage offset relative to alias_of's
 };
 
 // Thread-local state a trace depends on.

@@ -21,7 +21,8 @@ namespace kiln {
 // patched the device constructor after the framework had stored a device made with the old
 // one, which made every call of a compiled function miss its guards.
 namespace detail {
-DeviceType g_canonical_type[kMaxDeviceTypes] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+DeviceType g_canonical_type[kMaxDeviceTypes] = {0, 1, 2,  3,  4,  5,  6,  7,
+                                                8, 9, 10, 11, 12, 13, 14, 15};
 }  // namespace detail
 
 namespace {
@@ -239,8 +240,8 @@ void alias_device(std::string_view alias, std::string_view target) {
   if (now == to) return;  // already so
   KILN_CHECK_DEVICE(r.types[from].name != alias || now == from,
                     "[alias_device] '{}' is already an alias of '{}'", alias, r.types[now].name);
-  KILN_CHECK_DEVICE(r.types[from].name == alias,
-                    "[alias_device] '{}' is already an alias of '{}'", alias, r.types[now].name);
+  KILN_CHECK_DEVICE(r.types[from].name == alias, "[alias_device] '{}' is already an alias of '{}'",
+                    alias, r.types[now].name);
   KILN_CHECK_DEVICE(r.types[from].interface == nullptr,
                     "[alias_device] '{}' has a backend of its own; aliasing it would change the "
                     "device of its tensors",

@@ -90,14 +90,14 @@ void OpDef::call_boxed(Stack& stack) const {
 namespace detail {
 void throw_no_kernel(const OpDef& op, DispatchKey key) {
   int type = device_type_for_key(key);
-  std::string why =
-      type < 0 ? "no backend is registered with this key"
-      : key >= DispatchKey::PrivateUse1 && key <= DispatchKey::PrivateUse3
-          ? fmt::format("device '{}': its backend has no kernel for this op and its CPU "
-                        "fallback is off",
-                        device_type_name(static_cast<DeviceType>(type)))
-          : fmt::format("the op is not supported on device '{}'",
-                        device_type_name(static_cast<DeviceType>(type)));
+  std::string why = type < 0 ? "no backend is registered with this key"
+                    : key >= DispatchKey::PrivateUse1 && key <= DispatchKey::PrivateUse3
+                        ? fmt::format(
+                              "device '{}': its backend has no kernel for this op and its CPU "
+                              "fallback is off",
+                              device_type_name(static_cast<DeviceType>(type)))
+                        : fmt::format("the op is not supported on device '{}'",
+                                      device_type_name(static_cast<DeviceType>(type)));
   throw NotImplementedError(
       fmt::format("[{}] no kernel for dispatch key {} ({})", op.name(), key_name(key), why));
 }

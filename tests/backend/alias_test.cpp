@@ -27,9 +27,9 @@ struct Step {
 
 // Calls `f` with inputs made from every spelling; all hit one cache entry.
 void expect_one_compile(CompiledFunction& f, const Step& step) {
-  std::vector<Device> spellings = {Device("cuda"),      Device("cuda:0"), Device("cuda", 0),
-                                   Device(kCUDA),       Device(kCUDA, 0), Device::from_index(0),
-                                   Device("sim"),       Device("sim:0"),  default_device()};
+  std::vector<Device> spellings = {Device("cuda"), Device("cuda:0"), Device("cuda", 0),
+                                   Device(kCUDA),  Device(kCUDA, 0), Device::from_index(0),
+                                   Device("sim"),  Device("sim:0"),  default_device()};
   for (const Device& d : spellings) {
     Tensor x = arange(0, 4, 1, kFloat32).to(d);
     Tensor got = f({x})[0];

@@ -61,7 +61,8 @@ Tensor on(Device d, const Tensor& cpu) {
 
 TEST(PluginLoader, LoadsByNameOnceOnly) {
   sim();
-  EXPECT_THROW_CONTAINS(load_backend(KILN_SIM_PLUGIN), ValueError, "is already loaded (backend 'sim')");
+  EXPECT_THROW_CONTAINS(load_backend(KILN_SIM_PLUGIN), ValueError,
+                        "is already loaded (backend 'sim')");
   EXPECT_THROW_CONTAINS(load_backend("sim"), ValueError, "is already loaded");
 }
 
@@ -125,11 +126,13 @@ TEST(RegisterBackend, RejectsBadSpecsWhole) {
             .fallback = +[](const OpDef&, DispatchKey, Stack&) {},
             .cpu_fallback = true},
            "sets both");
-  static TypedOp<Tensor(const Tensor&)> unregistered("kiln_test_unregistered", "", OpKind::Functional);
+  static TypedOp<Tensor(const Tensor&)> unregistered("kiln_test_unregistered", "",
+                                                     OpKind::Functional);
   rejected({.name = "x5",
             .key = DispatchKey::PrivateUse3,
             .interface = &iface,
-            .kernels = {backend_kernel(unregistered, +[](const Tensor& t) { return t; })}},
+            .kernels = {backend_kernel(
+                unregistered, +[](const Tensor& t) { return t; })}},
            "which is not a registered op");
 }
 
@@ -154,8 +157,9 @@ TEST(CpuFallback, RunsOpsOnTheCpuWithCopies) {
   std::string log = testing::internal::GetCapturedStderr();
   EXPECT_EQ(sum_ab.device(), d);
   EXPECT_EQ(cpu_fallback_calls(), calls + 2);
-  EXPECT_TRUE(contains(log, "[kiln] add: no kernel on device 'fallbackdev'; running it on the "
-                            "CPU with copies"))
+  EXPECT_TRUE(contains(log,
+                       "[kiln] add: no kernel on device 'fallbackdev'; running it on the "
+                       "CPU with copies"))
       << log;
   EXPECT_EQ(log.find("add:", log.find("add:") + 1), std::string::npos) << "logged twice: " << log;
   EXPECT_EQ(sum_ab.to(Device(kCPU)).to_vector<float>(), add(a, b).to_vector<float>());

@@ -45,14 +45,15 @@ TEST(SimCompile, WarmUpThenCaptureThenReplayEqualsEager) {
 TEST(SimCompile, OutputsAreTheCallersNotTheGraphs) {
   CompiledFunction f = compile([](const Tensor& x) { return add(x, 1.0); });
   std::vector<Tensor> outs;
-  for (int i = 0; i < 5; ++i) outs.push_back(f({full({2}, static_cast<double>(i), kFloat32, sim())})[0]);
+  for (int i = 0; i < 5; ++i)
+    outs.push_back(f({full({2}, static_cast<double>(i), kFloat32, sim())})[0]);
   for (int i = 0; i < 5; ++i)
     EXPECT_EQ(values(outs[i]), std::vector<float>(2, static_cast<float>(i + 1))) << i;
 }
 
 TEST(SimCompile, StaticInputAddressChangeUpdatesTheGraph) {
-  CompiledFunction f = compile([](const Tensor& x, const Tensor& w) { return mul(x, w); },
-                               {.static_inputs = {1}});
+  CompiledFunction f =
+      compile([](const Tensor& x, const Tensor& w) { return mul(x, w); }, {.static_inputs = {1}});
   Tensor w = srand_({4}, 2), w2 = srand_({4}, 3);
   for (int i = 0; i < 4; ++i) {
     Tensor x = srand_({4}, 20 + i);
@@ -180,8 +181,9 @@ TEST(SimCompileTrain, MlpStepsMatchEagerBitwise) {
     o.step();
     return loss.detach();
   };
-  CompiledFunction f = compile(
-      [&](const Tensor& x, const Tensor& y) { return step(*compiled, opt, x, y); }, {.name = "step"});
+  CompiledFunction f =
+      compile([&](const Tensor& x, const Tensor& y) { return step(*compiled, opt, x, y); },
+              {.name = "step"});
   Generator data(7);
   for (int s = 1; s <= 8; ++s) {
     Tensor x = randn({8, 16}, &data).to(sim()), y = randint(0, 10, {8}, &data).to(sim());

@@ -37,7 +37,7 @@ TEST(SimDevice, MemoryIsReadOnlyThroughCopies) {
   EXPECT_EQ(s.device(), sim());
   EXPECT_THROW_CONTAINS(s.data_ptr(), DeviceError, "copy it to cpu first");
   EXPECT_EQ(values(s), values(c));                   // to_vector copies
-  EXPECT_EQ(sum(s).item<float>(), 15.0f);           // item copies
+  EXPECT_EQ(sum(s).item<float>(), 15.0f);            // item copies
   EXPECT_TRUE(contains(s.str(), "[[0., 1., 2.],"));  // printing copies
   EXPECT_TRUE(contains(s.str(), "device='sim:0'")) << s.str();
   Tensor back = host(s);
@@ -105,6 +105,27 @@ TEST(SimDevice, RandomNumbersFollowTheSeedInOrder) {
   Tensor next = rand({8}, nullptr, kFloat32, sim());  // where a2 was drawn: the same numbers
   EXPECT_EQ(values(a2), values(next));
   EXPECT_NE(values(next), values(rand({8}, nullptr, kFloat32, sim())));  // and then fresh ones
+}
+
+TEST(SimDevice, DrawsFromACallersGeneratorRunInOrder) {
+  // The generator dies when the op returns; the draw must already have used it.
+  auto draw = [](Device d) {
+    Generator g(77);
+    return randn({256}, &g, kFloat32, d);
+  };
+  EXPECT_EQ(values(draw(sim())), values(draw(Device(kCPU))));
+  // In a capture such a draw is an error (a replay would read a generator that may be gone).
+  DeviceInterface& di = sim_interface();
+  uint64_t s = di.create_stream(0), pool = di.create_pool(0);
+  di.set_current_stream(0, s);
+  di.begin_capture(0, s, pool);
+  Generator g(1);
+  EXPECT_THROW_CONTAINS(randn({4}, &g, kFloat32, sim()), DeviceError,
+                        "a generator of the caller's");
+  EXPECT_THROW(di.end_capture(0, s), DeviceError);
+  di.set_current_stream(0, 0);
+  di.destroy_stream(0, s);
+  di.release_pool(0, pool);
 }
 
 TEST(SimDevice, AutogradAndAnOptimizerStepMatchTheCpu) {
@@ -251,7 +272,8 @@ TEST(SimGraphs, CaptureErrorsLikeCuda) {
   DeviceInterface& di = sim_interface();
   Tensor x = ones({4}, kFloat32, sim());
   // The default stream cannot be captured.
-  EXPECT_THROW_CONTAINS(di.begin_capture(0, 0, 0), DeviceError, "cannot capture the default stream");
+  EXPECT_THROW_CONTAINS(di.begin_capture(0, 0, 0), DeviceError,
+                        "cannot capture the default stream");
   // Synchronising, copying to the host and reading invalidate the capture.
   EXPECT_THROW_CONTAINS(capture([&] { synchronize(sim()); }), DeviceError,
                         "cudaErrorStreamCaptureUnsupported");

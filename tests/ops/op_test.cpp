@@ -19,6 +19,7 @@
 #include <cmath>
 #include <set>
 
+#include "tests/backend/sim_util.h"
 #include "tests/ops/op_test_util.h"
 
 namespace kiln::test {
@@ -249,6 +250,55 @@ void run_meta(const OpCase& c, std::optional<DType> dtype) {
   }
 }
 
+// Note [The op table on sim]
+// Each row runs again with its inputs on the sim accelerator (kiln/backend/sim, loaded as a
+// plugin), whose kernels are the CPU's run on a stream's worker thread over the device's own
+// memory: results, the inputs afterwards (in-place writes) and random draws from the same
+// seed must equal the CPU run bit for bit, outputs must be on sim, in-place outputs must be
+// their inputs and views must share their input's storage.
+void run_sim(const OpCase& c, std::optional<DType> dtype) {
+  DType dt = dtype.value_or(kFloat32);
+  Device cpu(kCPU), dev = sim();
+  std::optional<at::Tensor> out_like;
+  if (c.mode == Mode::Out) {
+    Gen g(dt, seed_of(c.name, dtype));
+    out_like = expected(c, AArgs{to_aten(c.make(g)), to_aten(dt)})[0];
+  }
+  auto run = [&](Device d) {
+    Gen g(dt, seed_of(c.name, dtype));
+    KArgs x{c.make(g), dt, d, {}};
+    for (Tensor& t : x.in) t = to_device(t, d);
+    if (out_like) x.out = alloc_out(*out_like, c.out_layout, d);
+    manual_seed(1234);
+    KTensors got = c.kiln(x);
+    return std::make_pair(std::move(x), std::move(got));
+  };
+  auto [cx, want] = run(cpu);
+  auto [sx, got] = run(dev);
+  ASSERT_EQ(got.size(), want.size()) << "number of outputs";
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!want[i].defined()) continue;
+    EXPECT_EQ(got[i].device(), want[i].device().is_cpu() ? dev : want[i].device())
+        << "output " << i;
+    Tensor back = to_device(got[i], cpu);
+    EXPECT_TRUE(
+        compare(back, to_aten(want[i]), c.tol == Tol::ShapeOnly ? Tol::ShapeOnly : Tol::Exact))
+        << "output " << i;
+  }
+  for (size_t i = 0; i < sx.in.size(); ++i) {
+    if (!sx[i].defined()) continue;
+    EXPECT_TRUE(compare(to_device(sx[i], cpu), to_aten(cx[i]), Tol::Exact)) << "input " << i;
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (c.mode == Mode::InPlace) {
+      EXPECT_EQ(got[i].impl()->storage(), sx[i].impl()->storage()) << "in-place output " << i;
+    }
+    if (c.alias == Alias::View) {
+      EXPECT_EQ(got[i].impl()->storage(), sx[0].impl()->storage()) << "view output " << i;
+    }
+  }
+}
+
 // Turns exceptions into failures that name their class.
 template <class F>
 void guarded(F&& f) {
@@ -271,9 +321,15 @@ TEST_P(OpMeta, ShapesOnly) {
   guarded([&] { run_meta(*GetParam().c, GetParam().dtype); });
 }
 
+class OpSim : public testing::TestWithParam<CaseParam> {};
+TEST_P(OpSim, MatchesTheCpu) {
+  guarded([&] { run_sim(*GetParam().c, GetParam().dtype); });
+}
+
 #define KILN_INSTANTIATE_TABLE(Name, table)                                                    \
   INSTANTIATE_TEST_SUITE_P(Name, OpOracle, testing::ValuesIn(params_of(table())), param_name); \
-  INSTANTIATE_TEST_SUITE_P(Name, OpMeta, testing::ValuesIn(params_of(table())), param_name)
+  INSTANTIATE_TEST_SUITE_P(Name, OpMeta, testing::ValuesIn(params_of(table())), param_name);   \
+  INSTANTIATE_TEST_SUITE_P(Name, OpSim, testing::ValuesIn(params_of(table())), param_name)
 KILN_INSTANTIATE_TABLE(Pointwise, pointwise);
 KILN_INSTANTIATE_TABLE(Reduce, reduce);
 KILN_INSTANTIATE_TABLE(LinalgNN, linalg_nn);

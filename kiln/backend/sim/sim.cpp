@@ -153,7 +153,7 @@ class Stream {
 // ---------------------------------------------------------------- graphs
 
 struct Node {
-  std::string_view name;           // the kernel: update() requires the same ones in order
+  std::string_view name;  // the kernel: update() requires the same ones in order
   std::function<void()> fn;
 };
 using Nodes = std::vector<Node>;
@@ -244,14 +244,16 @@ class SimDevice {
     forbid_in_capture("synchronizing the device", "cudaErrorStreamCaptureUnsupported");
     for (Stream* s : all_streams()) s->synchronize();
   }
+  void synchronize_current() { stream(current()).synchronize(); }
 
   // Memory.
   void* allocate(size_t nbytes) {
     if (nbytes == 0) return nullptr;
     Capture* c = tls_capture;
     if (c && c->device == index_ && c->pool == 0)
-      forbid_in_capture(fmt::format("allocating {} bytes outside a graph memory pool", nbytes).c_str(),
-                        "cudaErrorStreamCaptureUnsupported");
+      forbid_in_capture(
+          fmt::format("allocating {} bytes outside a graph memory pool", nbytes).c_str(),
+          "cudaErrorStreamCaptureUnsupported");
     void* p = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
     KILN_CHECK(p != nullptr, "[sim] out of memory allocating {} bytes on sim:{}", nbytes, index_);
     if (c && c->device == index_) {
@@ -302,8 +304,10 @@ class SimDevice {
                       "[sim] cannot capture the default stream of sim:{}: capture a stream made "
                       "with create_stream (cudaErrorStreamCaptureUnsupported)",
                       index_);
-    KILN_CHECK_DEVICE(!tls_capture, "[sim] this thread is already capturing stream {} "
-                      "(cudaErrorIllegalState)", tls_capture ? tls_capture->stream : 0);
+    KILN_CHECK_DEVICE(!tls_capture,
+                      "[sim] this thread is already capturing stream {} "
+                      "(cudaErrorIllegalState)",
+                      tls_capture ? tls_capture->stream : 0);
     {
       std::lock_guard<std::mutex> lock(mu_);
       KILN_CHECK_DEVICE(streams_.count(stream_id), "[sim] sim:{} has no stream {}", index_,
@@ -491,10 +495,18 @@ class Interface final : public DeviceInterface {
   void begin_capture(int index, uint64_t s, uint64_t pool) override {
     device_state(index).begin_capture(s, pool);
   }
-  uint64_t end_capture(int index, uint64_t s) override { return device_state(index).end_capture(s); }
-  uint64_t instantiate(int index, uint64_t g) override { return device_state(index).instantiate(g); }
-  bool update(int index, uint64_t e, uint64_t g) override { return device_state(index).update(e, g); }
-  void launch(int index, uint64_t e, uint64_t s) override { device_state(index).launch_graph(e, s); }
+  uint64_t end_capture(int index, uint64_t s) override {
+    return device_state(index).end_capture(s);
+  }
+  uint64_t instantiate(int index, uint64_t g) override {
+    return device_state(index).instantiate(g);
+  }
+  bool update(int index, uint64_t e, uint64_t g) override {
+    return device_state(index).update(e, g);
+  }
+  void launch(int index, uint64_t e, uint64_t s) override {
+    device_state(index).launch_graph(e, s);
+  }
   int graph_nodes(int index, uint64_t g) override {
     return static_cast<int>(device_state(index).graph(g, "graph")->size());
   }
@@ -515,6 +527,12 @@ class Interface final : public DeviceInterface {
 // ---------------------------------------------------------------- kernels
 
 bool is_sim(Device d) { return d.dispatch_key() == g_key; }
+
+// `impl` as a tensor standing for `t`: the wrapped-number flag carries over.
+Tensor like(Ref<TensorImpl> impl, const Tensor& t) {
+  impl->set_wrapped_number(t.impl()->is_wrapped_number());
+  return Tensor(std::move(impl));
+}
 bool on_sim(const Tensor& t) { return t.defined() && is_sim(t.device()); }
 
 // CPU tensors over the bytes of sim storages, one CPU storage per sim storage so that
@@ -526,8 +544,11 @@ struct Wrapper {
     const TensorImpl* i = t.impl();
     Ref<StorageImpl>& s = storages[i->storage()];
     if (!s) s = make_ref<StorageImpl>(i->storage()->data(), i->storage()->nbytes(), Device(kCPU));
-    return Tensor(make_ref<TensorImpl>(s, i->dtype(), i->sizes(), i->strides(), i->storage_offset()));
+    return like(make_ref<TensorImpl>(s, i->dtype(), i->sizes(), i->strides(), i->storage_offset()),
+                t);
   }
+  // A 0-d cpu tensor by value; a wrapped number stays one (it promotes like a Scalar).
+  static Tensor copy(const Tensor& t) { return like(t.clone().impl_ref(), t); }
   // The stack the CPU kernel runs on: sim tensors wrapped, sim devices made cpu, 0-d cpu
   // tensors copied (a launch takes host values by value, as CUDA's do).
   Stack stack(const Stack& in) {
@@ -535,10 +556,10 @@ struct Wrapper {
     out.reserve(in.size());
     for (const IValue& v : in) {
       if (auto* t = std::get_if<Tensor>(&v)) {
-        out.push_back(on_sim(*t) || !t->defined() ? (*this)(*t) : t->clone());
+        out.push_back(on_sim(*t) || !t->defined() ? (*this)(*t) : copy(*t));
       } else if (auto* l = std::get_if<TensorList>(&v)) {
         TensorList w;
-        for (const Tensor& x : *l) w.push_back(on_sim(x) ? (*this)(x) : x.clone());
+        for (const Tensor& x : *l) w.push_back(on_sim(x) ? (*this)(x) : copy(x));
         out.push_back(std::move(w));
       } else if (auto* d = std::get_if<Device>(&v); d && is_sim(*d)) {
         out.push_back(Device(kCPU));
@@ -562,7 +583,8 @@ struct Twins {
       s = make_ref<StorageImpl>(i->storage()->nbytes(), Device(kMeta), nullptr);
       pairs.push_back({i->storage(), s.get()});
     }
-    return Tensor(make_ref<TensorImpl>(s, i->dtype(), i->sizes(), i->strides(), i->storage_offset()));
+    return like(make_ref<TensorImpl>(s, i->dtype(), i->sizes(), i->strides(), i->storage_offset()),
+                t);
   }
 };
 
@@ -669,6 +691,21 @@ void fallback(const OpDef& op, DispatchKey, Stack& stack) {
   const bool random = std::any_of(stack.begin(), stack.end(), [](const IValue& v) {
     return std::holds_alternative<Generator*>(v);
   });
+  // A draw from a generator of the caller's: its state is read when the kernel runs, and the
+  // caller may drop it as soon as the op returns, so the op runs now, in order (a draw from
+  // the default generator, which lives for good, is queued like any kernel).
+  const bool user_generator = std::any_of(stack.begin(), stack.end(), [](const IValue& v) {
+    auto* g = std::get_if<Generator*>(&v);
+    return g && *g != nullptr;
+  });
+  if (user_generator) {
+    d.forbid_in_capture(
+        fmt::format("{} with a generator of the caller's (its state would be read at replay)",
+                    op.name())
+            .c_str(),
+        "cudaErrorStreamCaptureUnsupported");
+    d.synchronize_current();
+  }
   const OpDef* out_op = nullptr;
   if (!random && fresh.size() == 1 && results.size() == 1)
     out_op = ops::find_op(fmt::format("{}_out", op.name()));
@@ -699,7 +736,10 @@ void fallback(const OpDef& op, DispatchKey, Stack& stack) {
         ops::copy__op.call_at(DispatchKey::CPU, outs[k], got.at(at[k]));
     };
   }
-  d.launch(op.name(), std::move(fn));
+  if (user_generator)
+    fn();
+  else
+    d.launch(op.name(), std::move(fn));
   stack = std::move(results);
 }
 
@@ -709,8 +749,9 @@ void copy_(const Tensor& self, const Tensor& src) {
   Wrapper wrap;
   Tensor dst = wrap(self), from = wrap(src);
   if (ds && ss && self.device() == src.device()) {
-    device_state(self.device().index())
-        .launch("copy_", [dst, from] { ops::copy__op.call_at(DispatchKey::CPU, dst, from); });
+    device_state(self.device().index()).launch("copy_", [dst, from] {
+      ops::copy__op.call_at(DispatchKey::CPU, dst, from);
+    });
   } else {  // through the host: waits for the streams, as a pageable cudaMemcpy does
     for (const Tensor* t : {&self, &src}) {
       if (!on_sim(*t)) continue;
@@ -736,7 +777,8 @@ const char* describe(BackendSpec* spec) {
   g_key = spec->key;
   spec->interface = &g_interface;
   spec->fallback = &fallback;
-  spec->kernels = {backend_kernel(ops::copy__op, &copy_), backend_kernel(ops::to_copy_op, &to_copy)};
+  spec->kernels = {backend_kernel(ops::copy__op, &copy_),
+                   backend_kernel(ops::to_copy_op, &to_copy)};
   return nullptr;
 }
 
