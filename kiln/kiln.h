@@ -1,6 +1,7 @@
 #pragma once
 // Umbrella header for Kiln users.
 #include "kiln/autograd/autograd.h"
+#include "kiln/backend/backend.h"
 #include "kiln/compile/compile.h"
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"

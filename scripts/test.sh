@@ -26,6 +26,7 @@ LD_LIBRARY_PATH="$PWD/build/install/lib" ./build/consumer/consumer
 echo "== benchmark smoke run (no timing is checked)"
 ./build/release/bench/kiln_bench --smoke
 ./build/release/bench/kiln_train_bench --smoke
+./build/release/bench/kiln_sim_bench --smoke
 
 echo "== fuzz the safetensors reader for 30 s (clang, libFuzzer, ASan+UBSan)"
 bash scripts/fuzz.sh 30

@@ -102,13 +102,11 @@ Tensor scalar_tensor(const Scalar& value, std::optional<DType> dtype,
                      std::optional<Device> device) {
   DType d = dtype ? *dtype : value.is_floating() ? default_dtype() : value.dtype();
   Device dev = device_or(device);
+  // Another device's memory is written by an op (which compile traces), not by the host.
+  if (!dev.is_cpu()) return full({}, value, d, dev);
   Tensor t = detail::empty_tensor({}, d, dev);
-  if (dev.is_cpu()) {
-    KILN_DISPATCH_TYPES(d, "scalar_tensor",
-                        [&] { *static_cast<scalar_t*>(t.impl()->data()) = value.to<scalar_t>(); });
-  } else {
-    t.fill_(value);
-  }
+  KILN_DISPATCH_TYPES(d, "scalar_tensor",
+                      [&] { *static_cast<scalar_t*>(t.impl()->data()) = value.to<scalar_t>(); });
   return t;
 }
 

@@ -16,7 +16,10 @@
 namespace kiln::tool {
 
 int run_bench(const BenchOptions& o) {
-  int threads = apply_common(o.common);
+  Common common = apply_common(o.common);
+  KILN_CHECK_DEVICE(common.device.is_cpu(),
+                    "[bench] the workloads run on cpu (sim has its own: bench/kiln_sim_bench)");
+  int threads = common.threads;
   const workloads::Workload* w = workloads::find(o.workload);
   KILN_CHECK(w, "[bench] unknown workload '{}'", o.workload);
   KILN_CHECK(o.iters >= 0, "[bench] --iters must be positive, got {}", o.iters);

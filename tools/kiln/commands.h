@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <string>
 
+#include "kiln/core/device.h"
+
 namespace kiln::tool {
 
 // Options every subcommand shares.
 struct CommonOptions {
-  std::string device = "cpu";  // parsed by kiln::Device; only cpu runs today
+  std::string device = "cpu";  // parsed by kiln::Device; a plugin of that name is loaded
   int threads = 0;             // OpenMP threads; 0: default_threads()
 };
 
@@ -54,7 +56,14 @@ int run_bench(const BenchOptions& o);
 // busy 2-core machine, 2 threads trained 14 times slower than 1).
 int default_threads();
 
-// Checks that the device is one that runs (cpu), applies the thread count and returns it.
-int apply_common(const CommonOptions& o);
+// What the common options resolve to.
+struct Common {
+  int threads;
+  Device device;
+};
+// Resolves --device (loading a backend plugin of that name when the type is not registered:
+// `--device sim` loads libkiln_sim.so), checks that the device has a backend, and applies the
+// thread count.
+Common apply_common(const CommonOptions& o);
 
 }  // namespace kiln::tool

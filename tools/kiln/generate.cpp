@@ -42,13 +42,14 @@ int64_t sample_token(const Tensor& logits, double temperature, int64_t top_k, Ge
 }  // namespace
 
 int run_generate(const GenerateOptions& o) {
-  apply_common(o.common);
+  const Device device = apply_common(o.common).device;
   KILN_CHECK(o.tokens >= 0, "[generate] --tokens must be >= 0, got {}", o.tokens);
   KILN_CHECK(o.temperature >= 0 && std::isfinite(o.temperature),
              "[generate] --temperature must be >= 0, got {}", o.temperature);
   KILN_CHECK(o.top_k >= 0, "[generate] --top-k must be >= 0, got {}", o.top_k);
   Checkpoint ck = load_checkpoint(o.ckpt);
   nn::GPT model(ck.config);
+  model.to(device);
   model.load_state_dict(ck.state);
   model.eval();
   autograd::NoGradGuard no_grad;
@@ -62,7 +63,7 @@ int run_generate(const GenerateOptions& o) {
   for (int64_t i = 0; i < o.tokens; ++i) {
     auto len = std::min<int64_t>(static_cast<int64_t>(tokens.size()), context);
     std::vector<int64_t> window(tokens.end() - len, tokens.end());
-    Tensor logits = model.forward(from_vector(window, {1, len}));  // [1, len, vocab]
+    Tensor logits = model.forward(from_vector(window, {1, len}).to(device));  // [1, len, vocab]
     int64_t next =
         sample_token(select(select(logits, 0, 0), 0, len - 1), o.temperature, o.top_k, gen);
     tokens.push_back(next);

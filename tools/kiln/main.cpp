@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "kiln/backend/backend.h"
 #include "kiln/core/device.h"
 #include "kiln/core/error.h"
 #include "tools/kiln/commands.h"
@@ -27,15 +28,27 @@ int default_threads() {
   return std::clamp(cores - static_cast<int>(std::lround(load[0])), 1, cores);
 }
 
-int apply_common(const CommonOptions& o) {
-  Device device(o.device);
-  KILN_CHECK_DEVICE(device.is_cpu(),
-                    "[device] device '{}' is not available: this build of Kiln runs only on cpu",
-                    o.device);
+Common apply_common(const CommonOptions& o) {
   KILN_CHECK(o.threads >= 0, "[threads] --threads must be >= 1 (or 0 for the default), got {}",
              o.threads);
   omp_set_num_threads(o.threads > 0 ? o.threads : default_threads());
-  return omp_get_max_threads();
+  std::string type = o.device.substr(0, o.device.find(':'));
+  if (find_device_type(type) < 0) {
+    try {
+      load_backend(type);
+    } catch (const Error&) {
+      KILN_THROW(Device,
+                 "[device] unknown device type '{}': not built in, and no plugin libkiln_{}.so "
+                 "beside libkiln or in $KILN_PLUGIN_PATH",
+                 type, type);
+    }
+  }
+  Device device(o.device);
+  KILN_CHECK_DEVICE(device.is_cpu() || device_interface(device.type()) != nullptr,
+                    "[device] device '{}' is not available: no backend for it is loaded (this "
+                    "build has cpu and the sim plugin)",
+                    o.device);
+  return {omp_get_max_threads(), device};
 }
 
 namespace {
@@ -43,7 +56,7 @@ namespace {
 // Range checks on numbers are left to the subcommands, whose messages name the option and
 // the accepted range; CLI11 checks only what it can say clearly (names, files, choices).
 void add_common(CLI::App* cmd, CommonOptions& o) {
-  cmd->add_option("--device", o.device, "Device to run on (only cpu runs today)")
+  cmd->add_option("--device", o.device, "Device to run on: cpu, or a plugin's (sim)")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "OpenMP threads (default: every idle core)");
 }

@@ -38,7 +38,8 @@ nn::GPTConfig config_named(const std::string& name) {
 
 // Mean loss over the same kEvalBatches batches of each split at every evaluation (a fixed
 // generator), so successive evaluations compare like with like.
-Losses evaluate(nn::GPT& model, const Corpus& corpus, int64_t batch, int64_t seq, uint64_t seed) {
+Losses evaluate(nn::GPT& model, const Corpus& corpus, int64_t batch, int64_t seq, uint64_t seed,
+                Device device) {
   autograd::NoGradGuard no_grad;
   model.eval();
   auto mean_loss = [&](const std::vector<int64_t>& tokens) {
@@ -46,7 +47,7 @@ Losses evaluate(nn::GPT& model, const Corpus& corpus, int64_t batch, int64_t seq
     double total = 0;
     for (int64_t i = 0; i < kEvalBatches; ++i) {
       auto [x, y] = sample_batch(tokens, batch, seq, gen);
-      total += model.loss(x, y).item<double>();
+      total += model.loss(x.to(device), y.to(device)).item<double>();
     }
     return total / kEvalBatches;
   };
@@ -79,7 +80,9 @@ void validate(const TrainOptions& o, const nn::GPTConfig& cfg) {
 }  // namespace
 
 int run_train(const TrainOptions& o) {
-  int threads = apply_common(o.common);
+  const Common common = apply_common(o.common);
+  const int threads = common.threads;
+  const Device device = common.device;
   nn::GPTConfig cfg = config_named(o.config);
   validate(o, cfg);
 
@@ -89,6 +92,7 @@ int run_train(const TrainOptions& o) {
 
   Generator gen(o.seed);
   nn::GPT model(cfg, nn::Init{.gen = &gen});
+  model.to(device);  // initialised on the cpu: the same weights on every device
   // Weight decay on matrices and embeddings only, as GPT-2 and nanoGPT do: decaying gains
   // and biases towards zero only hurts.
   TensorList decay, no_decay;
@@ -102,9 +106,9 @@ int run_train(const TrainOptions& o) {
              o.config, model.num_parameters(), cfg.width, cfg.layers, cfg.heads, cfg.context);
   fmt::print(
       "corpus {} ({} bytes: {} train, {} val), batch {} x {} tokens, {} steps, lr {}, "
-      "seed {}, threads {}\n",
+      "seed {}, threads {}, device {}\n",
       path, tokens.size(), corpus.train.size(), corpus.val.size(), o.batch, o.seq, o.steps, o.lr,
-      o.seed, threads);
+      o.seed, threads, device);
   std::fflush(stdout);
 
   // One training step; compiled, it is traced once and replayed (kiln::compile). The learning
@@ -127,7 +131,7 @@ int run_train(const TrainOptions& o) {
   Progress progress(o.steps, o.batch * o.seq, stdout_is_tty());
   const uint64_t eval_seed = o.seed + 1;
   auto report = [&](int64_t step) {
-    Losses l = evaluate(model, corpus, o.batch, o.seq, eval_seed);
+    Losses l = evaluate(model, corpus, o.batch, o.seq, eval_seed, device);
     progress.print_line(
         fmt::format("step {}: train loss {:.4f}, val loss {:.4f}", step, l.train, l.val));
     return l;
@@ -135,7 +139,8 @@ int run_train(const TrainOptions& o) {
   for (int64_t step = 0; step < o.steps; ++step) {
     opt_decay.set_lr(schedule(step));
     opt_no_decay.set_lr(schedule(step));
-    auto [x, y] = sample_batch(corpus.train, o.batch, o.seq, gen);
+    auto [hx, hy] = sample_batch(corpus.train, o.batch, o.seq, gen);
+    Tensor x = hx.to(device), y = hy.to(device);
     Tensor loss = compiled ? (*compiled)({x, y}).at(0) : train_step(x, y);
     double l = loss.item<double>();
     KILN_CHECK(std::isfinite(l), "[train] the loss became {} at step {} (try a lower --lr)", l,
@@ -151,10 +156,13 @@ int run_train(const TrainOptions& o) {
     CacheEntryInfo e = compiled->entries().at(0);
     fmt::print(
         "compile: {} cache entr{}, {} replays, {} eager (warm-up) calls; compiled in {:.1f} ms "
-        "({} steps per replay, intermediates {:.1f} MiB planned vs {:.1f} MiB eager peak)\n",
+        "({} steps per replay, intermediates {:.1f} MiB planned vs {:.1f} MiB eager peak){}\n",
         compiled->entries().size(), compiled->entries().size() == 1 ? "y" : "ies", e.hits,
         compiled->eager_calls(), e.compile_ms, e.steps, e.arena_bytes / 1048576.0,
-        e.eager_peak_bytes / 1048576.0);
+        e.eager_peak_bytes / 1048576.0,
+        e.device_graphs ? fmt::format("; replayed as a device graph (captured {} time{})",
+                                      e.captures, e.captures == 1 ? "" : "s")
+                        : "");
   }
   if (profile) {
     profile->save_chrome_trace(o.profile);
