@@ -178,6 +178,14 @@ TEST(SimStreams, WorkOnASideStreamIsOrderedByEvents) {
   EXPECT_EQ(got[0], 100.0f);
   EXPECT_EQ(got[999], 2.0f * 1049.0f);
   di.destroy_event(0, done);
+  // An event destroyed with work that uses it still queued: the work keeps it.
+  uint64_t e = di.create_event(0);
+  for (int i = 0; i < 20; ++i) y = add(y, 1.0);
+  di.record_event(0, e, 0);
+  di.stream_wait_event(0, side, e);
+  di.destroy_event(0, e);
+  synchronize(sim());
+  EXPECT_THROW_CONTAINS(di.query_event(0, e), DeviceError, "no event");
   di.destroy_stream(0, side);
   EXPECT_THROW_CONTAINS(di.set_current_stream(0, side), DeviceError, "has no stream");
   EXPECT_THROW_CONTAINS(di.destroy_stream(0, 0), DeviceError, "default stream");

@@ -458,16 +458,24 @@ class Interface final : public DeviceInterface {
     d.forbid_in_capture("synchronizing a stream", "cudaErrorStreamCaptureUnsupported");
     d.stream(s).synchronize();
   }
-  // Events: a recorded sequence number and the last one the stream reached.
+  // Events: a recorded sequence number and the last one the stream reached. Queued work holds
+  // its event, so destroying one with work pending is safe (as cudaEventDestroy is).
   struct Event {
     std::atomic<uint64_t> recorded{0}, reached{0};
   };
-  uint64_t create_event(int) override { return reinterpret_cast<uint64_t>(new Event); }
-  void destroy_event(int, uint64_t e) override { delete ev(e); }
+  uint64_t create_event(int) override {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    events_[++next_event_] = std::make_shared<Event>();
+    return next_event_;
+  }
+  void destroy_event(int, uint64_t e) override {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    events_.erase(e);
+  }
   void record_event(int index, uint64_t e, uint64_t s) override {
     SimDevice& d = device_state(index);
     d.forbid_in_capture("recording an event", "cudaErrorStreamCaptureUnsupported");
-    Event* x = ev(e);
+    std::shared_ptr<Event> x = ev(e);
     uint64_t seq = x->recorded.fetch_add(1) + 1;
     d.stream(s).push({[x, seq] {
                         uint64_t r = x->reached.load();
@@ -480,16 +488,20 @@ class Interface final : public DeviceInterface {
   void stream_wait_event(int index, uint64_t s, uint64_t e) override {
     SimDevice& d = device_state(index);
     d.forbid_in_capture("waiting for an event", "cudaErrorStreamCaptureUnsupported");
-    Event* x = ev(e);
+    std::shared_ptr<Event> x = ev(e);
     uint64_t target = x->recorded.load();
-    d.stream(s).push({[x, target] { wait(x, target); }, 0});
+    d.stream(s).push({[x, target] { wait(*x, target); }, 0});
   }
   void synchronize_event(int index, uint64_t e) override {
     device_state(index).forbid_in_capture("synchronizing an event",
                                           "cudaErrorStreamCaptureUnsupported");
-    wait(ev(e), ev(e)->recorded.load());
+    std::shared_ptr<Event> x = ev(e);
+    wait(*x, x->recorded.load());
   }
-  bool query_event(int, uint64_t e) override { return ev(e)->reached >= ev(e)->recorded; }
+  bool query_event(int, uint64_t e) override {
+    std::shared_ptr<Event> x = ev(e);
+    return x->reached >= x->recorded;
+  }
   uint64_t create_pool(int index) override { return device_state(index).create_pool(); }
   void release_pool(int index, uint64_t p) override { device_state(index).release_pool(p); }
   void begin_capture(int index, uint64_t s, uint64_t pool) override {
@@ -514,14 +526,19 @@ class Interface final : public DeviceInterface {
   void destroy_exec(int index, uint64_t e) override { device_state(index).destroy(e); }
 
  private:
-  static Event* ev(uint64_t e) {
-    KILN_CHECK_DEVICE(e != 0, "[sim] null event");
-    return reinterpret_cast<Event*>(e);
+  std::shared_ptr<Event> ev(uint64_t e) {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    auto it = events_.find(e);
+    KILN_CHECK_DEVICE(it != events_.end(), "[sim] no event {}", e);
+    return it->second;
   }
-  static void wait(Event* x, uint64_t target) {
+  static void wait(Event& x, uint64_t target) {
     uint64_t r;
-    while ((r = x->reached.load()) < target) x->reached.wait(r);
+    while ((r = x.reached.load()) < target) x.reached.wait(r);
   }
+  std::mutex events_mu_;
+  uint64_t next_event_ = 0;
+  std::map<uint64_t, std::shared_ptr<Event>> events_;
 };
 
 // ---------------------------------------------------------------- kernels
