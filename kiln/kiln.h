@@ -8,6 +8,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/generator.h"
 #include "kiln/core/scalar.h"
+#include "kiln/core/stream.h"
 #include "kiln/core/tensor.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/layers.h"

@@ -152,6 +152,21 @@ TEST(SimCompile, PiecewiseAroundAHostRead) {
   EXPECT_TRUE(contains(f.explain(), "device graphs: 2 per replay")) << f.explain();
 }
 
+TEST(SimCompile, DynamicSizesCaptureOneGraphPerSize) {
+  Tensor w = srand_({6, 3}, 8);
+  auto fn = [&](const Tensor& x) { return sum(relu(matmul(x, w)), {0}); };
+  CompiledFunction f = compile(fn, {.dynamic = {{0, 0}}});
+  for (int64_t n : {2, 3, 4, 5, 4, 5, 5, 2, 2}) {
+    Generator g(static_cast<uint64_t>(n));
+    Tensor x = randn({n, 6}, &g).to(sim());
+    EXPECT_EQ(values(f({x})[0]), values(fn(x))) << "batch " << n;
+  }
+  CacheEntryInfo e = f.entries().at(0);
+  EXPECT_EQ(f.entries().size(), 1u);
+  EXPECT_TRUE(e.device_graphs);
+  EXPECT_GE(e.captures, 3);  // sizes 4, 5 and 2 were called often enough to be captured
+}
+
 TEST(SimCompile, CaptureOffReplaysTheSteps) {
   CompiledFunction f = compile([](const Tensor& x) { return add(x, 1.0); }, {.capture = false});
   Tensor x = srand_({3}, 7);

@@ -2,6 +2,7 @@
 // GPU's, and ops on it give the CPU's results (the whole op table runs on sim in kiln_op_test).
 #include <gtest/gtest.h>
 
+#include "kiln/core/stream.h"
 #include "kiln/nn/layers.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
@@ -189,6 +190,35 @@ TEST(SimStreams, WorkOnASideStreamIsOrderedByEvents) {
   di.destroy_stream(0, side);
   EXPECT_THROW_CONTAINS(di.set_current_stream(0, side), DeviceError, "has no stream");
   EXPECT_THROW_CONTAINS(di.destroy_stream(0, 0), DeviceError, "default stream");
+}
+
+TEST(SimStreams, StreamAndEventHandles) {
+  Device d = sim();
+  Tensor x = full({256}, 1.0f, kFloat32, d);
+  Tensor y;
+  Event done(d);
+  {
+    Stream side = Stream::create(d);
+    StreamGuard guard(side);
+    EXPECT_EQ(Stream::current(d), side);
+    y = x;
+    for (int i = 0; i < 30; ++i) y = add(y, 1.0);
+    done.record();
+    done.wait(Stream::default_stream(d));
+  }  // the guard restores the default stream; the side stream finishes and goes
+  EXPECT_EQ(Stream::current(d), Stream::default_stream(d));
+  Tensor z = mul(y, 2.0);  // on the default stream, after the event
+  Stream::default_stream(d).synchronize();
+  EXPECT_TRUE(done.query());
+  EXPECT_EQ(values(z), std::vector<float>(256, 62.0f));
+  EXPECT_THROW_CONTAINS(done.record(Stream::default_stream(sim(1))), DeviceError,
+                        "[Event::record] the event is on sim:0, the stream on sim:1");
+  // The CPU is a synchronous device: the same calls work and everything has happened.
+  Stream cs = Stream::create(Device(kCPU));
+  Event ce{Device(kCPU)};
+  ce.record(cs);
+  ce.synchronize();
+  EXPECT_TRUE(ce.query());
 }
 
 TEST(SimStreams, TheCurrentStreamIsPerThread) {
