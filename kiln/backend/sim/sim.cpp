@@ -22,6 +22,7 @@
 #include <omp.h>
 
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -254,7 +255,8 @@ class SimDevice {
       forbid_in_capture(
           fmt::format("allocating {} bytes outside a graph memory pool", nbytes).c_str(),
           "cudaErrorStreamCaptureUnsupported");
-    void* p = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
+    void* p = take_cached(size_class(nbytes));
+    if (!p) p = std::aligned_alloc(64, size_class(nbytes));
     KILN_CHECK(p != nullptr, "[sim] out of memory allocating {} bytes on sim:{}", nbytes, index_);
     if (c && c->device == index_) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -263,7 +265,36 @@ class SimDevice {
     }
     return p;
   }
-  void deallocate(void* p) {
+  // Freed blocks are cached by size class for reuse, as a GPU's caching allocator does (up to
+  // kMaxCached bytes); without it, blocks allocated on the host and freed on a worker made
+  // glibc's heaps trim and fault pages on every op.
+  static size_t size_class(size_t n) {
+    n = (n + 511) & ~size_t{511};
+    return n <= (size_t{1} << 20) ? std::bit_ceil(n)
+                                  : (n + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+  }
+  void* take_cached(size_t cls) {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    auto it = cache_.find(cls);
+    if (it == cache_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_bytes_ -= cls;
+    return p;
+  }
+  void cache(void* p, size_t cls) {
+    static constexpr size_t kMaxCached = size_t{1} << 30;
+    {
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      if (cached_bytes_ + cls <= kMaxCached) {
+        cache_[cls].push_back(p);
+        cached_bytes_ += cls;
+        return;
+      }
+    }
+    std::free(p);
+  }
+  void deallocate(void* p, size_t nbytes) {
     if (!p) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -275,11 +306,11 @@ class SimDevice {
     Capture* c = tls_capture;
     if (c && c->device == index_) {  // the capturing stream must not record the free
       std::lock_guard<std::mutex> lock(mu_);
-      frees_after_capture_.push_back(p);
+      frees_after_capture_.push_back({p, nbytes});
       return;
     }
     // Stream-ordered: after everything already queued on the current stream.
-    stream(current()).push({[p] { std::free(p); }, 0});
+    stream(current()).push({[this, p, cls = size_class(nbytes)] { cache(p, cls); }, 0});
   }
   uint64_t create_pool() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -288,14 +319,21 @@ class SimDevice {
     return id;
   }
   void release_pool(uint64_t id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pools_.find(id);
-    if (it == pools_.end()) return;
-    for (auto [b, n] : it->second.blocks) {
-      pool_of_.erase(b);
-      if (it->second.freed.count(b)) std::free(b);  // live ones are freed normally later
+    std::vector<std::pair<void*, size_t>> freed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = pools_.find(id);
+      if (it == pools_.end()) return;
+      for (auto [b, n] : it->second.blocks) {
+        pool_of_.erase(b);
+        if (it->second.freed.count(b)) freed.push_back({b, n});  // live ones are freed later
+      }
+      pools_.erase(it);
     }
-    pools_.erase(it);
+    // Graphs queued so far may still replay into the pool: let them finish first.
+    if (freed.empty()) return;
+    for (Stream* s : all_streams()) s->wait_for(s->submitted());
+    for (auto [b, n] : freed) cache(b, size_class(n));
   }
 
   // Capture.
@@ -325,12 +363,12 @@ class SimDevice {
                       stream_id, index_);
     std::unique_ptr<Capture> done(c);
     tls_capture = nullptr;
-    std::vector<void*> frees;
+    std::vector<std::pair<void*, size_t>> frees;
     {
       std::lock_guard<std::mutex> lock(mu_);
       frees.swap(frees_after_capture_);
     }
-    for (void* p : frees) deallocate(p);
+    for (auto [p, n] : frees) deallocate(p, n);
     KILN_CHECK_DEVICE(done->invalid.empty(),
                       "[sim] the capture of stream {} was invalidated "
                       "(cudaErrorStreamCaptureInvalidated) by: {}",
@@ -401,7 +439,10 @@ class SimDevice {
   std::map<uint64_t, std::shared_ptr<Nodes>> graphs_;  // graphs and executable graphs
   std::map<uint64_t, Pool> pools_;
   std::unordered_map<void*, uint64_t> pool_of_;
-  std::vector<void*> frees_after_capture_;
+  std::vector<std::pair<void*, size_t>> frees_after_capture_;
+  std::mutex cache_mu_;
+  std::unordered_map<size_t, std::vector<void*>> cache_;
+  size_t cached_bytes_ = 0;
 };
 thread_local uint64_t SimDevice::current_[kMaxDevices] = {};
 
@@ -423,7 +464,7 @@ void SimDevice::launch(std::string_view name, std::function<void()> fn) {
 }
 
 void* Allocator::allocate(size_t nbytes) { return device_state(device).allocate(nbytes); }
-void Allocator::deallocate(void* p, size_t) { device_state(device).deallocate(p); }
+void Allocator::deallocate(void* p, size_t nbytes) { device_state(device).deallocate(p, nbytes); }
 
 SimDevice& device_state(int index) {
   static SimDevice* devices[kMaxDevices] = {};
@@ -726,31 +767,29 @@ void fallback(const OpDef& op, DispatchKey, Stack& stack) {
   const OpDef* out_op = nullptr;
   if (!random && fresh.size() == 1 && results.size() == 1)
     out_op = ops::find_op(fmt::format("{}_out", op.name()));
+  // The CPU kernel bound to its arguments once (OpDef::bind): a graph runs a node many times.
   std::function<void()> fn;
   if (fresh.empty()) {
-    fn = [&op, args = std::move(args)] {
-      Stack s = args;  // a graph runs a node many times
-      op.call_boxed_at(DispatchKey::CPU, s);
-    };
+    std::shared_ptr<BoundCall> call = op.bind(DispatchKey::CPU, args);
+    fn = [call] { call->run(); };
   } else if (out_op) {
     args.insert(args.begin(), wrap(fresh[0]));
-    fn = [out_op, args = std::move(args)] {
-      Stack s = args;
-      out_op->call_boxed_at(DispatchKey::CPU, s);
-    };
+    std::shared_ptr<BoundCall> call = out_op->bind(DispatchKey::CPU, args);
+    fn = [call] { call->run(); };
   } else {
     TensorList outs;
     for (const Tensor& f : fresh) outs.push_back(wrap(f));
-    fn = [&op, args = std::move(args), outs = std::move(outs), at = std::move(fresh_at)] {
-      Stack s = args;
-      op.call_boxed_at(DispatchKey::CPU, s);
+    std::shared_ptr<BoundCall> call = op.bind(DispatchKey::CPU, args);
+    fn = [call, outs = std::move(outs), at = std::move(fresh_at)] {
+      call->run();
       TensorList got;  // the results, in order; the fresh ones are copied over
-      for (const IValue& v : s) {
+      for (const IValue& v : call->results) {
         if (auto* t = std::get_if<Tensor>(&v)) got.push_back(*t);
         if (auto* l = std::get_if<TensorList>(&v)) got.insert(got.end(), l->begin(), l->end());
       }
       for (size_t k = 0; k < outs.size(); ++k)
         ops::copy__op.call_at(DispatchKey::CPU, outs[k], got.at(at[k]));
+      call->results.clear();
     };
   }
   if (user_generator)
