@@ -441,6 +441,9 @@ void Executable::run_steps(size_t begin, size_t end) {
     switch (step->kind) {
       case Step::Kind::Call:
         step->call->run();
+        // What an in-place kernel returns is its argument: holding it would count as a
+        // reference from outside in the free-tensor guards.
+        step->call->results.clear();
         break;
       case Step::Kind::Result: {
         step->call->run();

@@ -194,11 +194,13 @@ TEST(SimStreams, WorkOnASideStreamIsOrderedByEvents) {
 
 TEST(SimStreams, StreamAndEventHandles) {
   Device d = sim();
-  Tensor x = full({256}, 1.0f, kFloat32, d);
+  Tensor x = full({256}, 1.0f, kFloat32, d);  // queued on the default stream
   Tensor y;
-  Event done(d);
+  Event done(d), ready(d);
+  ready.record();  // the side stream must wait for x, as on CUDA
   {
     Stream side = Stream::create(d);
+    ready.wait(side);
     StreamGuard guard(side);
     EXPECT_EQ(Stream::current(d), side);
     y = x;
