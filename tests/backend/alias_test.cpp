@@ -4,6 +4,8 @@
 // good), so every order of "default device, alias, compile, call" is checked from scratch.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <unordered_set>
 
@@ -114,7 +116,8 @@ TEST(Alias, CheckpointsLoadOntoTheAlias) {
   nn::Linear a(4, 3, true, nn::Init{.gen = &g}), b(4, 3, true, nn::Init{.gen = &g});
   a.to(Device("cuda"));
   b.to(Device("cuda:0"));
-  auto path = std::filesystem::temp_directory_path() / "kiln_alias_ckpt.safetensors";
+  auto path = std::filesystem::temp_directory_path() /
+              ("kiln_alias_ckpt_" + std::to_string(getpid()) + ".safetensors");
   io::save_safetensors(a.state_dict(), path.string());
   b.load_state_dict(io::load_safetensors(path.string()));
   std::filesystem::remove(path);

@@ -3,6 +3,8 @@
 // fallback runs ops on the CPU with copies.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -68,7 +70,8 @@ TEST(PluginLoader, LoadsByNameOnceOnly) {
 
 TEST(PluginLoader, ACopyOfALoadedPluginIsANameTaken) {
   sim();
-  auto dir = std::filesystem::temp_directory_path() / "kiln_plugin_copy_test";
+  auto dir = std::filesystem::temp_directory_path() /
+             ("kiln_plugin_copy_test_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   auto copy = dir / "libkiln_sim_copy.so";
   std::filesystem::copy_file(KILN_SIM_PLUGIN, copy,
@@ -86,7 +89,8 @@ TEST(PluginLoader, ErrorsRegisterNothing) {
   EXPECT_THROW_CONTAINS(load_backend("/no/such/libkiln_x.so"), ValueError, "cannot open");
   EXPECT_THROW_CONTAINS(load_backend("no_such_plugin_name"), ValueError,
                         "no plugin named 'no_such_plugin_name'");
-  auto junk = std::filesystem::temp_directory_path() / "kiln_not_a_library.so";
+  auto junk = std::filesystem::temp_directory_path() /
+              ("kiln_not_a_library_" + std::to_string(getpid()) + ".so");
   std::ofstream(junk) << "not an ELF file";
   EXPECT_THROW_CONTAINS(load_backend(junk.string()), ValueError, "cannot load");
   std::filesystem::remove(junk);
