@@ -29,8 +29,11 @@
 // place (update(), which keeps the instantiation) or, when the device refuses, re-instantiated.
 // A capture that fails (an op that synchronises or copies to the host) is a CompileError
 // naming the step's op; the executable then stays uncaptured and tries again on the next call.
+// A step whose kernel runs on the cpu cannot be in a graph at all (capturing would run it once
+// and never again): with `piecewise` it runs between graphs, without it capture refuses it.
 #include "kiln/compile/executable.h"
 
+#include <algorithm>
 #include <optional>
 
 #include <fmt/format.h>
@@ -45,9 +48,10 @@ struct Executable::Step {
   enum class Kind : uint8_t { Call, Result, HostRead } kind = Kind::Call;
   std::unique_ptr<BoundCall> call;
   int node = -1;
-  int read_value = -1;              // HostRead
-  std::vector<int> result_buffers;  // Result: buffer of each result, in order
-  std::string_view name;            // the kernel's op name
+  int read_value = -1;                       // HostRead
+  std::vector<int> result_buffers;           // Result: buffer of each result, in order
+  std::string_view name;                     // the kernel's op name
+  DispatchKey key = DispatchKey::Undefined;  // the backend its kernel runs on
 };
 
 namespace {
@@ -71,12 +75,14 @@ struct Executable::Graphs {
   DeviceInterface* iface = nullptr;
   Device device;
   uint64_t stream = 0, pool = 0;
-  struct Segment {
-    size_t begin = 0, end = 0;  // steps [begin, end) captured; step `end` (if any) runs eagerly
-    uint64_t exec = 0;
+  // The replay, in order: captured segments of steps, and steps run between them.
+  struct Item {
+    size_t begin = 0, end = 0;  // steps [begin, end)
+    bool eager = false;         // one step run as it is (a host read, a copy through the host)
+    uint64_t exec = 0;          // a captured segment's executable graph
   };
-  std::vector<Segment> segments;
-  std::vector<bool> eager;  // per step: runs between graphs
+  std::vector<Item> schedule;
+  int host_step = -1;  // a step on the cpu, which no graph can hold (without piecewise)
   bool captured = false;
   int runs = 0;
   std::vector<int> copy_in;                                  // inputs copied into static buffers
@@ -84,7 +90,7 @@ struct Executable::Graphs {
   std::vector<std::pair<const Tensor*, const void*>> baked;  // free tensors' captured addresses
 
   ~Graphs() {
-    for (const Segment& s : segments)
+    for (const Item& s : schedule)
       if (s.exec) iface->destroy_exec(device.index(), s.exec);
     if (stream) iface->destroy_stream(device.index(), stream);
     if (pool) iface->release_pool(device.index(), pool);
@@ -141,26 +147,31 @@ void Executable::setup_graphs() {
   auto gr = std::make_unique<Graphs>();
   gr->iface = iface;
   gr->device = *dev;
-  gr->eager.assign(steps_.size(), false);
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    const Step& st = *steps_[i];
-    if (st.kind == Step::Kind::HostRead) {
-      gr->eager[i] = true;
-      continue;
-    }
-    // A copy through the host cannot be captured; with piecewise it runs between graphs.
-    if (graph_options_.piecewise && (st.name == "copy_" || st.name == "to_copy")) {
-      bool host = false;
-      for (const Arg& a : g.nodes[st.node].args)
-        if (a.kind == Arg::Kind::Value) host = host || g.values[a.value].device.is_cpu();
-      for (int o : g.nodes[st.node].outputs) host = host || g.values[o].device.is_cpu();
-      gr->eager[i] = host;
-    }
-  }
+  const DispatchKey device_key = dev->dispatch_key();
   size_t begin = 0;
   for (size_t i = 0; i <= steps_.size(); ++i) {
-    if (i < steps_.size() && !gr->eager[i]) continue;
-    if (i > begin) gr->segments.push_back({begin, i, 0});
+    bool eager = false;
+    if (i < steps_.size()) {
+      const Step& st = *steps_[i];
+      // A host read runs between graphs. So do, with piecewise, a copy through the host and a
+      // kernel on the cpu; without it the copy fails its capture (the device says why) and a
+      // cpu kernel is refused at capture (it would run once, while capturing, never again).
+      bool host_copy = false;
+      if (st.name == "copy_" || st.name == "to_copy") {
+        for (const Arg& a : g.nodes[st.node].args)
+          if (a.kind == Arg::Kind::Value && a.value >= 0)
+            host_copy = host_copy || g.values[a.value].device.is_cpu();
+        for (int o : g.nodes[st.node].outputs) host_copy = host_copy || g.values[o].device.is_cpu();
+      }
+      const bool on_host = st.kind != Step::Kind::HostRead && st.key != device_key;
+      if (on_host && !graph_options_.piecewise && gr->host_step < 0)
+        gr->host_step = static_cast<int>(i);
+      eager =
+          st.kind == Step::Kind::HostRead || (graph_options_.piecewise && (host_copy || on_host));
+      if (!eager) continue;
+    }
+    if (i > begin) gr->schedule.push_back({begin, i, false, 0});
+    if (eager) gr->schedule.push_back({i, i + 1, true, 0});
     begin = i + 1;
   }
   // Inputs the steps write go back to the caller after each replay.
@@ -174,7 +185,9 @@ void Executable::setup_graphs() {
   }
   graphs_ = std::move(gr);
   stats_.device_graphs = true;
-  stats_.graph_segments = static_cast<int>(graphs_->segments.size());
+  stats_.graph_segments =
+      static_cast<int>(std::count_if(graphs_->schedule.begin(), graphs_->schedule.end(),
+                                     [](const Graphs::Item& s) { return !s.eager; }));
 }
 
 void Executable::build() {
@@ -309,13 +322,15 @@ void Executable::build() {
   // Steps.
   auto slot_args = [&](const Node& n) { return node_args(n, slots_); };
   // Binds a stack, counting the tensor handles the bound call keeps.
+  DispatchKey last_key = DispatchKey::Undefined;
   auto bind = [&](const OpDef& op, Stack& s) {
     for (const IValue& v : s) {
       if (auto* t = std::get_if<Tensor>(&v); t && t->defined()) ++bound_refs_[t->impl()];
       if (auto* l = std::get_if<TensorList>(&v))
         for (const Tensor& x : *l) ++bound_refs_[x.impl()];
     }
-    return op.bind(backend_key(s), s);
+    last_key = backend_key(s);
+    return op.bind(last_key, s);
   };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
@@ -367,6 +382,8 @@ void Executable::build() {
         break;
       }
     }
+    step->key = last_key;
+    last_key = DispatchKey::Undefined;
     steps_.push_back(std::move(step));
   }
   stats_.steps = static_cast<int>(steps_.size());
@@ -474,6 +491,14 @@ void Executable::capture(bool update) {
   Graphs& gr = *graphs_;
   const int index = gr.device.index();
   DeviceInterface* iface = gr.iface;
+  if (gr.host_step >= 0) {
+    const Step& st = *steps_[gr.host_step];
+    throw CompileError(fmt::format(
+        "[compile] '{}': step {} ({}, op '{}') runs on the cpu, outside the graph on {}: a "
+        "capture would run it once and never again. Run it between graphs with "
+        "CompileOptions::piecewise, or compile with capture = false",
+        graph_options_.name, gr.host_step, st.name, graph_.nodes[st.node].name(), gr.device));
+  }
   if (!gr.stream) gr.stream = iface->create_stream(index);
   if (!gr.pool) gr.pool = iface->create_pool(index);
   const uint64_t previous = iface->current_stream(index);
@@ -486,7 +511,8 @@ void Executable::capture(bool update) {
   std::vector<uint64_t> graphs;
   size_t at = 0;
   try {
-    for (Graphs::Segment& s : gr.segments) {
+    for (const Graphs::Item& s : gr.schedule) {
+      if (s.eager) continue;
       iface->begin_capture(index, gr.stream, gr.pool);
       try {
         for (at = s.begin; at < s.end; ++at) run_steps(at, at + 1);
@@ -499,20 +525,27 @@ void Executable::capture(bool update) {
       }
       graphs.push_back(iface->end_capture(index, gr.stream));
     }
-  } catch (const Error& e) {
+  } catch (...) {
     iface->set_current_stream(index, previous);
     for (uint64_t g : graphs) iface->destroy_graph(index, g);
+    std::string why;
+    try {
+      throw;
+    } catch (const Error& e) {
+      why = e.what();
+    }  // anything else goes on as it is
     const Step& st = *steps_[at];
     throw CompileError(fmt::format(
         "[compile] '{}': step {} ({}, op '{}') cannot be captured into a graph on {}: {}. Run it "
         "between graphs with CompileOptions::piecewise (copies through the host), or compile "
         "with capture = false",
-        graph_options_.name, at, st.name, graph_.nodes[st.node].name(), gr.device, e.what()));
+        graph_options_.name, at, st.name, graph_.nodes[st.node].name(), gr.device, why));
   }
   iface->set_current_stream(index, previous);
   int nodes = 0;
-  for (size_t k = 0; k < graphs.size(); ++k) {
-    Graphs::Segment& s = gr.segments[k];
+  size_t k = 0;
+  for (Graphs::Item& s : gr.schedule) {
+    if (s.eager) continue;
     nodes += iface->graph_nodes(index, graphs[k]);
     if (update && s.exec && iface->update(index, s.exec, graphs[k])) {
       ++stats_.graph_updates;
@@ -521,6 +554,7 @@ void Executable::capture(bool update) {
       s.exec = iface->instantiate(index, graphs[k]);
     }
     iface->destroy_graph(index, graphs[k]);
+    ++k;
   }
   ++stats_.captures;
   stats_.graph_nodes = nodes;
@@ -568,11 +602,14 @@ void Executable::run_graphs(std::span<const Tensor> inputs, TensorList& outputs)
   for (int i : gr.copy_in) slots_[graph_.inputs[i]].copy_(inputs[i]);
   if (!gr.captured || moved) capture(gr.captured);
   const bool profiling = profiler::enabled();
-  for (const Graphs::Segment& s : gr.segments) {
+  for (const Graphs::Item& s : gr.schedule) {
+    if (s.eager) {
+      run_steps(s.begin, s.end);
+      continue;
+    }
     int64_t t0 = profiling ? profiler::now_ns() : 0;
     gr.iface->launch(index, s.exec, gr.iface->current_stream(index));
     if (profiling) profiler::record("graph launch", "replay", t0, profiler::now_ns());
-    if (s.end < steps_.size()) run_steps(s.end, s.end + 1);
   }
   for (int i : gr.copy_back) ops::copy__op(inputs[i], slots_[graph_.inputs[i]]);
   outputs.clear();

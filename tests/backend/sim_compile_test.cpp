@@ -137,6 +137,30 @@ TEST(SimCompile, CaptureErrorNamesTheOpAndPiecewiseRunsItBetweenGraphs) {
   EXPECT_TRUE(contains(p.explain(), "device graphs: 2 per replay")) << p.explain();
 }
 
+TEST(SimCompile, PiecewiseRunsCpuStepsBetweenGraphsInOrder) {
+  // Everything but the last op runs between graphs, starting with the very first step.
+  auto fn = [](const Tensor& x) {
+    Tensor h = x.to(Device(kCPU));  // a copy through the host
+    Tensor h3 = mul(h, 3.0);        // a kernel on the cpu
+    return add(h3.to(sim()), x);    // back, then one op on the device
+  };
+  CompiledFunction p = compile(fn, {.name = "cpu_steps", .piecewise = true});
+  for (int i = 0; i < 5; ++i) {
+    Tensor x = srand_({4}, 60 + i);
+    EXPECT_EQ(values(p({x})[0]), values(fn(x))) << i;
+  }
+  EXPECT_TRUE(p.entries().at(0).device_graphs);
+  EXPECT_EQ(p.entries().at(0).captures, 1);
+  // Without piecewise the kernel on the cpu is refused by name: a graph cannot hold it.
+  CompiledFunction f = compile(fn, {.name = "cpu_steps"});
+  Tensor x = srand_({4}, 70);
+  (void)f({x});
+  (void)f({x});
+  std::string msg = kiln_test::message_of<CompileError>([&] { (void)f({x}); });
+  EXPECT_TRUE(contains(msg, "runs on the cpu, outside the graph on sim:0")) << msg;
+  EXPECT_TRUE(contains(msg, "op 'mul'")) << msg;
+}
+
 TEST(SimCompile, PiecewiseAroundAHostRead) {
   auto fn = [](const Tensor& x) {
     Tensor s = sum(x);
