@@ -78,23 +78,16 @@ void cpu_fallback_kernel(const OpDef& op, DispatchKey key, Stack& stack) {
     return Tensor(make_ref<TensorImpl>(copies[it->second].host, t.dtype(), t.sizes(), t.strides(),
                                        t.storage_offset()));
   };
-  Stack host;
-  host.reserve(stack.size());
-  for (IValue& v : stack) {
-    if (auto* t = std::get_if<Tensor>(&v)) {
-      host.push_back(to_host(*t));
-    } else if (auto* l = std::get_if<TensorList>(&v)) {
-      TensorList hl;
-      for (const Tensor& t : *l) hl.push_back(to_host(t));
-      host.push_back(std::move(hl));
-    } else if (auto* d = std::get_if<Device>(&v); d && d->dispatch_key() == key) {
-      dev = dev.value_or(*d);
-      host.push_back(Device(kCPU));
-    } else {
-      if (std::holds_alternative<Device>(v)) to_cpu = true;
-      host.push_back(v);
+  Stack host = detail::map_stack(stack, to_host, [&](const IValue& v) -> IValue {
+    auto* d = std::get_if<Device>(&v);
+    if (!d) return v;
+    if (d->dispatch_key() != key) {
+      to_cpu = true;
+      return v;
     }
-  }
+    dev = dev.value_or(*d);
+    return Device(kCPU);
+  });
   op.call_boxed_at(DispatchKey::CPU, host);
   for (const Copy& c : copies)
     if (c.host->version() != 0)
@@ -113,18 +106,7 @@ void cpu_fallback_kernel(const OpDef& op, DispatchKey key, Stack& stack) {
     return Tensor(make_ref<TensorImpl>(std::move(s), h->dtype(), h->sizes(), h->strides(),
                                        h->storage_offset()));
   };
-  stack.clear();
-  for (IValue& v : host) {
-    if (auto* t = std::get_if<Tensor>(&v)) {
-      stack.push_back(to_device(*t));
-    } else if (auto* l = std::get_if<TensorList>(&v)) {
-      TensorList dl;
-      for (const Tensor& t : *l) dl.push_back(to_device(t));
-      stack.push_back(std::move(dl));
-    } else {
-      stack.push_back(std::move(v));
-    }
-  }
+  stack = detail::map_stack(host, to_device, detail::same_value);
 }
 
 struct Loaded {

@@ -409,17 +409,20 @@ void Executable::rebind(int buffer, Ref<StorageImpl> storage, int64_t delta_byte
   storage_[buffer] = std::move(storage);
 }
 
+bool Executable::bind_input(size_t i, const Tensor& input) {
+  int b = input_buffers_[i];
+  if (b < 0) return false;
+  const Value& x = graph_.values[graph_.inputs[i]];
+  const TensorImpl* in = input.impl();
+  int64_t delta = (in->storage_offset() - x.offset) * static_cast<int64_t>(itemsize(x.dtype));
+  if (in->storage() == storage_[b].get() && delta == bound_offset_[b]) return false;
+  rebind(b, in->storage_ref(), delta);
+  bound_offset_[b] = delta;
+  return true;
+}
+
 void Executable::bind_inputs(std::span<const Tensor> inputs) {
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    int b = input_buffers_[i];
-    if (b < 0) continue;
-    const Value& x = graph_.values[graph_.inputs[i]];
-    const TensorImpl* in = inputs[i].impl();
-    int64_t delta = (in->storage_offset() - x.offset) * static_cast<int64_t>(itemsize(x.dtype));
-    if (in->storage() == storage_[b].get() && delta == bound_offset_[b]) continue;
-    rebind(b, in->storage_ref(), delta);
-    bound_offset_[b] = delta;
-  }
+  for (size_t i = 0; i < inputs.size(); ++i) bind_input(i, inputs[i]);
 }
 
 Tensor Executable::output(int v, std::span<const Tensor> inputs) const {
@@ -587,17 +590,8 @@ void Executable::run_graphs(std::span<const Tensor> inputs, TensorList& outputs)
   }
   // Static inputs: bound by address, like free tensors.
   bool moved = false;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    int b = input_buffers_[i];
-    if (b < 0 || i >= is_static_.size() || !is_static_[i]) continue;
-    const Value& x = graph_.values[graph_.inputs[i]];
-    const TensorImpl* in = inputs[i].impl();
-    int64_t delta = (in->storage_offset() - x.offset) * static_cast<int64_t>(itemsize(x.dtype));
-    if (in->storage() == storage_[b].get() && delta == bound_offset_[b]) continue;
-    rebind(b, in->storage_ref(), delta);
-    bound_offset_[b] = delta;
-    moved = true;
-  }
+  for (size_t i = 0; i < inputs.size() && i < is_static_.size(); ++i)
+    if (is_static_[i] && bind_input(i, inputs[i])) moved = true;
   for (const auto& [t, data] : gr.baked) moved = moved || t->impl()->storage()->data() != data;
   for (int i : gr.copy_in) slots_[graph_.inputs[i]].copy_(inputs[i]);
   if (!gr.captured || moved) capture(gr.captured);

@@ -64,6 +64,8 @@ class Executable {
   void run_steps(size_t begin, size_t end);
   void run_graphs(std::span<const Tensor> inputs, TensorList& outputs);
   void capture(bool update);
+  // Binds input i's buffer to `input`'s storage; whether that changed anything.
+  bool bind_input(size_t i, const Tensor& input);
   void bind_inputs(std::span<const Tensor> inputs);
   void rebind(int buffer, Ref<StorageImpl> storage, int64_t delta_bytes);
   Tensor output(int value, std::span<const Tensor> inputs) const;

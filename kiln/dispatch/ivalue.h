@@ -54,6 +54,28 @@ decltype(auto) from_ivalue(IValue& v) {
   return FromIValue<std::remove_cvref_t<A>>::get(v);
 }
 
+// A copy of `in` with `tensor` applied to every tensor (TensorList elements too) and `other`
+// to every other value: how fallbacks move a call's arguments to another device.
+template <class T, class O>
+Stack map_stack(const Stack& in, T&& tensor, O&& other) {
+  Stack out;
+  out.reserve(in.size());
+  for (const IValue& v : in) {
+    if (auto* t = std::get_if<Tensor>(&v)) {
+      out.emplace_back(tensor(*t));
+    } else if (auto* l = std::get_if<TensorList>(&v)) {
+      TensorList m;
+      m.reserve(l->size());
+      for (const Tensor& x : *l) m.push_back(tensor(x));
+      out.emplace_back(std::move(m));
+    } else {
+      out.push_back(other(v));
+    }
+  }
+  return out;
+}
+inline IValue same_value(const IValue& v) { return v; }
+
 // Results: a Tensor, a tuple of Tensors, a TensorList, or nothing.
 inline void push_result(Stack& s, Tensor t) { s.emplace_back(std::move(t)); }
 inline void push_result(Stack& s, TensorList t) { s.emplace_back(std::move(t)); }

@@ -592,6 +592,12 @@ Tensor like(Ref<TensorImpl> impl, const Tensor& t) {
   return Tensor(std::move(impl));
 }
 bool on_sim(const Tensor& t) { return t.defined() && is_sim(t.device()); }
+// A sim Device argument as `to` (cpu for the CPU kernel, meta for the meta function).
+IValue device_as(const IValue& v, Device to) {
+  auto* d = std::get_if<Device>(&v);
+  return d && is_sim(*d) ? IValue(to) : v;
+}
+IValue cpu_for_sim(const IValue& v) { return device_as(v, Device(kCPU)); }
 
 // CPU tensors over the bytes of sim storages, one CPU storage per sim storage so that
 // arguments which alias still alias for the CPU kernel's overlap checks.
@@ -610,22 +616,9 @@ struct Wrapper {
   // The stack the CPU kernel runs on: sim tensors wrapped, sim devices made cpu, 0-d cpu
   // tensors copied (a launch takes host values by value, as CUDA's do).
   Stack stack(const Stack& in) {
-    Stack out;
-    out.reserve(in.size());
-    for (const IValue& v : in) {
-      if (auto* t = std::get_if<Tensor>(&v)) {
-        out.push_back(on_sim(*t) || !t->defined() ? (*this)(*t) : copy(*t));
-      } else if (auto* l = std::get_if<TensorList>(&v)) {
-        TensorList w;
-        for (const Tensor& x : *l) w.push_back(on_sim(x) ? (*this)(x) : copy(x));
-        out.push_back(std::move(w));
-      } else if (auto* d = std::get_if<Device>(&v); d && is_sim(*d)) {
-        out.push_back(Device(kCPU));
-      } else {
-        out.push_back(v);
-      }
-    }
-    return out;
+    return detail::map_stack(
+        in, [&](const Tensor& t) { return on_sim(t) || !t.defined() ? (*this)(t) : copy(t); },
+        [](const IValue& v) { return cpu_for_sim(v); });
   }
 };
 
@@ -675,8 +668,6 @@ void fallback(const OpDef& op, DispatchKey, Stack& stack) {
 
   // 1. The meta function on twins: validation, result geometry, what is written.
   Twins twins;
-  Stack meta;
-  meta.reserve(stack.size());
   std::vector<const Tensor*> originals;
   std::vector<const TensorImpl*> twin_impls;
   auto twin = [&](const Tensor& t) {
@@ -685,19 +676,8 @@ void fallback(const OpDef& op, DispatchKey, Stack& stack) {
     twin_impls.push_back(m.impl());
     return m;
   };
-  for (const IValue& v : stack) {
-    if (auto* t = std::get_if<Tensor>(&v)) {
-      meta.push_back(twin(*t));
-    } else if (auto* l = std::get_if<TensorList>(&v)) {
-      TensorList m;
-      for (const Tensor& x : *l) m.push_back(twin(x));
-      meta.push_back(std::move(m));
-    } else if (auto* dv = std::get_if<Device>(&v); dv && is_sim(*dv)) {
-      meta.push_back(Device(kMeta));
-    } else {
-      meta.push_back(v);
-    }
-  }
+  Stack meta =
+      detail::map_stack(stack, twin, [](const IValue& v) { return device_as(v, Device(kMeta)); });
   op.call_boxed_at(DispatchKey::Meta, meta);
 
   // 2. Results: an argument itself, a view of an argument's storage, or a fresh buffer.
@@ -723,18 +703,7 @@ void fallback(const OpDef& op, DispatchKey, Stack& stack) {
     fresh_at.push_back(at);
     return t;
   };
-  Stack results;
-  for (IValue& v : meta) {
-    if (auto* t = std::get_if<Tensor>(&v)) {
-      results.push_back(result(*t));
-    } else if (auto* l = std::get_if<TensorList>(&v)) {
-      TensorList r;
-      for (const Tensor& x : *l) r.push_back(result(x));
-      results.push_back(std::move(r));
-    } else {
-      results.push_back(std::move(v));
-    }
-  }
+  Stack results = detail::map_stack(meta, result, detail::same_value);
   // What the meta function wrote, the kernel will write: the version moves now, on the host.
   for (auto [orig, tw] : twins.pairs)
     if (tw->version() != 0) const_cast<StorageImpl*>(orig)->bump_version();
