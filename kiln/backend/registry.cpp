@@ -43,7 +43,7 @@ std::atomic<int64_t> g_fallback_calls{0};
 // the CPU kernel's own checks before anything is written, so nothing is copied back then.
 void cpu_fallback_kernel(const OpDef& op, DispatchKey key, Stack& stack) {
   const int type = device_type_for_key(key);
-  KILN_ASSERT(type >= 0, "CPU fallback for a key without a device type");
+  KILN_ASSERT(type >= 0, "[cpu fallback] {}: key {} has no device type", op.name(), key_name(key));
   DeviceInterface* iface = device_interface(static_cast<DeviceType>(type));
   {
     static std::mutex mu;

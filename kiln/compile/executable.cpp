@@ -83,17 +83,27 @@ struct Executable::Graphs {
   };
   std::vector<Item> schedule;
   int host_step = -1;  // a step on the cpu, which no graph can hold (without piecewise)
+  std::optional<uint64_t> last_stream;  // where the previous call ran
   bool captured = false;
   int runs = 0;
   std::vector<int> copy_in;                                  // inputs copied into static buffers
   std::vector<int> copy_back;                                // of those, the ones the steps write
   std::vector<std::pair<const Tensor*, const void*>> baked;  // free tensors' captured addresses
 
-  ~Graphs() {
-    for (const Item& s : schedule)
+  void drop_execs() {
+    for (Item& s : schedule) {
       if (s.exec) iface->destroy_exec(device.index(), s.exec);
-    if (stream) iface->destroy_stream(device.index(), stream);
-    if (pool) iface->release_pool(device.index(), pool);
+      s.exec = 0;
+    }
+    captured = false;
+  }
+  ~Graphs() {
+    try {
+      drop_execs();
+      if (stream) iface->destroy_stream(device.index(), stream);
+      if (pool) iface->release_pool(device.index(), pool);
+    } catch (...) {  // NOLINT: destructors never throw; a failed kernel was reported already
+    }
   }
 };
 
@@ -164,6 +174,16 @@ void Executable::setup_graphs() {
         for (int o : g.nodes[st.node].outputs) host_copy = host_copy || g.values[o].device.is_cpu();
       }
       const bool on_host = st.kind != Step::Kind::HostRead && st.key != device_key;
+      // A device kernel reading a cpu value made in the step would keep its value of the
+      // capture (a launch takes host values by value).
+      if (!on_host && !host_copy && st.kind != Step::Kind::HostRead)
+        for (const Arg& a : g.nodes[st.node].args)
+          if (a.kind == Arg::Kind::Value && a.value >= 0 && g.values[a.value].device.is_cpu() &&
+              g.buffers[g.values[a.value].buffer].kind != BufferKind::Constant)
+            return refuse(fmt::format(
+                "step {} ({}) reads a cpu value made in the step (a graph would keep its value "
+                "of the capture)",
+                i, st.name));
       if (on_host && !graph_options_.piecewise && gr->host_step < 0)
         gr->host_step = static_cast<int>(i);
       eager =
@@ -502,18 +522,18 @@ void Executable::capture(bool update) {
         "CompileOptions::piecewise, or compile with capture = false",
         graph_options_.name, gr.host_step, st.name, graph_.nodes[st.node].name(), gr.device));
   }
-  if (!gr.stream) gr.stream = iface->create_stream(index);
-  if (!gr.pool) gr.pool = iface->create_pool(index);
   const uint64_t previous = iface->current_stream(index);
-  // The side stream starts after everything queued so far on the caller's stream.
-  const uint64_t ready = iface->create_event(index);
-  iface->record_event(index, ready, previous);
-  iface->stream_wait_event(index, gr.stream, ready);
-  iface->destroy_event(index, ready);
-  iface->set_current_stream(index, gr.stream);
   std::vector<uint64_t> graphs;
-  size_t at = 0;
+  size_t at = steps_.size();
   try {
+    if (!gr.stream) gr.stream = iface->create_stream(index);
+    if (!gr.pool) gr.pool = iface->create_pool(index);
+    // The side stream starts after everything queued so far on the caller's stream.
+    const uint64_t ready = iface->create_event(index);
+    iface->record_event(index, ready, previous);
+    iface->stream_wait_event(index, gr.stream, ready);
+    iface->destroy_event(index, ready);
+    iface->set_current_stream(index, gr.stream);
     for (const Graphs::Item& s : gr.schedule) {
       if (s.eager) continue;
       iface->begin_capture(index, gr.stream, gr.pool);
@@ -526,23 +546,30 @@ void Executable::capture(bool update) {
         }
         throw;
       }
+      at = steps_.size();  // an error now is the capture's, not a step's
       graphs.push_back(iface->end_capture(index, gr.stream));
     }
   } catch (...) {
+    // Nothing half-done stays: the next call captures again from scratch.
     iface->set_current_stream(index, previous);
     for (uint64_t g : graphs) iface->destroy_graph(index, g);
+    gr.drop_execs();
     std::string why;
     try {
       throw;
     } catch (const Error& e) {
       why = e.what();
     }  // anything else goes on as it is
-    const Step& st = *steps_[at];
+    std::string where = "the capture";
+    if (at < steps_.size()) {
+      const Step& st = *steps_[at];
+      where = fmt::format("step {} ({}, op '{}')", at, st.name, graph_.nodes[st.node].name());
+    }
     throw CompileError(fmt::format(
-        "[compile] '{}': step {} ({}, op '{}') cannot be captured into a graph on {}: {}. Run it "
-        "between graphs with CompileOptions::piecewise (copies through the host), or compile "
-        "with capture = false",
-        graph_options_.name, at, st.name, graph_.nodes[st.node].name(), gr.device, why));
+        "[compile] '{}': {} cannot be captured into a graph on {}: {}. Run it between graphs "
+        "with CompileOptions::piecewise (copies through the host), or compile with capture = "
+        "false",
+        graph_options_.name, where, gr.device, why));
   }
   iface->set_current_stream(index, previous);
   int nodes = 0;
@@ -574,6 +601,18 @@ void Executable::capture(bool update) {
 void Executable::run_graphs(std::span<const Tensor> inputs, TensorList& outputs) {
   Graphs& gr = *graphs_;
   const int index = gr.device.index();
+  // A call on another stream than the last one waits for it: the static buffers are shared.
+  const uint64_t stream = gr.iface->current_stream(index);
+  if (gr.last_stream && *gr.last_stream != stream) {
+    const uint64_t e = gr.iface->create_event(index);
+    try {
+      gr.iface->record_event(index, e, *gr.last_stream);
+      gr.iface->stream_wait_event(index, stream, e);
+    } catch (const DeviceError&) {  // that stream is gone, so its work is done
+    }
+    gr.iface->destroy_event(index, e);
+  }
+  gr.last_stream = stream;
   if (!gr.captured) {
     // Static buffers for the inputs copied in: the addresses the graphs are captured with.
     for (int i : gr.copy_in) {
@@ -609,11 +648,21 @@ void Executable::run_graphs(std::span<const Tensor> inputs, TensorList& outputs)
   outputs.clear();
   for (int v : graph_.outputs) {
     const Value& x = graph_.values[v];
-    const BufferKind k = graph_.buffers[x.buffer].kind;
-    if (x.input >= 0 || k == BufferKind::Free || k == BufferKind::Constant)
+    const int b = x.buffer;
+    const BufferKind k = graph_.buffers[b].kind;
+    const auto in = std::find(input_buffers_.begin(), input_buffers_.end(), b);
+    if (k == BufferKind::Input && x.input < 0 && in != input_buffers_.end()) {
+      // A view of an input: over the caller's storage, as without graphs.
+      const Tensor& src = inputs[in - input_buffers_.begin()];
+      const Value& iv = graph_.values[graph_.inputs[in - input_buffers_.begin()]];
+      outputs.push_back(Tensor(
+          make_ref<TensorImpl>(src.impl()->storage_ref(), x.dtype, x.sizes.span(), x.strides.span(),
+                               x.offset + src.impl()->storage_offset() - iv.offset)));
+    } else if (x.input >= 0 || k == BufferKind::Free || k == BufferKind::Constant) {
       outputs.push_back(output(v, inputs));
-    else
+    } else {
       outputs.push_back(slots_[v].clone());  // out of the graph's buffer, into the caller's
+    }
   }
 }
 

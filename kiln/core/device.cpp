@@ -27,8 +27,8 @@ DeviceType g_canonical_type[kMaxDeviceTypes] = {0, 1, 2,  3,  4,  5,  6,  7,
 
 namespace {
 
-[[noreturn]] void throw_unsupported(const char* what) {
-  KILN_THROW(NotImplemented, "[device] this device has no {}", what);
+[[noreturn]] void throw_unsupported(const char* what, int index) {
+  KILN_THROW(NotImplemented, "[device] device {} of this type has no {}", index, what);
 }
 
 class CpuInterface final : public DeviceInterface {
@@ -175,6 +175,13 @@ void synchronize_all_devices() {
   }
 }
 
+void manual_seed_devices(uint64_t seed) {
+  auto& r = registry();
+  for (int i = 0; i < r.count; ++i)
+    if (r.types[i].interface && detail::g_canonical_type[i] == i)
+      r.types[i].interface->manual_seed(seed);
+}
+
 // The defaults: a synchronous device without graphs (Note in device.h).
 uint64_t DeviceInterface::create_stream(int) { return 0; }
 void DeviceInterface::destroy_stream(int, uint64_t) {}
@@ -187,14 +194,20 @@ void DeviceInterface::record_event(int, uint64_t, uint64_t) {}
 void DeviceInterface::stream_wait_event(int, uint64_t, uint64_t) {}
 void DeviceInterface::synchronize_event(int, uint64_t) {}
 bool DeviceInterface::query_event(int, uint64_t) { return true; }
-uint64_t DeviceInterface::create_pool(int) { throw_unsupported("memory pools for graphs"); }
+uint64_t DeviceInterface::create_pool(int index) {
+  throw_unsupported("memory pools for graphs", index);
+}
 void DeviceInterface::release_pool(int, uint64_t) {}
-void DeviceInterface::begin_capture(int, uint64_t, uint64_t) { throw_unsupported("graph capture"); }
-uint64_t DeviceInterface::end_capture(int, uint64_t) { throw_unsupported("graph capture"); }
-uint64_t DeviceInterface::instantiate(int, uint64_t) { throw_unsupported("graphs"); }
-bool DeviceInterface::update(int, uint64_t, uint64_t) { throw_unsupported("graphs"); }
-void DeviceInterface::launch(int, uint64_t, uint64_t) { throw_unsupported("graphs"); }
-int DeviceInterface::graph_nodes(int, uint64_t) { throw_unsupported("graphs"); }
+void DeviceInterface::begin_capture(int index, uint64_t, uint64_t) {
+  throw_unsupported("graph capture", index);
+}
+uint64_t DeviceInterface::end_capture(int index, uint64_t) {
+  throw_unsupported("graph capture", index);
+}
+uint64_t DeviceInterface::instantiate(int index, uint64_t) { throw_unsupported("graphs", index); }
+bool DeviceInterface::update(int index, uint64_t, uint64_t) { throw_unsupported("graphs", index); }
+void DeviceInterface::launch(int index, uint64_t, uint64_t) { throw_unsupported("graphs", index); }
+int DeviceInterface::graph_nodes(int index, uint64_t) { throw_unsupported("graphs", index); }
 void DeviceInterface::destroy_graph(int, uint64_t) {}
 void DeviceInterface::destroy_exec(int, uint64_t) {}
 
@@ -247,8 +260,10 @@ void alias_device(std::string_view alias, std::string_view target) {
                     "device of its tensors",
                     alias);
   KILN_CHECK_DEVICE(to != from, "[alias_device] cannot alias '{}' to itself", alias);
-  // A type without a backend: every Device of it, made before or after, now means the target.
-  detail::g_canonical_type[from] = to;
+  // A type without a backend: every Device of it, made before or after, now means the target,
+  // and so do the types already aliased to it.
+  for (int i = 0; i < r.count; ++i)
+    if (detail::g_canonical_type[i] == from) detail::g_canonical_type[i] = to;
   r.by_name[std::string(alias)] = to;
 }
 

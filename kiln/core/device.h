@@ -47,6 +47,8 @@ class DeviceInterface {
                           size_t nbytes, int index) = 0;
   // Waits for all work on every stream of the device.
   virtual void synchronize(int index) = 0;
+  // Reseeds the device type's own generators, if it has any (manual_seed calls it).
+  virtual void manual_seed(uint64_t) {}
 
   // Streams. The current stream is per thread; kernels are enqueued on it.
   virtual uint64_t create_stream(int index);
@@ -135,8 +137,10 @@ int device_type_for_key(DispatchKey key);
 int find_device_type(std::string_view name);
 // Waits for all work queued on a device (a no-op on synchronous devices such as cpu).
 void synchronize(Device device);
-// Waits for all work queued on every device with an interface (e.g. before reseeding).
+// Waits for all work queued on every device with an interface.
 void synchronize_all_devices();
+// Reseeds every device type's own generators (DeviceInterface::manual_seed).
+void manual_seed_devices(uint64_t seed);
 
 // The device factory functions use when none is given.
 Device default_device();

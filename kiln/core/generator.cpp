@@ -30,10 +30,10 @@ Generator& default_generator() {
   return g;
 }
 
-// Kernels queued on asynchronous devices draw when they run: they finish first.
+// Devices with generators of their own (sim, CUDA) reseed theirs, after their queued draws.
 void manual_seed(uint64_t seed) {
-  synchronize_all_devices();
   default_generator().set_seed(seed);
+  manual_seed_devices(seed);
 }
 
 }  // namespace kiln

@@ -129,6 +129,19 @@ TEST(Alias, CheckpointsLoadOntoTheAlias) {
   }
 }
 
+TEST(Alias, AliasesChain) {
+  sim();
+  // "npu" has no backend; aliased to "cuda" first, then "cuda" to "sim": both are sim.
+  register_device_type("npu", DispatchKey::PrivateUse2, nullptr, false);
+  Device early("npu:1");
+  alias_device("npu", "cuda");
+  EXPECT_EQ(early, Device("cuda:1"));
+  alias_device("cuda", "sim");
+  EXPECT_EQ(early, Device("sim:1"));
+  EXPECT_EQ(Device("npu:1"), Device("sim:1"));
+  EXPECT_EQ(early.dispatch_key(), Device("sim").dispatch_key());
+}
+
 TEST(Alias, AliasErrors) {
   sim();
   alias_device("cuda", "sim");

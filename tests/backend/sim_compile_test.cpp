@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/compile/compile.h"
+#include "kiln/core/stream.h"
 #include "kiln/nn/layers.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
@@ -189,6 +190,49 @@ TEST(SimCompile, DynamicSizesCaptureOneGraphPerSize) {
   EXPECT_EQ(f.entries().size(), 1u);
   EXPECT_TRUE(e.device_graphs);
   EXPECT_GE(e.captures, 3);  // sizes 4, 5 and 2 were called often enough to be captured
+}
+
+TEST(SimCompile, OutputsThatViewAnInputViewTheCallersTensor) {
+  CompiledFunction f = compile([](const Tensor& x) -> TensorList {
+    return {mul(x, 2.0), transpose(x, 0, 1)};
+  });
+  for (int i = 0; i < 4; ++i) {
+    Tensor x = srand_({2, 3}, 80 + i);
+    TensorList out = f({x});
+    EXPECT_EQ(out[1].impl()->storage(), x.impl()->storage()) << i;
+    EXPECT_EQ(values(out[1].contiguous()), values(transpose(x, 0, 1).contiguous())) << i;
+    EXPECT_EQ(values(out[0]), values(mul(x, 2.0))) << i;
+  }
+  EXPECT_TRUE(f.entries().at(0).device_graphs);
+}
+
+TEST(SimCompile, ACpuValueMadeInTheStepIsNotFrozenIntoAGraph) {
+  auto fn = [](const Tensor& x) {
+    Tensor s = sum(x).to(Device(kCPU));  // a 0-d cpu value, new at every call
+    return mul(x, s);
+  };
+  CompiledFunction f = compile(fn);
+  for (int i = 0; i < 4; ++i) {
+    Tensor x = srand_({5}, 90 + i);
+    EXPECT_EQ(values(f({x})[0]), values(fn(x))) << i;
+  }
+  EXPECT_FALSE(f.entries().at(0).device_graphs);
+  EXPECT_TRUE(contains(f.explain(), "reads a cpu value made in the step")) << f.explain();
+}
+
+TEST(SimCompile, CallsOnTwoStreamsTakeTurns) {
+  auto fn = [](const Tensor& x) { return mul(add(x, 1.0), 3.0); };
+  CompiledFunction f = compile(fn);
+  Device d = sim();
+  Stream a = Stream::create(d), b = Stream::create(d);
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < 12; ++i) xs.push_back(srand_({4096}, 100 + i));
+  for (int i = 0; i < 12; ++i) {  // no synchronising in between: the calls overlap
+    StreamGuard guard(i % 2 ? a : b);
+    ys.push_back(f({xs[i]})[0]);
+  }
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(values(ys[i]), values(fn(xs[i]))) << "call " << i;
+  EXPECT_EQ(f.entries().at(0).captures, 1);
 }
 
 TEST(SimCompile, CaptureOffReplaysTheSteps) {

@@ -99,13 +99,47 @@ TEST(SimDevice, RandomNumbersFollowTheSeedInOrder) {
   Tensor a2 = rand({8}, nullptr, kFloat32, sim());
   manual_seed(11);  // waits for the draws queued above
   Tensor b = randn({64}, nullptr, kFloat32, sim());
+  Tensor b2 = rand({8}, nullptr, kFloat32, sim());
   EXPECT_EQ(values(a), values(b));
+  EXPECT_EQ(values(a2), values(b2));
+  // sim has a generator of its own, as each CUDA device does: draws on the cpu (made on the
+  // host at once) do not move it, whatever the sim draws still queued.
   manual_seed(11);
   Tensor c = randn({64});  // the Philox layout does not depend on the device
+  Tensor s = randn({64}, nullptr, kFloat32, sim());
+  Tensor c2 = rand({8});
+  EXPECT_EQ(values(s), values(c));
   EXPECT_EQ(values(a), values(c));
   Tensor next = rand({8}, nullptr, kFloat32, sim());  // where a2 was drawn: the same numbers
   EXPECT_EQ(values(a2), values(next));
-  EXPECT_NE(values(next), values(rand({8}, nullptr, kFloat32, sim())));  // and then fresh ones
+  EXPECT_EQ(values(c2), values(next));  // each generator made the same draws in its own order
+  EXPECT_NE(values(next), values(rand({8}, nullptr, kFloat32, sim())));  // then fresh ones
+}
+
+TEST(SimDevice, FreesWaitForTheStreamThatOwnsTheBlock) {
+  // a's size class is its own (256 KiB; b and its temporaries are 512 KiB), so a block of
+  // that class freed too early is the one z would get.
+  Device d = sim();
+  const int64_t n = 65536;
+  Tensor x = full({n}, 1.0f, kFloat32, d);
+  Event ready(d), done(d);
+  ready.record();
+  Tensor a, b;
+  Stream side = Stream::create(d);
+  ready.wait(side);
+  {
+    StreamGuard guard(side);
+    a = mul(x, 1.0);  // allocated while the side stream is current: its block is the side's
+    b = zeros({2, n}, kFloat32, d);
+    for (int i = 0; i < 100; ++i) b = add(b, a);  // queued: reads a for a while
+    done.record();
+  }
+  a = Tensor();                             // freed while the default stream is current
+  Stream::default_stream(d).synchronize();  // a free queued there would have run by now
+  Tensor z = full({n}, 7.0f, kFloat32, d);  // must not get a's block before the adds ran
+  done.wait(Stream::default_stream(d));
+  EXPECT_EQ(values(b), std::vector<float>(2 * n, 100.0f));
+  EXPECT_EQ(values(z), std::vector<float>(n, 7.0f));
 }
 
 TEST(SimDevice, DrawsFromACallersGeneratorRunInOrder) {
@@ -284,6 +318,34 @@ TEST(SimGraphs, CaptureRecordsReplayRuns) {
   di.destroy_graph(0, c.graph);
   di.release_pool(0, c.pool);
   di.destroy_stream(0, c.stream);
+}
+
+TEST(SimGraphs, LaunchesOfOneGraphOnTwoStreamsRunInOrder) {
+  DeviceInterface& di = sim_interface();
+  Tensor y = zeros({1024}, kFloat32, sim());
+  synchronize(sim());
+  Captured c = capture([&] { add_(y, 1.0); });
+  uint64_t exec = di.instantiate(0, c.graph);
+  uint64_t a = di.create_stream(0), b = di.create_stream(0);
+  for (int i = 0; i < 30; ++i) di.launch(0, exec, i % 3 == 0 ? a : b);  // in place, on y
+  synchronize(sim());
+  EXPECT_EQ(values(y), std::vector<float>(1024, 30.0f));
+  // A launch on b waits for the launch before it on a, which waits behind a's other work.
+  Tensor w = ones({512, 512}, kFloat32, sim());
+  uint64_t behind = di.create_event(0);
+  di.set_current_stream(0, a);
+  for (int i = 0; i < 3; ++i) w = mm(w, w);  // tens of milliseconds of work on a
+  di.set_current_stream(0, 0);
+  di.record_event(0, behind, a);
+  di.launch(0, exec, a);
+  di.launch(0, exec, b);
+  di.synchronize_stream(0, b);
+  EXPECT_TRUE(di.query_event(0, behind)) << "the launch on b did not wait for the one on a";
+  di.destroy_event(0, behind);
+  di.destroy_exec(0, exec);
+  di.destroy_graph(0, c.graph);
+  di.release_pool(0, c.pool);
+  for (uint64_t s : {a, b, c.stream}) di.destroy_stream(0, s);
 }
 
 TEST(SimGraphs, UpdateAcceptsNewAddressesNotNewKernels) {

@@ -188,30 +188,26 @@ struct Allocator final : kiln::Allocator {
 class SimDevice {
  public:
   explicit SimDevice(int index) : index_(index) { alloc_.device = index; }
-  ~SimDevice() {
-    streams_.clear();
-    for (auto& [id, p] : pools_)
-      for (auto [b, n] : p.blocks) std::free(b);
-  }
 
-  Stream& stream(uint64_t id) {
+  // Streams are shared: a thread synchronizing one keeps it alive while another destroys it.
+  std::shared_ptr<Stream> stream(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = streams_.find(id);
     if (it == streams_.end()) {
       KILN_CHECK_DEVICE(id == 0, "[sim] sim:{} has no stream {}", index_, id);
-      it = streams_.emplace(0, std::make_unique<Stream>(index_, 0, get_num_threads())).first;
+      it = streams_.emplace(0, std::make_shared<Stream>(index_, 0, get_num_threads())).first;
     }
-    return *it->second;
+    return it->second;
   }
   uint64_t create_stream() {
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t id = next_id_++;
-    streams_.emplace(id, std::make_unique<Stream>(index_, id, get_num_threads()));
+    streams_.emplace(id, std::make_shared<Stream>(index_, id, get_num_threads()));
     return id;
   }
   void destroy_stream(uint64_t id) {
-    KILN_CHECK_DEVICE(id != 0, "[sim] the default stream cannot be destroyed");
-    std::unique_ptr<Stream> s;
+    KILN_CHECK_DEVICE(id != 0, "[sim] the default stream of sim:{} cannot be destroyed", index_);
+    std::shared_ptr<Stream> s;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = streams_.find(id);
@@ -221,10 +217,10 @@ class SimDevice {
     }
     s->synchronize();
   }
-  std::vector<Stream*> all_streams() {
+  std::vector<std::shared_ptr<Stream>> all_streams() {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<Stream*> v;
-    for (auto& [id, s] : streams_) v.push_back(s.get());
+    std::vector<std::shared_ptr<Stream>> v;
+    for (auto& [id, s] : streams_) v.push_back(s);
     return v;
   }
 
@@ -241,13 +237,31 @@ class SimDevice {
   // A kernel launch on the current stream: recorded when it is capturing, queued otherwise.
   void launch(std::string_view name, std::function<void()> fn);
 
+  // Waits for every stream, then reports the first kernel that failed on one.
   void synchronize() {
     forbid_in_capture("synchronizing the device", "cudaErrorStreamCaptureUnsupported");
-    for (Stream* s : all_streams()) s->synchronize();
+    std::string first;
+    for (const auto& s : all_streams()) {
+      try {
+        s->synchronize();
+      } catch (const Error& e) {
+        if (first.empty()) first = e.what();
+      }
+    }
+    if (!first.empty()) KILN_THROW(Device, "{}", first);
   }
-  void synchronize_current() { stream(current()).synchronize(); }
+  void synchronize_current() { stream(current())->synchronize(); }
 
-  // Memory.
+  // Memory. Freed blocks are cached by size class for reuse, as a GPU's caching allocator does
+  // (up to kMaxCached bytes); without it, blocks allocated on the host and freed on a worker
+  // made glibc's heaps trim and fault pages on every op. A free is ordered on the stream the
+  // block was allocated on (current then), as the CUDA caching allocator orders it: the block
+  // is reused only after that stream has run what was queued before the free.
+  static size_t size_class(size_t n) {
+    n = (n + 511) & ~size_t{511};
+    return n <= (size_t{1} << 20) ? std::bit_ceil(n)
+                                  : (n + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+  }
   void* allocate(size_t nbytes) {
     if (nbytes == 0) return nullptr;
     Capture* c = tls_capture;
@@ -255,23 +269,47 @@ class SimDevice {
       forbid_in_capture(
           fmt::format("allocating {} bytes outside a graph memory pool", nbytes).c_str(),
           "cudaErrorStreamCaptureUnsupported");
-    void* p = take_cached(size_class(nbytes));
-    if (!p) p = std::aligned_alloc(64, size_class(nbytes));
+    const size_t cls = size_class(nbytes);
+    void* p = take_cached(cls);
+    if (!p) p = std::aligned_alloc(64, cls);
     KILN_CHECK(p != nullptr, "[sim] out of memory allocating {} bytes on sim:{}", nbytes, index_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (c && c->device == index_) {
-      std::lock_guard<std::mutex> lock(mu_);
       pools_[c->pool].blocks.push_back({p, nbytes});
       pool_of_[p] = c->pool;
+    } else {
+      stream_of_[p] = current();
     }
     return p;
   }
-  // Freed blocks are cached by size class for reuse, as a GPU's caching allocator does (up to
-  // kMaxCached bytes); without it, blocks allocated on the host and freed on a worker made
-  // glibc's heaps trim and fault pages on every op.
-  static size_t size_class(size_t n) {
-    n = (n + 511) & ~size_t{511};
-    return n <= (size_t{1} << 20) ? std::bit_ceil(n)
-                                  : (n + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+  // Never throws (it runs in StorageImpl's destructor).
+  void deallocate(void* p, size_t nbytes) noexcept {
+    if (!p) return;
+    try {
+      std::shared_ptr<Stream> owner;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (auto it = pool_of_.find(p); it != pool_of_.end()) {
+          pools_[it->second].freed.insert(p);  // the pool's graph may still replay into it
+          return;
+        }
+        Capture* c = tls_capture;
+        if (c && c->device == index_) {  // the capturing stream must not record the free
+          frees_after_capture_.push_back({p, nbytes});
+          return;
+        }
+        uint64_t sid = 0;
+        if (auto it = stream_of_.find(p); it != stream_of_.end()) {
+          sid = it->second;
+          stream_of_.erase(it);
+        }
+        if (auto it = streams_.find(sid); it != streams_.end()) owner = it->second;
+      }
+      // A destroyed stream had finished its work: the block is free now.
+      if (!owner) return cache(p, size_class(nbytes));
+      owner->push({[this, p, cls = size_class(nbytes)] { cache(p, cls); }, 0});
+    } catch (...) {  // NOLINT: out of memory for the bookkeeping; the block is lost, not reused
+    }
   }
   void* take_cached(size_t cls) {
     std::lock_guard<std::mutex> lock(cache_mu_);
@@ -294,24 +332,6 @@ class SimDevice {
     }
     std::free(p);
   }
-  void deallocate(void* p, size_t nbytes) {
-    if (!p) return;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (auto it = pool_of_.find(p); it != pool_of_.end()) {
-        pools_[it->second].freed.insert(p);  // the pool's graph may still replay into it
-        return;
-      }
-    }
-    Capture* c = tls_capture;
-    if (c && c->device == index_) {  // the capturing stream must not record the free
-      std::lock_guard<std::mutex> lock(mu_);
-      frees_after_capture_.push_back({p, nbytes});
-      return;
-    }
-    // Stream-ordered: after everything already queued on the current stream.
-    stream(current()).push({[this, p, cls = size_class(nbytes)] { cache(p, cls); }, 0});
-  }
   uint64_t create_pool() {
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t id = next_id_++;
@@ -326,13 +346,16 @@ class SimDevice {
       if (it == pools_.end()) return;
       for (auto [b, n] : it->second.blocks) {
         pool_of_.erase(b);
-        if (it->second.freed.count(b)) freed.push_back({b, n});  // live ones are freed later
+        if (it->second.freed.count(b))
+          freed.push_back({b, n});
+        else
+          stream_of_[b] = 0;  // still in use: freed later, like any block
       }
       pools_.erase(it);
     }
     // Graphs queued so far may still replay into the pool: let them finish first.
     if (freed.empty()) return;
-    for (Stream* s : all_streams()) s->wait_for(s->submitted());
+    for (const auto& s : all_streams()) s->wait_for(s->submitted());
     for (auto [b, n] : freed) cache(b, size_class(n));
   }
 
@@ -343,8 +366,7 @@ class SimDevice {
                       "with create_stream (cudaErrorStreamCaptureUnsupported)",
                       index_);
     KILN_CHECK_DEVICE(!tls_capture,
-                      "[sim] this thread is already capturing stream {} "
-                      "(cudaErrorIllegalState)",
+                      "[sim] this thread is already capturing stream {} (cudaErrorIllegalState)",
                       tls_capture ? tls_capture->stream : 0);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -375,42 +397,60 @@ class SimDevice {
                       stream_id, done->invalid);
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t id = next_id_++;
-    graphs_[id] = std::make_shared<Nodes>(std::move(done->nodes));
+    graphs_[id] = {std::make_shared<Nodes>(std::move(done->nodes)), {}, 0};
     return id;
   }
-  std::shared_ptr<Nodes> graph(uint64_t id, const char* what) {
-    std::lock_guard<std::mutex> lock(mu_);
+  // A graph, or an executable graph: its nodes, and (executable) where it was last launched.
+  struct GraphEntry {
+    std::shared_ptr<const Nodes> nodes;
+    std::shared_ptr<Stream> last_stream;
+    uint64_t last_seq = 0;  // that stream's count once the last launch was queued
+  };
+  GraphEntry& graph(uint64_t id, const char* what) {
     auto it = graphs_.find(id);
     KILN_CHECK_DEVICE(it != graphs_.end(), "[sim] sim:{} has no {} {}", index_, what, id);
     return it->second;
   }
-  uint64_t instantiate(uint64_t g) {
-    auto nodes = graph(g, "graph");
+  int graph_nodes(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(graph(id, "graph").nodes->size());
+  }
+  uint64_t instantiate(uint64_t g) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto nodes = graph(g, "graph").nodes;
     uint64_t id = next_id_++;
-    graphs_[id] = std::make_shared<Nodes>(*nodes);
+    graphs_[id] = {nodes, {}, 0};
     return id;
   }
   bool update(uint64_t exec, uint64_t g) {
-    auto e = graph(exec, "graph exec");
-    auto nodes = graph(g, "graph");
-    if (e->size() != nodes->size()) return false;
-    for (size_t i = 0; i < e->size(); ++i)
-      if ((*e)[i].name != (*nodes)[i].name) return false;
     std::lock_guard<std::mutex> lock(mu_);
-    graphs_[exec] = std::make_shared<Nodes>(*nodes);  // queued launches keep the old nodes
+    GraphEntry& e = graph(exec, "graph exec");
+    auto nodes = graph(g, "graph").nodes;
+    if (e.nodes->size() != nodes->size()) return false;
+    for (size_t i = 0; i < e.nodes->size(); ++i)
+      if ((*e.nodes)[i].name != (*nodes)[i].name) return false;
+    e.nodes = nodes;  // queued launches keep the old nodes
     return true;
   }
+  // Launches of one executable graph run one after another, as CUDA orders them, even on two
+  // streams: the second stream first waits for the first launch.
   void launch_graph(uint64_t exec, uint64_t stream_id) {
     forbid_in_capture("launching a graph", "cudaErrorStreamCaptureUnsupported");
-    std::shared_ptr<const Nodes> nodes = graph(exec, "graph exec");
-    stream(stream_id).push({[nodes] {
-                              for (const Node& n : *nodes) {
-                                spin_ns(g_node_ns);
-                                n.fn();
-                              }
-                            },
-                            g_launch_ns});
+    std::shared_ptr<Stream> s = stream(stream_id);
+    std::lock_guard<std::mutex> lock(mu_);
+    GraphEntry& e = graph(exec, "graph exec");
+    if (e.last_stream && e.last_stream != s)
+      s->push({[prev = e.last_stream, seq = e.last_seq] { prev->wait_for(seq); }, 0});
+    std::shared_ptr<const Nodes> nodes = e.nodes;
+    s->push({[nodes] {
+               for (const Node& n : *nodes) {
+                 spin_ns(g_node_ns);
+                 n.fn();
+               }
+             },
+             g_launch_ns});
+    e.last_stream = s;
+    e.last_seq = s->submitted();
   }
   void destroy(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -428,22 +468,28 @@ class SimDevice {
 
   Allocator* allocator() { return &alloc_; }
   int index() const { return index_; }
+  // The device's default generator (as CUDA devices have their own): kernels draw from it
+  // when they run, in stream order; manual_seed reseeds it.
+  Generator& generator() { return generator_; }
 
  private:
   static thread_local uint64_t current_[kMaxDevices];
   int index_;
   Allocator alloc_;
+  Generator generator_;
   std::mutex mu_;
   uint64_t next_id_ = 1;
-  std::map<uint64_t, std::unique_ptr<Stream>> streams_;
-  std::map<uint64_t, std::shared_ptr<Nodes>> graphs_;  // graphs and executable graphs
+  std::map<uint64_t, std::shared_ptr<Stream>> streams_;
+  std::map<uint64_t, GraphEntry> graphs_;  // graphs and executable graphs
   std::map<uint64_t, Pool> pools_;
   std::unordered_map<void*, uint64_t> pool_of_;
+  std::unordered_map<void*, uint64_t> stream_of_;  // live blocks: the stream they belong to
   std::vector<std::pair<void*, size_t>> frees_after_capture_;
   std::mutex cache_mu_;
   std::unordered_map<size_t, std::vector<void*>> cache_;
   size_t cached_bytes_ = 0;
 };
+
 thread_local uint64_t SimDevice::current_[kMaxDevices] = {};
 
 void SimDevice::launch(std::string_view name, std::function<void()> fn) {
@@ -460,7 +506,7 @@ void SimDevice::launch(std::string_view name, std::function<void()> fn) {
       forbid_in_capture(fmt::format("launching {} on the default stream", name).c_str(),
                         "cudaErrorStreamCaptureImplicit");
   }
-  stream(s).push({std::move(fn), g_launch_ns});
+  stream(s)->push({std::move(fn), g_launch_ns});
 }
 
 void* Allocator::allocate(size_t nbytes) { return device_state(device).allocate(nbytes); }
@@ -490,6 +536,12 @@ class Interface final : public DeviceInterface {
     if (nbytes) std::memcpy(dst, src, nbytes);
   }
   void synchronize(int index) override { device_state(index).synchronize(); }
+  void manual_seed(uint64_t seed) override {
+    for (int i = 0; i < g_devices; ++i) {
+      device_state(i).synchronize();  // queued draws first
+      device_state(i).generator().set_seed(seed);
+    }
+  }
   uint64_t create_stream(int index) override { return device_state(index).create_stream(); }
   void destroy_stream(int index, uint64_t s) override { device_state(index).destroy_stream(s); }
   uint64_t current_stream(int index) override { return device_state(index).current(); }
@@ -497,7 +549,7 @@ class Interface final : public DeviceInterface {
   void synchronize_stream(int index, uint64_t s) override {
     SimDevice& d = device_state(index);
     d.forbid_in_capture("synchronizing a stream", "cudaErrorStreamCaptureUnsupported");
-    d.stream(s).synchronize();
+    d.stream(s)->synchronize();
   }
   // Events: a recorded sequence number and the last one the stream reached. Queued work holds
   // its event, so destroying one with work pending is safe (as cudaEventDestroy is).
@@ -515,23 +567,26 @@ class Interface final : public DeviceInterface {
   }
   void record_event(int index, uint64_t e, uint64_t s) override {
     SimDevice& d = device_state(index);
-    d.forbid_in_capture("recording an event", "cudaErrorStreamCaptureUnsupported");
+    d.forbid_in_capture("recording an event (sim captures one stream; no event nodes)",
+                        "cudaErrorStreamCaptureUnsupported");
     std::shared_ptr<Event> x = ev(e);
+    std::shared_ptr<Stream> st = d.stream(s);  // first: a missing stream must not count a record
     uint64_t seq = x->recorded.fetch_add(1) + 1;
-    d.stream(s).push({[x, seq] {
-                        uint64_t r = x->reached.load();
-                        while (r < seq && !x->reached.compare_exchange_weak(r, seq)) {
-                        }
-                        x->reached.notify_all();
-                      },
-                      0});
+    st->push({[x, seq] {
+                uint64_t r = x->reached.load();
+                while (r < seq && !x->reached.compare_exchange_weak(r, seq)) {
+                }
+                x->reached.notify_all();
+              },
+              0});
   }
   void stream_wait_event(int index, uint64_t s, uint64_t e) override {
     SimDevice& d = device_state(index);
-    d.forbid_in_capture("waiting for an event", "cudaErrorStreamCaptureUnsupported");
+    d.forbid_in_capture("waiting for an event (sim captures one stream; no event nodes)",
+                        "cudaErrorStreamCaptureUnsupported");
     std::shared_ptr<Event> x = ev(e);
     uint64_t target = x->recorded.load();
-    d.stream(s).push({[x, target] { wait(*x, target); }, 0});
+    d.stream(s)->push({[x, target] { wait(*x, target); }, 0});
   }
   void synchronize_event(int index, uint64_t e) override {
     device_state(index).forbid_in_capture("synchronizing an event",
@@ -560,9 +615,7 @@ class Interface final : public DeviceInterface {
   void launch(int index, uint64_t e, uint64_t s) override {
     device_state(index).launch_graph(e, s);
   }
-  int graph_nodes(int index, uint64_t g) override {
-    return static_cast<int>(device_state(index).graph(g, "graph")->size());
-  }
+  int graph_nodes(int index, uint64_t g) override { return device_state(index).graph_nodes(g); }
   void destroy_graph(int index, uint64_t g) override { device_state(index).destroy(g); }
   void destroy_exec(int index, uint64_t e) override { device_state(index).destroy(e); }
 
@@ -615,10 +668,14 @@ struct Wrapper {
   static Tensor copy(const Tensor& t) { return like(t.clone().impl_ref(), t); }
   // The stack the CPU kernel runs on: sim tensors wrapped, sim devices made cpu, 0-d cpu
   // tensors copied (a launch takes host values by value, as CUDA's do).
-  Stack stack(const Stack& in) {
+  // The default generator (a null Generator*) becomes the device's own.
+  Stack stack(const Stack& in, Generator* device_generator) {
     return detail::map_stack(
         in, [&](const Tensor& t) { return on_sim(t) || !t.defined() ? (*this)(t) : copy(t); },
-        [](const IValue& v) { return cpu_for_sim(v); });
+        [&](const IValue& v) -> IValue {
+          if (auto* g = std::get_if<Generator*>(&v)) return *g ? *g : device_generator;
+          return cpu_for_sim(v);
+        });
   }
 };
 
@@ -657,7 +714,8 @@ Device check_devices(const OpDef& op, const Stack& stack) {
       for (const Tensor& t : *l) look(t);
     if (auto* d = std::get_if<Device>(&v)) see(*d);
   }
-  KILN_ASSERT(dev && is_sim(*dev), "sim kernel called without a sim device");
+  KILN_ASSERT(dev && is_sim(*dev), "[sim] {}: a sim kernel was called without a sim device",
+              op.name());
   return *dev;
 }
 
@@ -714,7 +772,7 @@ void fallback(const OpDef& op, DispatchKey, Stack& stack) {
     return;
   }
   Wrapper wrap;
-  Stack args = wrap.stack(stack);
+  Stack args = wrap.stack(stack, &d.generator());
   const bool random = std::any_of(stack.begin(), stack.end(), [](const IValue& v) {
     return std::holds_alternative<Generator*>(v);
   });
