@@ -156,10 +156,12 @@ int run_train(const TrainOptions& o) {
     CacheEntryInfo e = compiled->entries().at(0);
     fmt::print(
         "compile: {} cache entr{}, {} replays, {} eager (warm-up) calls; compiled in {:.1f} ms "
-        "({} steps per replay, intermediates {:.1f} MiB planned vs {:.1f} MiB eager peak){}\n",
+        "({} steps per replay, intermediates {:.1f} MiB planned{}){}\n",
         compiled->entries().size(), compiled->entries().size() == 1 ? "y" : "ies", e.hits,
         compiled->eager_calls(), e.compile_ms, e.steps, e.arena_bytes / 1048576.0,
-        e.eager_peak_bytes / 1048576.0,
+        // The eager peak is measured for cpu memory only.
+        device.is_cpu() ? fmt::format(" vs {:.1f} MiB eager peak", e.eager_peak_bytes / 1048576.0)
+                        : "",
         e.device_graphs ? fmt::format("; replayed as a device graph (captured {} time{})",
                                       e.captures, e.captures == 1 ? "" : "s")
                         : "");
