@@ -145,6 +145,15 @@ std::string find_plugin(std::string_view name) {
              name, file, fmt::join(dirs, ", "));
 }
 
+// A device type the core registers by name without a backend (cuda: so "cuda:1" parses before
+// the plugin is loaded) is filled in by the backend of that name with the type's own key.
+int builtin_slot(std::string_view name, DispatchKey key) {
+  int t = find_device_type(name);
+  if (t < 0 || device_type_name(static_cast<DeviceType>(t)) != name) return -1;
+  if (device_interface(static_cast<DeviceType>(t)) != nullptr) return -1;
+  return Device(static_cast<DeviceType>(t)).dispatch_key() == key ? t : -1;
+}
+
 }  // namespace
 
 DispatchKey free_private_use_key() {
@@ -156,9 +165,11 @@ DispatchKey free_private_use_key() {
 
 DeviceType register_backend(const BackendSpec& spec) {
   KILN_CHECK(!spec.name.empty(), "[register_backend] the backend has no name");
-  KILN_CHECK(is_private_use(spec.key),
-             "[register_backend] '{}': key {} is not one of PrivateUse1..3", spec.name,
-             key_name(spec.key));
+  const int slot = builtin_slot(spec.name, spec.key);
+  KILN_CHECK(is_private_use(spec.key) || slot >= 0,
+             "[register_backend] '{}': key {} is not one of PrivateUse1..3 (nor the key of a "
+             "built-in device type of that name without a backend)",
+             spec.name, key_name(spec.key));
   KILN_CHECK(spec.interface != nullptr, "[register_backend] '{}' has no device interface",
              spec.name);
   KILN_CHECK(!(spec.fallback && spec.cpu_fallback),
@@ -170,14 +181,23 @@ DeviceType register_backend(const BackendSpec& spec) {
                "[register_backend] '{}': kernel for '{}', which is not a registered op", spec.name,
                k.op->name());
   }
-  KILN_CHECK(find_device_type(spec.name) < 0,
-             "[register_backend] device type '{}' is already registered (or an alias)", spec.name);
-  int holder = device_type_for_key(spec.key);
-  KILN_CHECK(holder < 0, "[register_backend] '{}': key {} is already used by '{}'", spec.name,
-             key_name(spec.key),
-             holder < 0 ? "" : device_type_name(static_cast<DeviceType>(holder)));
+  if (slot < 0) {
+    KILN_CHECK(find_device_type(spec.name) < 0,
+               "[register_backend] device type '{}' is already registered (or an alias)",
+               spec.name);
+    int holder = device_type_for_key(spec.key);
+    KILN_CHECK(holder < 0, "[register_backend] '{}': key {} is already used by '{}'", spec.name,
+               key_name(spec.key),
+               holder < 0 ? "" : device_type_name(static_cast<DeviceType>(holder)));
+  }
   // Checked: now nothing below can fail but the registry itself, which checks the same things.
-  DeviceType t = register_device_type(spec.name, spec.key, spec.interface, spec.single_device);
+  DeviceType t;
+  if (slot >= 0) {
+    t = static_cast<DeviceType>(slot);
+    set_device_interface(t, spec.interface);
+  } else {
+    t = register_device_type(spec.name, spec.key, spec.interface, spec.single_device);
+  }
   for (const BackendKernel& k : spec.kernels) k.op->set_kernel_raw(spec.key, k.fn);
   if (spec.fallback) register_fallback(spec.key, spec.fallback);
   if (spec.cpu_fallback) register_fallback(spec.key, &cpu_fallback_kernel);
@@ -221,11 +241,15 @@ DeviceType load_backend(std::string_view path_or_name) {
              "describe function",
              path);
   const std::string name = entry->name;
-  KILN_CHECK(find_device_type(name) < 0,
-             "[load_backend] '{}': device type '{}' is already registered", path, name);
+  const int type = find_device_type(name);
+  const DispatchKey builtin_key =
+      type >= 0 ? Device(static_cast<DeviceType>(type)).dispatch_key() : DispatchKey::Undefined;
+  const bool builtin = type >= 0 && builtin_slot(name, builtin_key) >= 0;
+  KILN_CHECK(type < 0 || builtin, "[load_backend] '{}': device type '{}' is already registered",
+             path, name);
   BackendSpec spec;
   spec.name = name;
-  spec.key = free_private_use_key();
+  spec.key = builtin ? builtin_key : free_private_use_key();
   KILN_CHECK(spec.key != DispatchKey::Undefined,
              "[load_backend] '{}': no free PrivateUse dispatch key for '{}' (all three are used)",
              path, name);

@@ -1,6 +1,7 @@
 // The public functional API: thin wrappers that fill in defaults and call the dispatched ops.
 #include "kiln/ops/ops.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "kiln/ops/op_list.h"
@@ -9,6 +10,12 @@
 namespace kiln {
 
 using namespace ops;  // NOLINT: the *_op handles
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 namespace {
 // Wrapped numbers keep their category's widest type (int64, float64), as in PyTorch.

@@ -13,6 +13,10 @@ namespace kiln {
 // default is the number of cores.
 void set_num_threads(int n);
 int get_num_threads();
+// Whether float32 matrix products on GPUs may use TF32 tensor cores (10-bit mantissa inputs,
+// float32 accumulation), as PyTorch's torch.backends.cuda.matmul.allow_tf32. Off by default.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
 
 // ---------------------------------------------------------------- factories
 // dtype defaults to default_dtype() (int64 for arange/randint of integers), device to

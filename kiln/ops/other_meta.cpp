@@ -15,7 +15,10 @@ Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device) {
     alloc = cpu_allocator();
   } else {
     DeviceInterface* iface = device_interface(device.type());
-    KILN_CHECK_DEVICE(iface != nullptr, "[empty] no backend is loaded for device {}", device);
+    KILN_CHECK_DEVICE(iface != nullptr,
+                      "[empty] no backend is loaded for device {} (kiln::load_backend(\"{}\") "
+                      "loads it)",
+                      device, device_type_name(device.type()));
     alloc = iface->allocator(device.index());
   }
   auto storage = make_ref<StorageImpl>(nbytes, device, alloc);

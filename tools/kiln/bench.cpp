@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
+#include "kiln/ops/ops.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/workloads.h"
 
@@ -17,15 +18,15 @@ namespace kiln::tool {
 
 int run_bench(const BenchOptions& o) {
   Common common = apply_common(o.common);
-  KILN_CHECK_DEVICE(common.device.is_cpu(),
-                    "[bench] the workloads run on cpu (sim has its own: bench/kiln_sim_bench)");
   int threads = common.threads;
   const workloads::Workload* w = workloads::find(o.workload);
   KILN_CHECK(w, "[bench] unknown workload '{}'", o.workload);
   KILN_CHECK(o.iters >= 0, "[bench] --iters must be positive, got {}", o.iters);
   KILN_CHECK(!o.small || w->name == "gpt", "[bench] --small applies only to the gpt workload");
   int64_t iters = o.iters > 0 ? o.iters : w->default_iters;
-  std::vector<workloads::Metric> metrics = w->run({.iters = iters, .small = o.small});
+  if (!common.device.is_cpu()) set_allow_tf32(true);  // as torch_anchor.py sets it
+  std::vector<workloads::Metric> metrics =
+      w->run({.iters = iters, .small = o.small, .device = common.device});
 
   if (o.json) {
     nlohmann::ordered_json j;
@@ -38,13 +39,13 @@ int run_bench(const BenchOptions& o) {
     }
     j["iters"] = iters;
     j["threads"] = threads;
-    j["device"] = "cpu";
+    j["device"] = common.device.str();
     j["kiln"] = KILN_VERSION_STRING;
     fmt::print("{}\n", j.dump(1));
     return 0;
   }
-  fmt::print("kiln bench {} ({}; {} iters, threads {}, cpu)\n", w->name, w->description, iters,
-             threads);
+  fmt::print("kiln bench {} ({}; {} iters, threads {}, {})\n", w->name, w->description, iters,
+             threads, common.device);
   for (const auto& m : metrics) {
     std::string value = m.unit == "count" ? fmt::format("{:.0f}", m.value)
                                           : fmt::format("{:.3f} {}", m.value, m.unit);

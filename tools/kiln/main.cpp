@@ -33,7 +33,16 @@ Common apply_common(const CommonOptions& o) {
              o.threads);
   omp_set_num_threads(o.threads > 0 ? o.threads : default_threads());
   std::string type = o.device.substr(0, o.device.find(':'));
-  if (find_device_type(type) < 0) {
+  const int known = find_device_type(type);
+  if (known >= 0 && device_interface(static_cast<DeviceType>(known)) == nullptr) {
+    // Built in by name, its backend a plugin (cuda): load it, or say why it cannot be.
+    try {
+      load_backend(type);
+    } catch (const Error& e) {
+      KILN_THROW(Device, "[device] device '{}' is not available: {}", o.device, e.what());
+    }
+  }
+  if (known < 0) {
     try {
       load_backend(type);
     } catch (const Error&) {
@@ -56,7 +65,7 @@ namespace {
 // Range checks on numbers are left to the subcommands, whose messages name the option and
 // the accepted range; CLI11 checks only what it can say clearly (names, files, choices).
 void add_common(CLI::App* cmd, CommonOptions& o) {
-  cmd->add_option("--device", o.device, "Device to run on: cpu, or a plugin's (sim)")
+  cmd->add_option("--device", o.device, "Device to run on: cpu, cuda[:N], or a plugin's (sim)")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "OpenMP threads (default: every idle core)");
 }

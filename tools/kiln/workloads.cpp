@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "kiln/compile/compile.h"
 #include "kiln/core/error.h"
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
@@ -15,13 +16,17 @@ namespace {
 
 // Median over `repeats` runs of the seconds per call of `iters` calls to fn, after `warm`
 // untimed calls. The median, as torch_anchor.py takes, shrugs off a noisy neighbour.
+// On an asynchronous device each repeat ends when the device has finished its work.
 template <class F>
-double seconds_per_call(int64_t iters, int repeats, int64_t warm, F&& fn) {
+double seconds_per_call(int64_t iters, int repeats, int64_t warm, F&& fn,
+                        Device device = Device(kCPU)) {
   for (int64_t i = 0; i < warm; ++i) fn();
+  synchronize(device);
   std::vector<double> runs;
   for (int r = 0; r < repeats; ++r) {
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < iters; ++i) fn();
+    synchronize(device);
     std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     runs.push_back(dt.count() / static_cast<double>(iters));
   }
@@ -47,7 +52,13 @@ void check_loss_falls(const char* name, int steps, F&& step) {
 constexpr int64_t kDispatchIters = 20000, kChainIters = 200, kAdamWIters = 20, kMlpIters = 20,
                   kGptIters = 3;
 
+bool has_graphs(Device d) {
+  DeviceInterface* i = d.is_cpu() ? nullptr : device_interface(d.type());
+  return i && i->caps().graphs;
+}
+
 std::vector<Metric> dispatch(const Options& o) {
+  KILN_CHECK_DEVICE(o.device.is_cpu(), "[bench dispatch] times cpu tensors only, not {}", o.device);
   int64_t iters = iters_or(o, kDispatchIters);
   Tensor a = ones({1}), b = ones({1});
   float sum = add(a, b).item<float>();
@@ -78,15 +89,27 @@ Tensor chain(Tensor x) {
 std::vector<Metric> chain_workload(const Options& o) {
   int64_t iters = iters_or(o, kChainIters);
   Generator gen(0);
-  Tensor x0 = randn({4096}, &gen);
+  Tensor x0 = randn({4096}, &gen).to(o.device);
   std::vector<float> ref = x0.to_vector<float>();
   for (float& v : ref)
     for (int i = 0; i < kChainOps / 4; ++i) v = std::max(v * 1.0001f + 0.0001f, 0.0f) - 0.00005f;
   KILN_CHECK(allclose(chain(x0), from_vector(ref), 1e-5, 1e-6),
              "[bench chain] check failed: the result differs from a host loop");
-  double s = seconds_per_call(iters, 5, std::min<int64_t>(iters, 5), [&] { chain(x0); });
-  return {{"chain_eager_us_per_op", s / kChainOps * 1e6, "us/op",
-           "one op of the 256-op chain on 4096 floats"}};
+  double s = seconds_per_call(
+      iters, 5, std::min<int64_t>(iters, 5), [&] { chain(x0); }, o.device);
+  std::vector<Metric> m = {{"chain_eager_us_per_op", s / kChainOps * 1e6, "us/op",
+                            "one op of the 256-op chain on 4096 floats"}};
+  if (has_graphs(o.device)) {
+    CompiledFunction cf =
+        compile([](const Tensor& x) { return chain(x); }, {.name = "chain", .static_inputs = {0}});
+    KILN_CHECK(allclose(cf({x0})[0], from_vector(ref).to(o.device), 1e-5, 1e-6),
+               "[bench chain] check failed: the compiled chain differs from a host loop");
+    double g = seconds_per_call(
+        iters, 5, 5, [&] { cf({x0}); }, o.device);
+    m.push_back({"chain_graph_us_per_op", g / kChainOps * 1e6, "us/op",
+                 "the same, compiled: one captured graph"});
+  }
+  return m;
 }
 
 std::vector<Metric> adamw(const Options& o) {
@@ -95,9 +118,9 @@ std::vector<Metric> adamw(const Options& o) {
   TensorList params;
   int64_t n = 0;
   for (int64_t i = 0; i < 128; ++i) {
-    Tensor p = randn({64 + (i % 8) * 32, 128}, &gen);
+    Tensor p = randn({64 + (i % 8) * 32, 128}, &gen).to(o.device);
     p.requires_grad_();
-    p.set_grad(randn(p.sizes(), &gen));
+    p.set_grad(randn(p.sizes(), &gen).to(o.device));
     params.push_back(p);
     n += p.numel();
   }
@@ -115,9 +138,23 @@ std::vector<Metric> adamw(const Options& o) {
                "[bench adamw] check failed: element {} is {} after one step, expected {}", j, p1[j],
                want);
   }
-  double s = seconds_per_call(iters, 5, std::min<int64_t>(iters, 3), [&] { opt.step(); });
-  return {{"adamw_params", static_cast<double>(n), "count", "parameters updated per step"},
-          {"adamw_fused_us", s * 1e6, "us", "fused AdamW step (foreach_adamw_)"}};
+  double s = seconds_per_call(
+      iters, 5, std::min<int64_t>(iters, 3), [&] { opt.step(); }, o.device);
+  std::vector<Metric> m = {
+      {"adamw_params", static_cast<double>(n), "count", "parameters updated per step"},
+      {"adamw_fused_us", s * 1e6, "us", "fused AdamW step (foreach_adamw_)"}};
+  if (has_graphs(o.device)) {
+    CompiledFunction cf = compile(
+        [&]() {
+          opt.step();
+          return TensorList{};
+        },
+        {.name = "adamw_step"});
+    double g = seconds_per_call(
+        iters, 5, 5, [&] { cf({}); }, o.device);
+    m.push_back({"adamw_fused_graph_us", g * 1e6, "us", "the same, compiled: a captured graph"});
+  }
+  return m;
 }
 
 std::vector<Metric> mlp(const Options& o) {
@@ -130,8 +167,9 @@ std::vector<Metric> mlp(const Options& o) {
     model.push_back(std::make_shared<nn::GELU>());
   }
   model.push_back(std::make_shared<nn::Linear>(512, 10, true, init));
+  model.to(o.device);
   optim::AdamW opt(model.parameters(), optim::AdamWOptions{});
-  Tensor x = randn({64, 512}, &gen), y = randint(0, 10, {64}, &gen);
+  Tensor x = randn({64, 512}, &gen).to(o.device), y = randint(0, 10, {64}, &gen).to(o.device);
   auto step = [&] {
     opt.zero_grad();
     Tensor loss = cross_entropy(model(x), y);
@@ -140,8 +178,16 @@ std::vector<Metric> mlp(const Options& o) {
     return loss;
   };
   check_loss_falls("mlp", 5, step);
-  double s = seconds_per_call(iters, 3, 0, step);
-  return {{"mlp_eager_us", s * 1e6, "us", "train step, 4x512 MLP, batch 64"}};
+  double s = seconds_per_call(iters, 3, 0, step, o.device);
+  std::vector<Metric> m = {{"mlp_eager_us", s * 1e6, "us", "train step, 4x512 MLP, batch 64"}};
+  if (has_graphs(o.device)) {
+    CompiledFunction cf = compile([&] { return step().detach(); }, {.name = "mlp_step"});
+    check_loss_falls("mlp compiled", 5, [&] { return cf({})[0]; });
+    double g = seconds_per_call(
+        iters, 3, 3, [&] { cf({}); }, o.device);
+    m.push_back({"mlp_graph_us", g * 1e6, "us", "the same step, compiled: a captured graph"});
+  }
+  return m;
 }
 
 std::vector<Metric> gpt(const Options& o) {
@@ -150,9 +196,10 @@ std::vector<Metric> gpt(const Options& o) {
   if (o.small) cfg.width = 128;
   Generator gen(0);
   nn::GPT model(cfg, nn::Init{.gen = &gen});
+  model.to(o.device);
   optim::AdamW opt(model.parameters(), {.lr = 3e-4});
-  Tensor idx = randint(0, cfg.vocab_size, {8, 128}, &gen);
-  Tensor tgt = randint(0, cfg.vocab_size, {8, 128}, &gen);
+  Tensor idx = randint(0, cfg.vocab_size, {8, 128}, &gen).to(o.device);
+  Tensor tgt = randint(0, cfg.vocab_size, {8, 128}, &gen).to(o.device);
   auto step = [&] {
     opt.zero_grad();
     Tensor loss = model.loss(idx, tgt);
@@ -161,12 +208,22 @@ std::vector<Metric> gpt(const Options& o) {
     return loss;
   };
   check_loss_falls("gpt", 3, step);
-  double s = seconds_per_call(iters, 1, 0, step);
+  double s = seconds_per_call(iters, 1, 0, step, o.device);
   // A shrunk model reports under its own key: it must never pass for the anchor's workload.
   std::string key = o.small ? "gpt_small_eager_us" : "gpt_eager_us";
-  return {{key, s * 1e6, "us", fmt::format("train step, GPT width {}, batch 8 x 128", cfg.width)},
-          {"gpt_width", static_cast<double>(cfg.width), "count", "model width"},
-          {"gpt_params", static_cast<double>(model.num_parameters()), "count", "parameters"}};
+  std::vector<Metric> m = {
+      {key, s * 1e6, "us", fmt::format("train step, GPT width {}, batch 8 x 128", cfg.width)},
+      {"gpt_width", static_cast<double>(cfg.width), "count", "model width"},
+      {"gpt_params", static_cast<double>(model.num_parameters()), "count", "parameters"}};
+  if (has_graphs(o.device)) {
+    CompiledFunction cf = compile([&] { return step().detach(); }, {.name = "gpt_step"});
+    check_loss_falls("gpt compiled", 3, [&] { return cf({})[0]; });
+    double g = seconds_per_call(
+        iters, 3, 3, [&] { cf({}); }, o.device);
+    m.push_back({o.small ? "gpt_small_graph_us" : "gpt_graph_us", g * 1e6, "us",
+                 "the same step, compiled: a captured graph"});
+  }
+  return m;
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/device.h"
+
 namespace kiln::workloads {
 
 // One reported number: `key` as in torch_anchor.py's JSON where the workload exists there.
@@ -20,6 +22,9 @@ struct Metric {
 struct Options {
   int64_t iters = 0;   // timed iterations per repeat; 0: the workload's default
   bool small = false;  // gpt only: width 128 instead of 256, reported under other keys
+  // Where the work runs. On a device with graphs (cuda) chain, adamw, mlp and gpt are also
+  // timed compiled, replaying captured device graphs (keys ending in _graph_us).
+  Device device = Device(kCPU);
 };
 
 struct Workload {
@@ -29,7 +34,7 @@ struct Workload {
   std::function<std::vector<Metric>(const Options&)> run;
 };
 
-// dispatch, chain, adamw, mlp, gpt: the workloads that run on the cpu.
+// dispatch, chain, adamw, mlp, gpt (all but dispatch also on an accelerator).
 const std::vector<Workload>& all();
 // nullptr when there is no workload of that name.
 const Workload* find(const std::string& name);

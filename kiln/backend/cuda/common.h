@@ -1,0 +1,117 @@
+#pragma once
+// What the host glue of the CUDA kernels shares: error checks, the current stream, the
+// elementwise operand descriptions, dtype helpers, and how kernels are listed for the backend.
+// Internal to kiln/backend/cuda (the only place CUDA headers are included).
+#include <cuda_runtime.h>
+
+#include <array>
+#include <initializer_list>
+#include <vector>
+
+#include "kiln/backend/backend.h"
+#include "kiln/backend/cuda/kernel_args.h"
+#include "kiln/core/tensor.h"
+#include "kiln/core/tensor_impl.h"
+#include "kiln/ops/meta.h"
+#include "kiln/ops/op_list.h"
+#include "kiln/ops/structured.h"
+
+// Throws a DeviceError naming the call and CUDA's error when `expr` fails.
+#define KILN_CUDA_CHECK(expr) ::kiln::cuda::check_cuda((expr), #expr)
+
+namespace kiln::cuda {
+
+void check_cuda(cudaError_t err, const char* what);
+// After a kernel launch: a launch error (bad configuration, no kernel image) names the op.
+void check_launch(const char* op);
+
+// The calling thread's current stream on device `index` (what kernels are enqueued on), and
+// makes `index` the thread's current CUDA device first.
+cudaStream_t current_stream(int index);
+inline cudaStream_t stream_for(const Tensor& t) { return current_stream(t.device().index()); }
+// Whether the calling thread is capturing a graph on device `index`'s current stream.
+bool capturing(int index);
+
+// Errors found by kernels in data the host cannot check without waiting (an index out of
+// range): a kernel that finds one skips its write and sets the device's error word, once, with
+// atomicCAS(word, 0, code); the next synchronize or copy to the host of that device raises the
+// message registered for the code as an IndexError. error_code() registers a message (call it
+// once, at static initialisation, e.g. `static const int kBadIndex = error_code("[embedding]
+// an index is out of range [0, num_embeddings)")`).
+int* error_word(int index);
+int error_code(const char* message);
+// The device's default generator as the kernels see it: {seed, offset} in device memory. A
+// random kernel reads both when it runs (so a replayed graph draws fresh numbers) and the op
+// then advances the offset on the device with advance_philox() (see random.cu).
+uint64_t* philox_state(int index);
+
+inline Dt dt(DType d) { return static_cast<Dt>(static_cast<int>(d)); }
+inline bool is_host_scalar(const Tensor& t) { return t.dim() == 0 && t.device().is_cpu(); }
+
+// An input of an elementwise kernel: device data, or the value of a 0-d cpu tensor.
+Operand operand(const Tensor& t);
+// Operands 1..N-1 (`inputs`, each broadcastable to out) over out's shape, coalesced.
+template <int N>
+Indexer<N> make_indexer(const Tensor& out, const std::array<const Tensor*, N - 1>& inputs);
+
+// A new contiguous tensor on `device`, from its caching allocator.
+Tensor empty_cuda(IntArrayRef sizes, DType dtype, Device device);
+// Casting strided copy on the device: dst = src (broadcast to dst's shape, cast to its dtype).
+// src may be a 0-d cpu tensor (a fill).
+void copy_kernel(const Tensor& dst, const Tensor& src);
+// `t` in dtype `dtype` (a cast on the device, only when needed); 0-d cpu tensors as they are.
+Tensor as_dtype(const Tensor& t, DType dtype);
+// `t` contiguous in dtype `dtype` (a copy only when needed).
+Tensor contiguous_as(const Tensor& t, DType dtype);
+// Runs compute(r) with r = out when out has dtype `dtype` (and, if `contiguous`, is
+// contiguous), else a temporary whose values are then copied (and cast) into out.
+template <class F>
+void with_result(const Tensor& out, DType dtype, bool contiguous, F compute) {
+  if (out.dtype() == dtype && (!contiguous || out.is_contiguous())) {
+    compute(out);
+    return;
+  }
+  Tensor tmp = empty_cuda(out.sizes(), dtype, out.device());
+  compute(tmp);
+  copy_kernel(out, tmp);
+}
+
+// Kernels the backend registers when it loads (kiln::load_backend("cuda")): each file adds
+// its own with the macros below, at static initialisation of libkiln_cuda.so.
+std::vector<BackendKernel>& kernel_list();
+struct KernelAdder {
+  KernelAdder(std::initializer_list<BackendKernel> ks) {
+    kernel_list().insert(kernel_list().end(), ks.begin(), ks.end());
+  }
+};
+
+}  // namespace kiln::cuda
+
+#define KILN_CUDA_KERNELS(...) \
+  static const ::kiln::cuda::KernelAdder KILN_CONCAT(kiln_cuda_kernels_, __LINE__) { __VA_ARGS__ }
+// A pointwise op's functional, in-place and out= kernels from one impl (see structured.h).
+#define KILN_CUDA_POINTWISE(name, impl)                                                   \
+  KILN_CUDA_KERNELS(                                                                      \
+      ::kiln::backend_kernel(                                                             \
+          ::kiln::ops::name##_op,                                                         \
+          &::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>::functional< \
+              &::kiln::meta::name, impl>),                                                \
+      ::kiln::backend_kernel(                                                             \
+          ::kiln::ops::name##__op,                                                        \
+          &::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>::inplace<    \
+              ::kiln::ops::name##__op, &::kiln::meta::name, impl>),                       \
+      ::kiln::backend_kernel(                                                             \
+          ::kiln::ops::name##_out_op,                                                     \
+          &::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>::out<        \
+              ::kiln::ops::name##_out_op, &::kiln::meta::name, impl, true>))
+// A structured op's functional and out= kernels from one impl.
+#define KILN_CUDA_STRUCTURED(name, impl)                                                  \
+  KILN_CUDA_KERNELS(                                                                      \
+      ::kiln::backend_kernel(                                                             \
+          ::kiln::ops::name##_op,                                                         \
+          &::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>::functional< \
+              &::kiln::meta::name, impl>),                                                \
+      ::kiln::backend_kernel(                                                             \
+          ::kiln::ops::name##_out_op,                                                     \
+          &::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>::out<        \
+              ::kiln::ops::name##_out_op, &::kiln::meta::name, impl>))

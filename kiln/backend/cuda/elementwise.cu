@@ -1,0 +1,271 @@
+// Elementwise kernels: one functor per op, run by the engine of loops.cuh for every dtype the
+// op supports. Arithmetic happens in acc_t (float for the 16-bit floats), rounding once into
+// the result, as the CPU kernels do.
+#include <cmath>
+
+#include "kiln/backend/cuda/elementwise.h"
+#include "kiln/backend/cuda/loops.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+template <class T>
+__device__ __forceinline__ bool is_nan(T x) {
+  if constexpr (std::is_integral_v<T>)
+    return false;
+  else
+    return x != x;
+}
+
+// Integer power with ATen's rule for negative exponents (only +-1 survive).
+template <class T>
+__device__ T int_pow(T base, T exp) {
+  if constexpr (std::is_signed_v<T>) {
+    if (exp < 0) {
+      if (base == 1) return 1;
+      if (base == -1) return (exp % 2 == 0) ? 1 : -1;
+      return 0;
+    }
+  }
+  T result = 1;
+  while (exp) {
+    if (exp & 1) result = static_cast<T>(result * base);
+    exp >>= 1;
+    base = static_cast<T>(base * base);
+  }
+  return result;
+}
+
+template <class T>
+struct Unary {
+  UnaryOp op;
+  __device__ T operator()(T v) const {
+    using A = acc_t<T>;
+    A x = cvt<A>(v);
+    if constexpr (std::is_same_v<T, bool>) {
+      return v;  // bool reaches only neg/abs/relu, which meta rejects or keep
+    } else {
+      switch (op) {
+        case UnaryOp::Neg:
+          return cvt<T>(-x);
+        case UnaryOp::Abs:
+          if constexpr (std::is_unsigned_v<A>)
+            return v;
+          else
+            return cvt<T>(x < A(0) ? -x : x);
+        case UnaryOp::Relu:
+          return cvt<T>(x > A(0) ? x : (is_nan(x) ? x : A(0)));
+        default:
+          break;
+      }
+      if constexpr (std::is_floating_point_v<A>) {
+        switch (op) {
+          case UnaryOp::Exp:
+            return cvt<T>(exp(x));
+          case UnaryOp::Log:
+            return cvt<T>(log(x));
+          case UnaryOp::Sqrt:
+            return cvt<T>(sqrt(x));
+          case UnaryOp::Rsqrt:
+            return cvt<T>(A(1) / sqrt(x));
+          case UnaryOp::Tanh:
+            return cvt<T>(tanh(x));
+          case UnaryOp::Sigmoid:
+            return cvt<T>(A(1) / (A(1) + exp(-x)));
+          case UnaryOp::Silu:
+            return cvt<T>(x / (A(1) + exp(-x)));
+          case UnaryOp::Sin:
+            return cvt<T>(sin(x));
+          case UnaryOp::Cos:
+            return cvt<T>(cos(x));
+          case UnaryOp::Gelu:
+            return cvt<T>(x * A(0.5) * (A(1) + erf(x * A(0.70710678118654752440))));
+          case UnaryOp::GeluTanh: {
+            const A beta = A(0.79788456080286535588);  // sqrt(2/pi)
+            return cvt<T>(A(0.5) * x * (A(1) + tanh(beta * (x + A(0.044715) * x * x * x))));
+          }
+          default:
+            break;
+        }
+      }
+      return v;
+    }
+  }
+};
+
+template <class T>
+struct Binary {
+  BinaryOp op;
+  acc_t<T> alpha;
+  __device__ T operator()(T a, T b) const {
+    using A = acc_t<T>;
+    if constexpr (std::is_same_v<T, bool>) {
+      switch (op) {
+        case BinaryOp::Add:
+          return a || (alpha && b);
+        case BinaryOp::Mul:
+          return a && b;
+        case BinaryOp::Maximum:
+          return a || b;
+        case BinaryOp::Minimum:
+          return a && b;
+        default:
+          return a;  // sub, div and pow of bools never reach here (meta promotes or rejects)
+      }
+    } else {
+      A x = cvt<A>(a), y = cvt<A>(b);
+      switch (op) {
+        case BinaryOp::Add:
+          return cvt<T>(x + alpha * y);
+        case BinaryOp::Sub:
+          return cvt<T>(x - alpha * y);
+        case BinaryOp::Mul:
+          return cvt<T>(x * y);
+        case BinaryOp::Div:
+          return cvt<T>(x / y);
+        case BinaryOp::Pow:
+          if constexpr (std::is_integral_v<A>)
+            return int_pow<A>(x, y);
+          else
+            return cvt<T>(pow(x, y));
+        case BinaryOp::Maximum:
+          if (is_nan(x) || is_nan(y)) return cvt<T>(is_nan(x) ? x : y);
+          return cvt<T>(x > y ? x : y);
+        case BinaryOp::Minimum:
+          if (is_nan(x) || is_nan(y)) return cvt<T>(is_nan(x) ? x : y);
+          return cvt<T>(x < y ? x : y);
+      }
+      return a;
+    }
+  }
+};
+
+template <class T>
+struct Compare {
+  CompareOp op;
+  __device__ bool operator()(T a, T b) const {
+    using A = acc_t<T>;
+    A x = cvt<A>(a), y = cvt<A>(b);
+    switch (op) {
+      case CompareOp::Eq:
+        return x == y;
+      case CompareOp::Ne:
+        return x != y;
+      case CompareOp::Lt:
+        return x < y;
+      case CompareOp::Le:
+        return x <= y;
+      case CompareOp::Gt:
+        return x > y;
+      case CompareOp::Ge:
+        return x >= y;
+      case CompareOp::LogicalAnd:
+        return x != A(0) && y != A(0);
+      case CompareOp::LogicalOr:
+        return x != A(0) || y != A(0);
+      case CompareOp::LogicalXor:
+        return (x != A(0)) != (y != A(0));
+    }
+    return false;
+  }
+};
+
+template <class T>
+struct Clamp {
+  bool has_lo, has_hi;
+  acc_t<T> lo, hi;
+  __device__ T operator()(T v) const {
+    using A = acc_t<T>;
+    A x = cvt<A>(v);
+    if (is_nan(x)) return v;
+    if (has_lo && x < lo) x = lo;
+    if (has_hi && x > hi) x = hi;  // min wins when min > max, as in PyTorch
+    return cvt<T>(x);
+  }
+};
+
+template <class T>
+struct LogicalNot {
+  __device__ bool operator()(T v) const { return !(cvt<acc_t<T>>(v) != acc_t<T>(0)); }
+};
+
+template <class T>
+struct Where {
+  __device__ T operator()(bool c, T a, T b) const { return c ? a : b; }
+};
+
+template <class To, class From>
+struct Cast {
+  __device__ To operator()(From v) const { return cvt<To>(v); }
+};
+
+// A host number in the compute type's arithmetic type.
+template <class T>
+acc_t<T> value_of(const Operand& o) {
+  if constexpr (is_floating_v<T>)
+    return static_cast<acc_t<T>>(o.f);
+  else if constexpr (std::is_same_v<T, bool>)
+    return o.i != 0;
+  else
+    return static_cast<acc_t<T>>(o.i);
+}
+
+}  // namespace
+
+void launch_unary(UnaryOp op, Dt dtype, const Indexer<2>& ix, void* out, const Operand& a,
+                  cudaStream_t stream) {
+  KILN_CUDA_DISPATCH_ALL(dtype, [&] {
+    launch_elementwise<scalar_t>(ix, out, Unary<scalar_t>{op}, stream, in_of<scalar_t>(a));
+  });
+}
+
+void launch_logical_not(Dt in, const Indexer<2>& ix, void* out, const Operand& a,
+                        cudaStream_t stream) {
+  KILN_CUDA_DISPATCH_ALL(in, [&] {
+    launch_elementwise<bool>(ix, out, LogicalNot<scalar_t>{}, stream, in_of<scalar_t>(a));
+  });
+}
+
+void launch_clamp(Dt dtype, const Indexer<2>& ix, void* out, const Operand& a, bool has_lo,
+                  const Operand& lo, bool has_hi, const Operand& hi, cudaStream_t stream) {
+  KILN_CUDA_DISPATCH_ALL(dtype, [&] {
+    Clamp<scalar_t> f{has_lo, has_hi, value_of<scalar_t>(lo), value_of<scalar_t>(hi)};
+    launch_elementwise<scalar_t>(ix, out, f, stream, in_of<scalar_t>(a));
+  });
+}
+
+void launch_binary(BinaryOp op, Dt dtype, const Indexer<3>& ix, void* out, const Operand& a,
+                   const Operand& b, const Operand& alpha, cudaStream_t stream) {
+  KILN_CUDA_DISPATCH_ALL(dtype, [&] {
+    Binary<scalar_t> f{op, value_of<scalar_t>(alpha)};
+    launch_elementwise<scalar_t>(ix, out, f, stream, in_of<scalar_t>(a), in_of<scalar_t>(b));
+  });
+}
+
+void launch_compare(CompareOp op, Dt dtype, const Indexer<3>& ix, void* out, const Operand& a,
+                    const Operand& b, cudaStream_t stream) {
+  KILN_CUDA_DISPATCH_ALL(dtype, [&] {
+    launch_elementwise<bool>(ix, out, Compare<scalar_t>{op}, stream, in_of<scalar_t>(a),
+                             in_of<scalar_t>(b));
+  });
+}
+
+void launch_where(Dt dtype, const Indexer<4>& ix, void* out, const Operand& cond,
+                  const Operand& a, const Operand& b, cudaStream_t stream) {
+  KILN_CUDA_DISPATCH_ALL(dtype, [&] {
+    launch_elementwise<scalar_t>(ix, out, Where<scalar_t>{}, stream, in_of<bool>(cond),
+                                 in_of<scalar_t>(a), in_of<scalar_t>(b));
+  });
+}
+
+void launch_copy(Dt out_dtype, Dt in_dtype, const Indexer<2>& ix, void* out, const Operand& a,
+                 cudaStream_t stream) {
+  KILN_CUDA_DISPATCH_ALL(out_dtype, [&] {
+    using To = scalar_t;
+    KILN_CUDA_DISPATCH_ALL(in_dtype, [&] {
+      launch_elementwise<To>(ix, out, Cast<To, scalar_t>{}, stream, in_of<scalar_t>(a));
+    });
+  });
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,54 @@
+#pragma once
+// Launchers of the elementwise kernels (elementwise.cu): unary and binary pointwise ops,
+// comparisons, where, clamp, casting copies. Operands are described by an Indexer over the
+// output (operand 0) and Operands; every input already has the compute dtype. Internal.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kiln/backend/cuda/kernel_args.h"
+
+namespace kiln::cuda {
+
+// Ops whose result has the input's (compute) dtype. Float-only ones see float dtypes only.
+enum class UnaryOp {
+  Neg,
+  Abs,
+  Relu,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Tanh,
+  Sigmoid,
+  Silu,
+  Sin,
+  Cos,
+  Gelu,
+  GeluTanh
+};
+void launch_unary(UnaryOp op, Dt dtype, const Indexer<2>& ix, void* out, const Operand& a,
+                  cudaStream_t stream);
+// out (bool) = !a, a of dtype `in`.
+void launch_logical_not(Dt in, const Indexer<2>& ix, void* out, const Operand& a,
+                        cudaStream_t stream);
+// out = clamp(a, lo, hi) in dtype `dtype`; a bound is absent when its has_ flag is false.
+void launch_clamp(Dt dtype, const Indexer<2>& ix, void* out, const Operand& a, bool has_lo,
+                  const Operand& lo, bool has_hi, const Operand& hi, cudaStream_t stream);
+
+// Ops whose result has the compute dtype; alpha scales b (add, sub).
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
+void launch_binary(BinaryOp op, Dt dtype, const Indexer<3>& ix, void* out, const Operand& a,
+                   const Operand& b, const Operand& alpha, cudaStream_t stream);
+// Ops with a bool result, comparing in the compute dtype.
+enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge, LogicalAnd, LogicalOr, LogicalXor };
+void launch_compare(CompareOp op, Dt dtype, const Indexer<3>& ix, void* out, const Operand& a,
+                    const Operand& b, cudaStream_t stream);
+// out = cond ? a : b; cond is bool, a and b have dtype `dtype`.
+void launch_where(Dt dtype, const Indexer<4>& ix, void* out, const Operand& cond, const Operand& a,
+                  const Operand& b, cudaStream_t stream);
+// out = cast(a): any dtype to any dtype (a strided, broadcast copy when both are the same).
+void launch_copy(Dt out_dtype, Dt in_dtype, const Indexer<2>& ix, void* out, const Operand& a,
+                 cudaStream_t stream);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,52 @@
+#pragma once
+// Launchers of the CUDA indexing kernels: index_select (and embedding), gather, scatter_add,
+// index_add, one_hot, triu/tril. Data pointers are device memory of contiguous tensors. A bad
+// index value (seen only on the device) skips its write and sets *err to `code` (see
+// error_word() in common.h). Internal to kiln/backend/cuda.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kiln/backend/cuda/kernel_args.h"
+
+namespace kiln::cuda {
+
+// Dims gather and scatter_add walk: the index's dims (innermost first, size-1 dims other than
+// `d` dropped, neighbours merged where self's strides allow), self's strides over them, and
+// `d`, whose coordinate is replaced by the index value (checked against `bound`).
+inline constexpr int kMaxIndexDims = 16;
+struct IndexGeom {
+  int ndim = 0;
+  int d = 0;
+  int64_t numel = 0;
+  int64_t bound = 0;
+  int64_t sizes[kMaxIndexDims] = {};
+  int64_t strides[kMaxIndexDims] = {};
+};
+
+// out (outer, k, inner) = self (outer, dim_size, inner) at the k indices `index` (int32/int64
+// per `index_dt`) along the middle dim; any element dtype.
+void launch_index_select(Dt dt, const void* self, Dt index_dt, const void* index, void* out,
+                         int64_t outer, int64_t dim_size, int64_t k, int64_t inner, int* err,
+                         int code, cudaStream_t stream);
+// out[p] = self[coords of p with dim g.d replaced by index[p]]; out and index have g.numel
+// elements.
+void launch_gather(Dt dt, const void* self, const int64_t* index, void* out, const IndexGeom& g,
+                   int* err, int code, cudaStream_t stream);
+// acc[coords of p with dim g.d replaced by index[p]] += src[p], atomically.
+void launch_scatter_add(Dt dt, void* acc, const int64_t* index, const void* src, const IndexGeom& g,
+                        int* err, int code, cudaStream_t stream);
+// acc (outer, dim_size, inner) at index[j] along the middle dim += alpha * source (outer, k,
+// inner) at j, atomically; alpha is `alpha_f` for floating dtypes, `alpha_i` otherwise.
+void launch_index_add(Dt dt, void* acc, Dt index_dt, const void* index, const void* source,
+                      int64_t outer, int64_t dim_size, int64_t k, int64_t inner, double alpha_f,
+                      int64_t alpha_i, int* err, int code, cudaStream_t stream);
+// out (n, classes) int64 = 1 where the column is self[row] (self is n int64 values), else 0.
+void launch_one_hot(const int64_t* self, int64_t* out, int64_t n, int64_t classes, int* err,
+                    int code, cudaStream_t stream);
+// y = x (batch, rows, cols) with the elements outside the band zeroed: kept where
+// col - row >= diagonal (upper) or col - row <= diagonal (lower).
+void launch_tri(Dt dt, const void* x, void* y, int64_t batch, int64_t rows, int64_t cols,
+                int64_t diagonal, bool upper, cudaStream_t stream);
+
+}  // namespace kiln::cuda

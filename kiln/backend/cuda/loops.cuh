@@ -1,0 +1,144 @@
+#pragma once
+// The CUDA elementwise engine (device side): out[i] = f(in0[i], in1[i], ...) over an Indexer
+// (kernel_args.h), with a flat fast path when every operand is contiguous. Inputs are Operands:
+// device data or a host number passed by value. Internal to kiln/backend/cuda.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kiln/backend/cuda/kernel_args.h"
+
+namespace kiln::cuda {
+
+// The type arithmetic happens in: float for the 16-bit floats, the type itself otherwise.
+template <class T>
+struct AccT {
+  using type = T;
+};
+template <>
+struct AccT<__half> {
+  using type = float;
+};
+template <>
+struct AccT<__nv_bfloat16> {
+  using type = float;
+};
+template <class T>
+using acc_t = typename AccT<T>::type;
+
+// Conversions that go through float for the 16-bit types (and read bool as 0/1).
+template <class To, class From>
+__host__ __device__ __forceinline__ To cvt(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<From, __half> || std::is_same_v<From, __nv_bfloat16>) {
+    return cvt<To>(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, __half>) {
+    return __float2half_rn(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
+    return __float2bfloat16_rn(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+// An input as the kernel sees it: a pointer, or a value given at launch.
+template <class T>
+struct In {
+  const T* p;
+  T s;
+  bool scalar;
+  __device__ __forceinline__ T at(int64_t off) const { return scalar ? s : p[off]; }
+};
+template <class T>
+inline constexpr bool is_floating_v = std::is_floating_point_v<T> || std::is_same_v<T, __half> ||
+                                      std::is_same_v<T, __nv_bfloat16>;
+template <class T>
+In<T> in_of(const Operand& o) {
+  In<T> r{static_cast<const T*>(o.data), T{}, o.scalar};
+  if (o.scalar) r.s = is_floating_v<T> ? cvt<T>(o.f) : cvt<T>(o.i);
+  return r;
+}
+
+inline constexpr int kBlock = 256;
+inline constexpr int kUnroll = 4;  // elements per thread in the flat kernel
+
+template <class Out, class F, class... T>
+__global__ void __launch_bounds__(kBlock) flat_kernel(int64_t n, Out* out, F f, In<T>... in) {
+  int64_t base = (static_cast<int64_t>(blockIdx.x) * kBlock * kUnroll) + threadIdx.x;
+#pragma unroll
+  for (int k = 0; k < kUnroll; ++k) {
+    int64_t i = base + static_cast<int64_t>(k) * kBlock;
+    if (i < n) out[i] = f(in.at(i)...);
+  }
+}
+
+template <int N, class Out, class F, class... T>
+__global__ void __launch_bounds__(kBlock)
+    strided_kernel(Indexer<N> ix, Out* out, F f, In<T>... in) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
+  if (i >= ix.numel) return;
+  int64_t off[N] = {};
+  int64_t rem = i;
+  for (int d = 0; d < ix.ndim; ++d) {
+    int64_t c = rem % ix.sizes[d];
+    rem /= ix.sizes[d];
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] += c * ix.strides[k][d];
+  }
+  int k = 0;
+  auto next = [&] { return off[++k]; };
+  out[off[0]] = f(in.at(next())...);
+}
+
+// Launches out = f(in...) over `ix` on `stream`; Out and T... are the element types.
+template <class Out, class... T, class F>
+void launch_elementwise(const Indexer<sizeof...(T) + 1>& ix, void* out, F f, cudaStream_t stream,
+                        In<T>... in) {
+  if (ix.numel == 0) return;
+  Out* o = static_cast<Out*>(out);
+  if (ix.contiguous) {
+    int64_t blocks = (ix.numel + kBlock * kUnroll - 1) / (kBlock * kUnroll);
+    flat_kernel<Out, F, T...><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(ix.numel, o,
+                                                                                   f, in...);
+  } else {
+    int64_t blocks = (ix.numel + kBlock - 1) / kBlock;
+    strided_kernel<sizeof...(T) + 1, Out, F, T...>
+        <<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(ix, o, f, in...);
+  }
+}
+
+// Calls f(T{}) with T the element type of `d` (kiln::DType order; bool, integers, floats).
+#define KILN_CUDA_CASE(D, T, ...) \
+  case Dt::D: {                   \
+    using scalar_t = T;           \
+    __VA_ARGS__();                \
+    break;                        \
+  }
+#define KILN_CUDA_DISPATCH_ALL(d, ...)                          \
+  switch (d) {                                                  \
+    KILN_CUDA_CASE(Bool, bool, __VA_ARGS__)                     \
+    KILN_CUDA_CASE(UInt8, uint8_t, __VA_ARGS__)                 \
+    KILN_CUDA_CASE(Int32, int32_t, __VA_ARGS__)                 \
+    KILN_CUDA_CASE(Int64, int64_t, __VA_ARGS__)                 \
+    KILN_CUDA_CASE(Float16, __half, __VA_ARGS__)                \
+    KILN_CUDA_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__)        \
+    KILN_CUDA_CASE(Float32, float, __VA_ARGS__)                 \
+    KILN_CUDA_CASE(Float64, double, __VA_ARGS__)                \
+  }
+#define KILN_CUDA_DISPATCH_FLOAT(d, ...)                        \
+  switch (d) {                                                  \
+    KILN_CUDA_CASE(Float16, __half, __VA_ARGS__)                \
+    KILN_CUDA_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__)        \
+    KILN_CUDA_CASE(Float32, float, __VA_ARGS__)                 \
+    KILN_CUDA_CASE(Float64, double, __VA_ARGS__)                \
+    default:                                                    \
+      break;                                                    \
+  }
+
+}  // namespace kiln::cuda

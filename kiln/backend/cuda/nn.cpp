@@ -1,0 +1,89 @@
+// CUDA kernels of layer_norm, rms_norm, gelu_backward, embedding and nll_loss: host glue.
+#include "kiln/backend/cuda/nn.h"
+
+#include "kiln/backend/cuda/common.h"
+#include "kiln/backend/cuda/index.h"
+
+namespace kiln::cuda {
+namespace {
+
+// `t` on `device` (a 0-d cpu operand is copied over), contiguous in `dtype`.
+Tensor device_contiguous(const Tensor& t, DType dtype, Device device) {
+  return contiguous_as(t.device() == device ? t : t.to(device), dtype);
+}
+
+const void* data_or_null(const Tensor& t) { return t.defined() ? t.impl()->data() : nullptr; }
+
+void norm_common(const Tensor& out, const Tensor& x, IntArrayRef shape, const Tensor& w,
+                 const Tensor& b, double eps, bool rms) {
+  if (x.numel() == 0) return;
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  Tensor cx = contiguous_as(x, x.dtype());
+  Tensor cw = w.defined() ? contiguous_as(w, x.dtype()) : Tensor();
+  Tensor cb = b.defined() ? contiguous_as(b, x.dtype()) : Tensor();
+  with_result(out, x.dtype(), true, [&](const Tensor& y) {
+    launch_norm(dt(x.dtype()), cx.impl()->data(), data_or_null(cw), data_or_null(cb),
+                y.impl()->data(), x.numel() / n, n, eps, rms, stream_for(out));
+    check_launch(rms ? "rms_norm" : "layer_norm");
+  });
+}
+void layer_norm_impl(const Tensor& out, const Tensor& x, IntArrayRef shape, const Tensor& w,
+                     const Tensor& b, double eps) {
+  norm_common(out, x, shape, w, b, eps, false);
+}
+void rms_norm_impl(const Tensor& out, const Tensor& x, IntArrayRef shape, const Tensor& w,
+                   double eps) {
+  norm_common(out, x, shape, w, Tensor(), eps, true);
+}
+
+void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x, bool approximate) {
+  with_result(out, x.dtype(), false, [&](const Tensor& r) {
+    Indexer<3> ix = make_indexer<3>(r, {&grad, &x});
+    launch_gelu_backward(dt(x.dtype()), ix, r.impl()->data(), operand(grad), operand(x),
+                         approximate, stream_for(r));
+    check_launch("gelu_backward");
+  });
+}
+
+// The rows of weight (V, D) at indices: index_select along dim 0, as (1, V, D) -> (1, N, D).
+void embedding_impl(const Tensor& out, const Tensor& weight, const Tensor& indices) {
+  static const int kBadIndex =
+      error_code("[embedding] an index is out of range [0, num_embeddings) (found on the device)");
+  int64_t V = weight.sizes()[0], D = weight.sizes()[1];
+  Tensor cw = contiguous_as(weight, weight.dtype());
+  Tensor ci = device_contiguous(indices, indices.dtype(), out.device());
+  with_result(out, weight.dtype(), true, [&](const Tensor& y) {
+    launch_index_select(dt(weight.dtype()), cw.impl()->data(), dt(indices.dtype()),
+                        ci.impl()->data(), y.impl()->data(), 1, V, indices.numel(), D,
+                        error_word(out.device().index()), kBadIndex, stream_for(out));
+    check_launch("embedding");
+  });
+}
+
+void nll_loss_impl(const Tensor& out, const Tensor& self, const Tensor& target,
+                   int64_t ignore_index) {
+  static const int kBadTarget = error_code(
+      "[nll_loss] a target is out of bounds [0, num_classes) and is not ignore_index (found on "
+      "the device)");
+  int64_t C = self.sizes()[self.dim() - 1];
+  int64_t N = self.dim() == 2 ? self.sizes()[0] : 1;
+  Tensor x = contiguous_as(self, self.dtype());
+  Tensor t = device_contiguous(target, kInt64, out.device());
+  with_result(out, self.dtype(), true, [&](const Tensor& y) {
+    launch_nll_loss(dt(self.dtype()), x.impl()->data(),
+                    static_cast<const int64_t*>(t.impl()->data()), y.impl()->data(), N, C,
+                    ignore_index, error_word(out.device().index()), kBadTarget, stream_for(out));
+    check_launch("nll_loss");
+  });
+}
+
+}  // namespace
+
+KILN_CUDA_STRUCTURED(layer_norm, &layer_norm_impl);
+KILN_CUDA_STRUCTURED(rms_norm, &rms_norm_impl);
+KILN_CUDA_STRUCTURED(gelu_backward, &gelu_backward_impl);
+KILN_CUDA_STRUCTURED(embedding, &embedding_impl);
+KILN_CUDA_STRUCTURED(nll_loss, &nll_loss_impl);
+
+}  // namespace kiln::cuda

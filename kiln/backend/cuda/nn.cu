@@ -1,0 +1,280 @@
+// CUDA kernels of layer_norm, rms_norm, gelu_backward and nll_loss. Arithmetic in acc_t
+// (float for the 16-bit floats, double for float64); nll_loss sums in double as the CPU does.
+// The norms take a warp to a block per row (rows of up to 4096 held in registers); nll_loss
+// is one block; gelu_backward runs on the elementwise engine (loops.cuh).
+#include "kiln/backend/cuda/loops.cuh"
+#include "kiln/backend/cuda/nn.h"
+
+namespace kiln::cuda {
+namespace {
+
+__device__ __forceinline__ float sqrt_of(float x) { return sqrtf(x); }
+__device__ __forceinline__ double sqrt_of(double x) { return sqrt(x); }
+__device__ __forceinline__ float tanh_of(float x) { return tanhf(x); }
+__device__ __forceinline__ double tanh_of(double x) { return tanh(x); }
+__device__ __forceinline__ float erf_of(float x) { return erff(x); }
+__device__ __forceinline__ double erf_of(double x) { return erf(x); }
+__device__ __forceinline__ float exp_of(float x) { return expf(x); }
+__device__ __forceinline__ double exp_of(double x) { return exp(x); }
+
+// The sum over a warp, as lane 0 has it, given to every lane (so all agree to the bit).
+template <class A>
+__device__ __forceinline__ A warp_sum(A v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+inline constexpr int kNormThreads = 512;  // most threads of a norm block
+
+// The sum of v over the threads of this row (threadIdx.y), given to each of them; every
+// thread of the block calls it. shm holds one value per warp of the block.
+template <class A>
+__device__ A row_sum(A v, A* shm) {
+  v = warp_sum(v);
+  int warps = static_cast<int>(blockDim.x) / 32;
+  if (warps == 1) return v;
+  int base = static_cast<int>(threadIdx.y) * warps;
+  if (threadIdx.x % 32 == 0) shm[base + static_cast<int>(threadIdx.x) / 32] = v;
+  __syncthreads();
+  A t = 0;
+  for (int i = 0; i < warps; ++i) t += shm[base + i];
+  __syncthreads();  // shm is reused by the next call
+  return t;
+}
+
+// The output element of value v at column i: (v - mean) * rstd, then * w[i] and + b[i].
+template <class T, class A>
+__device__ __forceinline__ T norm_out(A v, A mean, A rstd, const T* w, const T* b, int64_t i) {
+  A r = (v - mean) * rstd;
+  if (w) r *= cvt<A>(w[i]);
+  if (b) r += cvt<A>(b[i]);
+  return cvt<T>(r);
+}
+
+inline constexpr int kNormItems = 8;  // elements a thread keeps in registers
+
+// kVec elements moved by one access (16 bytes where the row allows it).
+template <class T, int kVec>
+struct alignas(sizeof(T) * kVec) Pack {
+  T v[kVec];
+};
+
+// x and y are (rows, n) with n <= kNormItems * blockDim.x and n % kVec == 0, w and b are (n)
+// or null; all 16-byte aligned when kVec > 1. Block (threads per row, rows per block): row
+// blockIdx.x * blockDim.y + threadIdx.y. The row is read once into registers; the variance
+// sums squared deviations from the mean (two passes over the registers), which keeps it
+// accurate.
+template <class T, int kVec>
+__global__ void __launch_bounds__(kNormThreads)
+    norm_cached_kernel(const T* x, const T* w, const T* b, T* y, int64_t rows, int64_t n,
+                       double eps, bool rms) {
+  using A = acc_t<T>;
+  using P = Pack<T, kVec>;
+  constexpr int kChunks = kNormItems / kVec;
+  __shared__ A shm[kNormThreads / 32];
+  int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  bool live = row < rows;  // dead rows still take part in the block's reductions
+  const T* xr = x + (live ? row : 0) * n;
+  A v[kNormItems];
+  A s = 0;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
+    P p{};
+    if (live && i < n) p = *reinterpret_cast<const P*>(xr + i);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      v[k * kVec + j] = cvt<A>(p.v[j]);
+      s += v[k * kVec + j];
+    }
+  }
+  A mean = rms ? A(0) : row_sum(s, shm) / static_cast<A>(n);
+  A sq = 0;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      A d = i < n ? v[k * kVec + j] - mean : A(0);
+      sq += d * d;
+    }
+  }
+  sq = row_sum(sq, shm);
+  if (!live) return;
+  A rstd = A(1) / sqrt_of(sq / static_cast<A>(n) + static_cast<A>(eps));
+  T* yr = y + row * n;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
+    if (i >= n) break;
+    P pw{}, pb{}, o;
+    if (w) pw = *reinterpret_cast<const P*>(w + i);
+    if (b) pb = *reinterpret_cast<const P*>(b + i);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      A r = (v[k * kVec + j] - mean) * rstd;
+      if (w) r *= cvt<A>(pw.v[j]);
+      if (b) r += cvt<A>(pb.v[j]);
+      o.v[j] = cvt<T>(r);
+    }
+    *reinterpret_cast<P*>(yr + i) = o;
+  }
+}
+
+// As norm_cached_kernel for rows of any length, reading the row three times (mean, squared
+// deviations, output); one row a block.
+template <class T>
+__global__ void __launch_bounds__(kNormThreads)
+    norm_kernel(const T* x, const T* w, const T* b, T* y, int64_t n, double eps, bool rms) {
+  using A = acc_t<T>;
+  __shared__ A shm[kNormThreads / 32];
+  const T* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  A mean = 0;
+  if (!rms) {
+    A s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += cvt<A>(xr[i]);
+    mean = row_sum(s, shm) / static_cast<A>(n);
+  }
+  A sq = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    A d = cvt<A>(xr[i]) - mean;
+    sq += d * d;
+  }
+  sq = row_sum(sq, shm);
+  A rstd = A(1) / sqrt_of(sq / static_cast<A>(n) + static_cast<A>(eps));
+  T* yr = y + static_cast<int64_t>(blockIdx.x) * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    yr[i] = norm_out(cvt<A>(xr[i]), mean, rstd, w, b, i);
+}
+
+// grad * d/dx gelu(x), as the CPU kernel computes it.
+template <class T>
+struct GeluBackward {
+  bool tanh_approx;
+  __device__ T operator()(T g, T xv) const {
+    using A = acc_t<T>;
+    A x = cvt<A>(xv);
+    A r;
+    if (tanh_approx) {
+      const A beta = A(0.7978845608028654), kappa = A(0.044715);  // beta = sqrt(2 / pi)
+      A x2 = x * x;
+      A t = tanh_of(beta * (x + kappa * x2 * x));
+      A left = A(0.5) * (A(1) + t);
+      A right = A(0.5) * x * (A(1) - t * t) * beta * (A(1) + A(3) * kappa * x2);
+      r = left + right;
+    } else {
+      const A inv_sqrt2 = A(0.7071067811865476), inv_sqrt_2pi = A(0.3989422804014327);
+      A cdf = A(0.5) * (A(1) + erf_of(x * inv_sqrt2));
+      A pdf = exp_of(A(-0.5) * x * x) * inv_sqrt_2pi;
+      r = cdf + x * pdf;
+    }
+    return cvt<T>(cvt<A>(g) * r);
+  }
+};
+
+inline constexpr int kLossThreads = 1024;
+inline constexpr int kLossUnroll = 4;  // targets a thread has in flight
+
+// self is (n, classes), target is (n), out one element. One block of kLossThreads threads.
+template <class T>
+__global__ void __launch_bounds__(kLossThreads)
+    nll_loss_kernel(const T* self, const int64_t* target, T* out, int64_t n, int64_t classes,
+                    int64_t ignore_index, int* err, int code) {
+  __shared__ double shm_sum[kLossThreads / 32], shm_count[kLossThreads / 32];
+  double s = 0, count = 0;
+  for (int64_t base = threadIdx.x; base < n; base += kLossThreads * kLossUnroll) {
+    // All loads first, then the sums: the gathers of one thread overlap.
+    int64_t t[kLossUnroll];
+#pragma unroll
+    for (int k = 0; k < kLossUnroll; ++k) {
+      int64_t i = base + k * kLossThreads;
+      t[k] = i < n ? target[i] : ignore_index;
+    }
+    double v[kLossUnroll];
+#pragma unroll
+    for (int k = 0; k < kLossUnroll; ++k) {
+      int64_t i = base + k * kLossThreads;
+      bool bad = t[k] != ignore_index && (t[k] < 0 || t[k] >= classes);
+      if (bad) {
+        atomicCAS(err, 0, code);
+        t[k] = ignore_index;  // left out of the mean
+      }
+      v[k] = t[k] != ignore_index ? cvt<double>(self[i * classes + t[k]]) : 0.0;
+    }
+#pragma unroll
+    for (int k = 0; k < kLossUnroll; ++k) {
+      s -= v[k];
+      count += t[k] != ignore_index ? 1.0 : 0.0;
+    }
+  }
+  s = warp_sum(s);
+  count = warp_sum(count);
+  int warp = static_cast<int>(threadIdx.x) / 32;
+  if (threadIdx.x % 32 == 0) {
+    shm_sum[warp] = s;
+    shm_count[warp] = count;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  s = 0;
+  count = 0;
+  for (int i = 0; i < kLossThreads / 32; ++i) {
+    s += shm_sum[i];
+    count += shm_count[i];
+  }
+  // 0/0 = NaN when every target is ignored, as in PyTorch.
+  *out = cvt<T>(static_cast<acc_t<T>>(s / count));
+}
+
+}  // namespace
+
+void launch_norm(Dt dt, const void* x, const void* w, const void* b, void* y, int64_t rows,
+                 int64_t n, double eps, bool rms, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  // kNormItems elements a thread, one warp to kNormThreads a row; short rows share a block.
+  int per_row = 32;
+  while (per_row < kNormThreads && per_row * kNormItems < n) per_row *= 2;
+  if (per_row * kNormItems < n) {
+    KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
+      norm_kernel<scalar_t><<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(
+          static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(w),
+          static_cast<const scalar_t*>(b), static_cast<scalar_t*>(y), n, eps, rms);
+    });
+    return;
+  }
+  int rows_per_block = per_row >= 256 ? 1 : 256 / per_row;
+  dim3 block(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
+  unsigned grid = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+  KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
+    using T = scalar_t;
+    constexpr int kVec = 16 / sizeof(T);
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    bool vec = n % kVec == 0 && aligned(x) && aligned(y) && aligned(w) && aligned(b);
+    auto kernel = vec ? &norm_cached_kernel<T, kVec> : &norm_cached_kernel<T, 1>;
+    kernel<<<grid, block, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(w),
+                                       static_cast<const T*>(b), static_cast<T*>(y), rows, n, eps,
+                                       rms);
+  });
+}
+
+void launch_gelu_backward(Dt dt, const Indexer<3>& ix, void* out, const Operand& grad,
+                          const Operand& x, bool tanh_approx, cudaStream_t stream) {
+  KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
+    launch_elementwise<scalar_t, scalar_t, scalar_t>(ix, out, GeluBackward<scalar_t>{tanh_approx},
+                                                     stream, in_of<scalar_t>(grad),
+                                                     in_of<scalar_t>(x));
+  });
+}
+
+void launch_nll_loss(Dt dt, const void* self, const int64_t* target, void* out, int64_t n,
+                     int64_t classes, int64_t ignore_index, int* err, int code,
+                     cudaStream_t stream) {
+  KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
+    nll_loss_kernel<scalar_t><<<1, kLossThreads, 0, stream>>>(static_cast<const scalar_t*>(self),
+                                                              target, static_cast<scalar_t*>(out),
+                                                              n, classes, ignore_index, err, code);
+  });
+}
+
+}  // namespace kiln::cuda

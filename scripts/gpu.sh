@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU (and without Debian's libtorch, like the project's GPU
+# machine): build with every core, run the whole test suite (the CUDA tests included), then
+# `kiln bench` on cuda for each workload, and PyTorch's anchor when its script is given.
+#   bash scripts/gpu.sh [OUT_DIR] [path/to/torch_anchor.py]
+# Logs and JSON land in OUT_DIR (default build/gpu-out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-build/gpu-out}
+anchor=${2:-}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+cmake --preset release -DKILN_ORACLE_TESTS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_TESTS=ON \
+  > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build --preset release -j "$(nproc)" > "$out/build.log" 2>&1 ||
+  { grep -B2 -A12 -m3 'error' "$out/build.log"; exit 1; }
+ctest --preset release -j 8 --timeout 600 > "$out/ctest.log" 2>&1
+tail -15 "$out/ctest.log"
+./build/release/tests/kiln_cuda_test > "$out/cuda_test.log" 2>&1
+grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/cuda_test.log" | head -40
+grep -B1 -A6 'Failure' "$out/cuda_test.log" | head -120
+for w in chain adamw mlp gpt; do
+  ./build/release/kiln bench "$w" --device cuda --json > "$out/kiln_$w.json" 2> "$out/kiln_$w.err"
+  echo "== $w: $(tr -d '\n' < "$out/kiln_$w.json")"
+  tail -3 "$out/kiln_$w.err"
+done
+if [ -n "$anchor" ]; then
+  (cd "$out" && OUT="$PWD" PYTHONUNBUFFERED=1 timeout 300 python3 "$OLDPWD/$anchor" > anchor.log 2>&1)
+  tail -3 "$out/anchor.log"
+fi

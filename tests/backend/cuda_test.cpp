@@ -1,0 +1,496 @@
+// The CUDA backend (kiln/backend/cuda): every op on CUDA against the same op on the CPU (itself
+// checked against libtorch by tests/ops), gradients through the CUDA kernels, a training step,
+// the allocator, streams and events, kernel-reported errors, and compile's CUDA graphs against
+// eager. Every test skips when no CUDA device (or no driver) is present, as in CI.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <set>
+#include <string>
+
+#include "kiln/backend/backend.h"
+#include "kiln/backend/cuda/cuda.h"
+#include "kiln/compile/compile.h"
+#include "kiln/core/stream.h"
+#include "kiln/nn/layers.h"
+#include "kiln/nn/transformer.h"
+#include "kiln/ops/op_list.h"
+#include "kiln/ops/ops.h"
+#include "kiln/optim/optimizer.h"
+
+namespace kiln::test {
+namespace {
+
+// Loads the backend once; the reason it could not, or "" when CUDA is usable.
+const std::string& unavailable() {
+  static const std::string why = []() -> std::string {
+    try {
+      load_backend("cuda");
+      return "";
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }();
+  return why;
+}
+#define SKIP_WITHOUT_CUDA() \
+  if (!unavailable().empty()) GTEST_SKIP() << unavailable()
+
+Device gpu() { return Device("cuda:0"); }
+
+// Tolerances per result dtype: CUDA's math functions and summation order differ from the CPU's.
+std::pair<double, double> tol(DType d, bool accum) {
+  switch (d) {
+    case DType::Float64:
+      return {1e-10, 1e-10};
+    case DType::Float32:
+      return accum ? std::pair{2e-4, 2e-5} : std::pair{2e-6, 1e-5};
+    case DType::Float16:
+      return {4e-3, 1e-3};
+    case DType::BFloat16:
+      return {2e-2, 1e-2};
+    default:
+      return {0, 0};
+  }
+}
+
+testing::AssertionResult close(const Tensor& got, const Tensor& want, bool accum) {
+  if (got.device() != gpu())
+    return testing::AssertionFailure() << "result is on " << got.device().str();
+  if (got.dtype() != want.dtype())
+    return testing::AssertionFailure() << fmt::format("dtype {} vs {}", got.dtype(), want.dtype());
+  if (!std::ranges::equal(got.sizes(), want.sizes()))
+    return testing::AssertionFailure() << "sizes differ";
+  std::vector<double> g = got.to(Device(kCPU)).to(kFloat64).contiguous().to_vector<double>();
+  std::vector<double> w = want.to(kFloat64).contiguous().to_vector<double>();
+  auto [rtol, atol] = tol(want.dtype(), accum);
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i]) && std::isnan(g[i])) continue;
+    if (std::abs(g[i] - w[i]) > atol + rtol * std::abs(w[i]))
+      return testing::AssertionFailure()
+             << "element " << i << ": cuda " << g[i] << ", cpu " << w[i];
+  }
+  return testing::AssertionSuccess();
+}
+
+// One case: `run` computes from tensors made on `dev` (inputs drawn on the CPU, then moved).
+struct Case {
+  std::string name;
+  std::vector<std::string> ops;
+  std::vector<DType> dtypes;
+  std::function<TensorList(Device, DType)> run;
+  bool accum = false;
+};
+
+Tensor draw(IntArrayRef sizes, DType d, Device dev, uint64_t seed, double lo = -2, double hi = 2) {
+  Generator g(seed);
+  Tensor t = rand(sizes, &g, kFloat64) * (hi - lo) + lo;
+  return t.to(d).to(dev);
+}
+Tensor ints(IntArrayRef sizes, int64_t hi, Device dev, uint64_t seed) {
+  Generator g(seed);
+  return randint(0, hi, sizes, &g).to(dev);
+}
+
+const std::vector<DType> kFloats = {kFloat32, kFloat64, kFloat16, kBFloat16};
+const std::vector<DType> kF32 = {kFloat32, kFloat64};
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  using U = Tensor (*)(const Tensor&);
+  std::vector<std::pair<std::string, U>> unary = {
+      {"neg", neg},      {"abs", abs},       {"exp", exp},   {"log", nullptr},
+      {"sqrt", nullptr}, {"rsqrt", nullptr}, {"tanh", tanh}, {"sigmoid", sigmoid},
+      {"relu", relu},    {"silu", silu},     {"sin", sin},   {"cos", cos}};
+  for (auto& [name, fn] : unary) {
+    U f = fn;
+    bool positive = f == nullptr;
+    if (name == "log") f = log;
+    if (name == "sqrt") f = sqrt;
+    if (name == "rsqrt") f = rsqrt;
+    c.push_back({name, {name}, kFloats, [f, positive](Device d, DType t) -> TensorList {
+                   Tensor x = draw({5, 7}, t, d, 1, positive ? 0.1 : -2, 2);
+                   return {f(x), f(kiln::t(x)), f(slice(x, 1, 0, 7, 2))};
+                 }});
+  }
+  c.push_back({"gelu", {"gelu"}, kFloats, [](Device d, DType t) -> TensorList {
+                 Tensor x = draw({33, 17}, t, d, 2);
+                 return {gelu(x), gelu(x, true)};
+               }});
+  c.push_back({"int_unary", {"neg", "abs", "relu"}, {kInt64, kInt32}, [](Device d, DType t) {
+                 Tensor x = draw({9}, kFloat64, d, 3, -9, 9).to(t);
+                 return TensorList{neg(x), abs(x), relu(x)};
+               }});
+  c.push_back({"binary",
+               {"add", "sub", "mul", "div", "maximum", "minimum", "pow"},
+               {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64},
+               [](Device d, DType t) -> TensorList {
+                 Tensor a = draw({4, 6}, t, d, 4, 0.5, 3), b = draw({6}, t, d, 5, 0.5, 3);
+                 Tensor r = draw({4, 1}, t, d, 6, 0.5, 3);
+                 return {add(a, b, 2), sub(a, r),     mul(kiln::t(kiln::t(a).contiguous()), b),
+                         div(a, b),    maximum(a, r), minimum(b, a),
+                         pow(a, 2.0),  add(a, 3),     mul(a, 0.5)};
+               }});
+  c.push_back({"compare_logical",
+               {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+                "logical_not", "where"},
+               {kFloat32, kInt32},
+               [](Device d, DType t) -> TensorList {
+                 Tensor a = draw({3, 5}, kFloat64, d, 7, -3, 3).to(t);
+                 Tensor b = draw({5}, kFloat64, d, 8, -3, 3).to(t);
+                 return {eq(a, b),
+                         ne(a, b),
+                         lt(a, b),
+                         le(a, 1),
+                         gt(a, b),
+                         ge(a, b),
+                         logical_and(a, b),
+                         logical_or(a, b),
+                         logical_xor(a, b),
+                         logical_not(a),
+                         where(gt(a, b), a, b)};
+               }});
+  c.push_back({"clamp_casts_copies",
+               {"clamp", "to_copy", "copy_", "fill_", "full"},
+               kFloats,
+               [](Device d, DType t) -> TensorList {
+                 Tensor a = draw({6, 4}, t, d, 9);
+                 Tensor dst = full({4, 6}, 0.0, t, d);
+                 ops::copy__op(dst, kiln::t(a));
+                 Tensor f = empty({3}, t, d);
+                 ops::fill__op(f, 1.5);
+                 return {
+                     clamp(a, -0.5, 0.5), clamp(a, {}, 0.1), a.to(kFloat64), a.to(kInt32), dst, f,
+                     full({2}, 2.0, t, d)};
+               }});
+  c.push_back({"reductions",
+               {"sum", "mean", "var", "amax", "amin", "argmax", "argmin"},
+               kF32,
+               [](Device d, DType t) -> TensorList {
+                 Tensor a = draw({5, 6, 7}, t, d, 10);
+                 return {sum(a),       sum(a, {1}),
+                         sum(a, {0}),  mean(a, {2}, true),
+                         var(a, {1}),  amax(a, {0, 2}),
+                         amin(a, {1}), argmax(a, 2),
+                         argmin(a, 0), sum(transpose(a, 0, 2), {1})};
+               },
+               true});
+  c.push_back({"bool_reductions",
+               {"all", "any", "max_dim", "min_dim"},
+               {kFloat32},
+               [](Device d, DType t) -> TensorList {
+                 Tensor a = draw({4, 9}, t, d, 11);
+                 auto [mx, ix] = ops::max_dim_op(a, 1, false);
+                 auto [mn, in] = ops::min_dim_op(a, 0, true);
+                 return {all(gt(a, -1.5), {1}), any(gt(a, 1.9), {0}), mx, ix, mn, in};
+               }});
+  c.push_back({"softmax",
+               {"softmax", "log_softmax"},
+               kFloats,
+               [](Device d, DType t) -> TensorList {
+                 Tensor a = draw({3, 4, 50}, t, d, 12, -5, 5);
+                 return {softmax(a, -1), log_softmax(a, -1), softmax(a, 1)};
+               },
+               true});
+  c.push_back({"matmul",
+               {"mm", "bmm", "addmm"},
+               kFloats,
+               [](Device d, DType t) -> TensorList {
+                 Tensor a = draw({33, 20}, t, d, 13), b = draw({20, 17}, t, d, 14);
+                 Tensor bias = draw({17}, t, d, 15), w = draw({17, 20}, t, d, 16);
+                 Tensor x = draw({3, 9, 20}, t, d, 17), y = draw({3, 20, 5}, t, d, 18);
+                 return {mm(a, b),  mm(a, kiln::t(w)),  addmm(bias, a, b),
+                         bmm(x, y), linear(a, w, bias), matmul(x, b)};
+               },
+               true});
+  c.push_back({"norms",
+               {"layer_norm", "rms_norm", "gelu_backward"},
+               kFloats,
+               [](Device d, DType t) -> TensorList {
+                 Tensor x = draw({6, 64}, t, d, 19), w = draw({64}, t, d, 20);
+                 Tensor b = draw({64}, t, d, 21);
+                 return {layer_norm(x, {64}, w, b), layer_norm(x, {64}, {}, {}),
+                         rms_norm(x, {64}, w), gelu_backward(w, b), gelu_backward(w, b, true)};
+               },
+               true});
+  c.push_back({"index",
+               {"embedding", "index_select", "gather", "scatter_add", "index_add", "one_hot",
+                "nll_loss", "cat", "triu", "tril"},
+               kF32,
+               [](Device d, DType t) -> TensorList {
+                 Tensor w = draw({10, 8}, t, d, 22), idx = ints({3, 4}, 10, d, 23);
+                 Tensor g = ints({10, 8}, 8, d, 24), i5 = ints({5}, 10, d, 25);
+                 Tensor logp = log_softmax(draw({6, 10}, t, d, 26), 1), tg = ints({6}, 10, d, 27);
+                 return {embedding(w, idx),
+                         index_select(w, 0, i5),
+                         gather(w, 1, g),
+                         scatter_add(w, 1, g, w),
+                         index_add(w, 0, i5, draw({5, 8}, t, d, 28)),
+                         one_hot(i5, 10),
+                         nll_loss(logp, tg),
+                         cross_entropy(narrow(w, 0, 0, 5), clamp(i5, 0, 7)),
+                         cat({w, kiln::t(kiln::t(w))}, 1),
+                         triu(w, 1),
+                         tril(w, -1)};
+               },
+               true});
+  c.push_back({"factories",
+               {"arange", "linspace", "empty", "zeros"},
+               {kFloat32, kInt64},
+               [](Device d, DType t) -> TensorList {
+                 return {arange(0, 17, 3, t, d), linspace(-1, 1, 9, kFloat32, d),
+                         zeros({3, 2}, t, d), ones({4}, t, d)};
+               }});
+  c.push_back({"foreach",
+               {"foreach_add_", "foreach_mul_", "foreach_lerp_", "foreach_addcmul_",
+                "foreach_addcdiv_", "foreach_sqrt", "foreach_adamw_"},
+               kF32,
+               [](Device d, DType t) -> TensorList {
+                 TensorList p, g, m, v, steps;
+                 for (int i = 0; i < 5; ++i) {
+                   p.push_back(draw({3 + i * 700}, t, d, 30 + i));
+                   g.push_back(draw({3 + i * 700}, t, d, 40 + i));
+                   m.push_back(draw({3 + i * 700}, t, d, 50 + i, 0, 1));
+                   v.push_back(draw({3 + i * 700}, t, d, 60 + i, 0.1, 1));
+                   steps.push_back(full({}, double(i), kFloat64, d));
+                 }
+                 Tensor lr = full({}, 1e-3, kFloat64, d);
+                 ops::foreach_adamw__op(p, g, m, v, steps, lr, 0.9, 0.999, 1e-8, 0.01);
+                 ops::foreach_add__op(m, g, 0.5);
+                 ops::foreach_mul__op(m, 0.9);
+                 ops::foreach_lerp__op(v, g, 0.25);
+                 ops::foreach_addcmul__op(m, g, v, 2.0);
+                 ops::foreach_addcdiv__op(m, g, v, 0.1);
+                 TensorList r = ops::foreach_sqrt_op(v);
+                 TensorList out = p;
+                 out.insert(out.end(), m.begin(), m.end());
+                 out.insert(out.end(), steps.begin(), steps.end());
+                 out.insert(out.end(), r.begin(), r.end());
+                 return out;
+               },
+               true});
+  c.push_back({"attention",
+               {},
+               kF32,
+               [](Device d, DType t) -> TensorList {
+                 Tensor q = draw({2, 3, 16, 8}, t, d, 70), k = draw({2, 3, 16, 8}, t, d, 71);
+                 Tensor v = draw({2, 3, 16, 8}, t, d, 72);
+                 return {scaled_dot_product_attention(q, k, v, {}, true)};
+               },
+               true});
+  return c;
+}
+
+TEST(CudaOps, MatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  for (const Case& c : cases()) {
+    for (DType t : c.dtypes) {
+      SCOPED_TRACE(fmt::format("{} {}", c.name, t));
+      TensorList want = c.run(Device(kCPU), t);
+      TensorList got;
+      try {
+        got = c.run(gpu(), t);
+      } catch (const Error& e) {
+        ADD_FAILURE() << "raised: " << e.what();
+        continue;
+      }
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_TRUE(close(got[i], want[i], c.accum)) << "output " << i;
+    }
+  }
+}
+
+// Every op has a CUDA kernel of its own (views share one kernel on every backend).
+TEST(CudaOps, EveryOpHasACudaKernel) {
+  SKIP_WITHOUT_CUDA();
+  std::vector<std::string> missing;
+  for (OpDef* op : ops::all_ops())
+    if (!op->has_kernel(DispatchKey::CUDA)) missing.emplace_back(op->name());
+  EXPECT_TRUE(missing.empty()) << fmt::format("{}", fmt::join(missing, ", "));
+}
+
+TEST(CudaOps, RandomDrawsHaveTheRightDistribution) {
+  SKIP_WITHOUT_CUDA();
+  manual_seed(1);
+  Tensor u = rand({100000}, nullptr, kFloat32, gpu()),
+         n = randn({100000}, nullptr, kFloat32, gpu());
+  EXPECT_NEAR(mean(u).item<double>(), 0.5, 0.01);
+  EXPECT_NEAR(mean(n).item<double>(), 0.0, 0.02);
+  EXPECT_NEAR(var(n).item<double>(), 1.0, 0.02);
+  Tensor u2 = rand({100000}, nullptr, kFloat32, gpu());
+  EXPECT_FALSE(equal(u.to(Device(kCPU)), u2.to(Device(kCPU))));  // the offset advanced
+  manual_seed(1);
+  EXPECT_TRUE(equal(u.to(Device(kCPU)), rand({100000}, nullptr, kFloat32, gpu()).to(Device(kCPU))));
+  auto [out, mask] = ops::native_dropout_op(ones({10000}, kFloat32, gpu()), 0.25, nullptr);
+  EXPECT_NEAR(mean(mask.to(kFloat32)).item<double>(), 0.75, 0.02);
+}
+
+TEST(CudaErrors, BadInputRaisesBeforeAnythingIsWritten) {
+  SKIP_WITHOUT_CUDA();
+  Tensor a = ones({4, 3}, kFloat32, gpu()), b = ones({5, 2}, kFloat32, gpu());
+  try {
+    mm(a, b);
+    FAIL() << "mm of mismatched sizes did not raise";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("[mm]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(add(a, ones({4, 3})), DeviceError);  // a cuda and a cpu tensor
+  Tensor out = zeros({4, 3}, kFloat32, gpu());
+  EXPECT_THROW(add_out(out, a, ones({4, 5}, kFloat32, gpu())), ValueError);
+  EXPECT_EQ(sum(out).item<float>(), 0.0f);
+}
+
+TEST(CudaErrors, AnIndexOutOfRangeOnTheDeviceIsReportedAtTheNextSync) {
+  SKIP_WITHOUT_CUDA();
+  Tensor w = ones({4, 2}, kFloat32, gpu());
+  Tensor idx = from_vector<int64_t>({0, 7}).to(gpu());
+  Tensor e = embedding(w, idx);  // queued: the kernel finds index 7
+  try {
+    synchronize(gpu());
+    FAIL() << "no error after an out-of-range index";
+  } catch (const IndexError& err) {
+    EXPECT_NE(std::string(err.what()).find("[embedding]"), std::string::npos) << err.what();
+  }
+  synchronize(gpu());  // reported once
+}
+
+TEST(CudaErrors, OutOfMemorySaysWhatIsHeld) {
+  SKIP_WITHOUT_CUDA();
+  try {
+    empty({int64_t{1} << 45}, kUInt8, gpu());  // 32 TiB
+    FAIL() << "no out-of-memory error";
+  } catch (const DeviceError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("out of memory"), std::string::npos) << m;
+    EXPECT_NE(m.find("reserved"), std::string::npos) << m;
+  }
+  EXPECT_EQ(sum(ones({2}, kFloat32, gpu())).item<float>(), 2.0f);  // still usable
+}
+
+TEST(CudaAllocator, ReusesFreedBlocksAndCountsThem) {
+  SKIP_WITHOUT_CUDA();
+  synchronize(gpu());
+  cuda::MemoryStats before = cuda::memory_stats(0);
+  for (int i = 0; i < 100; ++i) {
+    Tensor t = empty({1000, 1000}, kFloat32, gpu());
+    (void)t;
+  }
+  cuda::MemoryStats after = cuda::memory_stats(0);
+  EXPECT_LE(after.cuda_mallocs - before.cuda_mallocs, 1);
+  EXPECT_GE(after.cache_hits - before.cache_hits, 99);
+  EXPECT_EQ(after.allocated, before.allocated);
+  EXPECT_GE(after.peak_allocated, before.allocated + 4000000);
+  cuda::empty_cache(0);
+  EXPECT_LE(cuda::memory_stats(0).reserved, after.reserved);
+}
+
+TEST(CudaStreams, EventsOrderTwoStreams) {
+  SKIP_WITHOUT_CUDA();
+  Stream side = Stream::create(gpu());
+  Tensor x = ones({1 << 20}, kFloat32, gpu());
+  Event ready(gpu());
+  ready.record();
+  Tensor y;
+  {
+    StreamGuard g(side);
+    ready.wait(side);
+    y = mul(x, 3.0);
+  }
+  Event done(gpu());
+  done.record(side);
+  done.synchronize();
+  EXPECT_TRUE(done.query());
+  EXPECT_EQ(sum(y).item<double>(), 3.0 * (1 << 20));
+}
+
+TEST(CudaAutograd, GradientsMatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  auto grads = [](Device d) {
+    Generator g(3);
+    nn::Init init{.gen = &g};
+    nn::GPT model(nn::GPTConfig::tiny(64), init);
+    model.to(d);
+    Generator gi(4);
+    Tensor idx = randint(0, 64, {2, 16}, &gi).to(d), tgt = randint(0, 64, {2, 16}, &gi).to(d);
+    Tensor loss = model.loss(idx, tgt);
+    loss.backward();
+    TensorList out = {loss};
+    for (const Tensor& p : model.parameters()) out.push_back(p.grad());
+    return out;
+  };
+  TensorList want = grads(Device(kCPU)), got = grads(gpu());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(close(got[i], want[i], true)) << i;
+}
+
+TEST(CudaCompile, ChainCapturedIntoAGraphEqualsEager) {
+  SKIP_WITHOUT_CUDA();
+  auto chain = [](const Tensor& x0) {
+    Tensor x = x0;
+    for (int i = 0; i < 16; ++i) x = sub(relu(add(mul(x, 1.0001), 0.0001)), 0.00005);
+    return x;
+  };
+  CompiledFunction f = compile(chain, {.name = "chain"});
+  for (int i = 0; i < 5; ++i) {
+    Tensor x = draw({4096}, kFloat32, gpu(), 80 + i);
+    Tensor got = f({x})[0];
+    EXPECT_TRUE(equal(got.to(Device(kCPU)), chain(x).to(Device(kCPU)))) << "call " << i;
+  }
+  EXPECT_GE(f.entries().at(0).captures, 1) << f.explain();
+}
+
+TEST(CudaCompile, TrainingStepCapturedEqualsEager) {
+  SKIP_WITHOUT_CUDA();
+  auto run = [](bool compiled) {
+    Generator g(5);
+    nn::Init init{.gen = &g};
+    nn::Sequential model;
+    model.push_back(std::make_shared<nn::Linear>(32, 64, true, init));
+    model.push_back(std::make_shared<nn::GELU>());
+    model.push_back(std::make_shared<nn::Linear>(64, 10, true, init));
+    model.to(gpu());
+    optim::AdamW opt(model.parameters(), {.lr = 1e-2});
+    Tensor x = randn({16, 32}, &g).to(gpu()), y = randint(0, 10, {16}, &g).to(gpu());
+    auto step = [&](const Tensor& xs, const Tensor& ys) {
+      opt.zero_grad();
+      Tensor loss = cross_entropy(model(xs), ys);
+      loss.backward();
+      opt.step();
+      return loss.detach();
+    };
+    CompiledFunction cf = compile(step, {.name = "train_step"});
+    std::vector<double> losses;
+    for (int i = 0; i < 8; ++i)
+      losses.push_back((compiled ? cf({x, y})[0] : step(x, y)).item<double>());
+    if (compiled) {
+      EXPECT_GE(cf.entries().at(0).captures, 1) << cf.explain();
+    }
+    return losses;
+  };
+  std::vector<double> eager = run(false), compiled = run(true);
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_NEAR(compiled[i], eager[i], 1e-5) << i;
+  EXPECT_LT(eager.back(), eager.front());
+}
+
+TEST(CudaCompile, AHostReadInsideIsAnErrorNamingTheOp) {
+  SKIP_WITHOUT_CUDA();
+  auto fn = [](const Tensor& x) {
+    double s = sum(x).item<double>();
+    return mul(x, s);
+  };
+  CompiledFunction f = compile(fn, {.name = "reads"});
+  Tensor x = ones({4}, kFloat32, gpu());
+  try {
+    f({x});
+    f({x});
+    FAIL() << "a host read was compiled";
+  } catch (const CompileError& e) {
+    EXPECT_NE(std::string(e.what()).find("sum"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::test
