@@ -20,11 +20,17 @@ tail -15 "$out/ctest.log"
 ./build/release/tests/kiln_cuda_test > "$out/cuda_test.log" 2>&1
 grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/cuda_test.log" | head -40
 grep -B1 -A6 'Failure' "$out/cuda_test.log" | head -120
+./build/release/kiln_cuda_bench --json "$out/cuda_bench.json"
 for w in chain adamw mlp gpt; do
   ./build/release/kiln bench "$w" --device cuda --json > "$out/kiln_$w.json" 2> "$out/kiln_$w.err"
   echo "== $w: $(tr -d '\n' < "$out/kiln_$w.json")"
   tail -3 "$out/kiln_$w.err"
 done
+if [ -n "${KILN_SANITIZE_GPU:-}" ] && command -v compute-sanitizer > /dev/null; then
+  timeout 300 compute-sanitizer --tool memcheck ./build/release/tests/kiln_cuda_test \
+    > "$out/memcheck.log" 2>&1
+  echo "memcheck exit $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$out/memcheck.log" | tail -3)"
+fi
 if [ -n "$anchor" ]; then
   (cd "$out" && OUT="$PWD" PYTHONUNBUFFERED=1 timeout 300 python3 "$OLDPWD/$anchor" > anchor.log 2>&1)
   tail -3 "$out/anchor.log"

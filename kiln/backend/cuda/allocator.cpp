@@ -52,13 +52,23 @@ void CachingAllocator::out_of_memory(size_t nbytes, cudaError_t err) {
              bytes(stats_.reserved), bytes(free_b), bytes(total_b));
 }
 
+// cudaMalloc is not a stream operation, but a thread capturing in CUDA's thread-local mode may
+// not call it: the call runs in relaxed mode, as PyTorch's allocator does.
+static cudaError_t malloc_relaxed(void** p, size_t size) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaError_t err = cudaMalloc(p, size);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return err;
+}
+
 void* CachingAllocator::malloc_segment(size_t size) {
   void* p = nullptr;
-  cudaError_t err = cudaMalloc(&p, size);
+  cudaError_t err = malloc_relaxed(&p, size);
   if (err != cudaSuccess) {
     cudaGetLastError();
     release_free_segments();
-    err = cudaMalloc(&p, size);
+    err = malloc_relaxed(&p, size);
     if (err != cudaSuccess) out_of_memory(size, err);
   }
   stats_.reserved += size;

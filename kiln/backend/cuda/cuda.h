@@ -23,4 +23,9 @@ void reset_peak_memory(int device);
 // Returns cached, unused segments of `device` to CUDA; the bytes released.
 size_t empty_cache(int device);
 
+// The floors under Kiln's own costs on `device` (diagnostics for benchmarks): host microseconds
+// per launch of an empty kernel, and microseconds per node of a replayed graph of empty kernels.
+double empty_launch_us(int device, int iters = 10000);
+double empty_graph_node_us(int device, int nodes = 256, int iters = 200);
+
 }  // namespace kiln::cuda

@@ -19,6 +19,7 @@
 #include "kiln/backend/cuda/allocator.h"
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/cuda.h"
+#include "kiln/backend/cuda/floor.h"
 
 namespace kiln::cuda {
 
@@ -333,6 +334,13 @@ void reset_peak_memory(int index) { state(index).allocator.reset_peak(); }
 size_t empty_cache(int index) {
   set_device(index);
   return state(index).allocator.empty_cache();
+}
+
+double empty_launch_us(int index, int iters) {
+  return time_empty_launches(current_stream(index), iters);
+}
+double empty_graph_node_us(int index, int nodes, int iters) {
+  return time_empty_graph_nodes(current_stream(index), nodes, iters);
 }
 
 namespace {

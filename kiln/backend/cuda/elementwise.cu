@@ -36,139 +36,129 @@ __device__ T int_pow(T base, T exp) {
   return result;
 }
 
-template <class T>
+// Each op is its own kernel (a template argument, not a switch at run time): a tiny kernel's
+// time is mostly its start, which grows with its code.
+template <class T, UnaryOp Op>
 struct Unary {
-  UnaryOp op;
   __device__ T operator()(T v) const {
     using A = acc_t<T>;
-    A x = cvt<A>(v);
     if constexpr (std::is_same_v<T, bool>) {
-      return v;  // bool reaches only neg/abs/relu, which meta rejects or keep
+      return v;  // bool reaches only abs and relu (meta rejects neg), which keep it
     } else {
-      switch (op) {
-        case UnaryOp::Neg:
-          return cvt<T>(-x);
-        case UnaryOp::Abs:
-          if constexpr (std::is_unsigned_v<A>)
-            return v;
-          else
-            return cvt<T>(x < A(0) ? -x : x);
-        case UnaryOp::Relu:
-          return cvt<T>(x > A(0) ? x : (is_nan(x) ? x : A(0)));
-        default:
-          break;
+      A x = cvt<A>(v);
+      if constexpr (Op == UnaryOp::Neg) {
+        return cvt<T>(-x);
+      } else if constexpr (Op == UnaryOp::Abs) {
+        if constexpr (std::is_unsigned_v<A>)
+          return v;
+        else
+          return cvt<T>(x < A(0) ? -x : x);
+      } else if constexpr (Op == UnaryOp::Relu) {
+        return cvt<T>(x > A(0) ? x : (is_nan(x) ? x : A(0)));
+      } else if constexpr (Op == UnaryOp::Exp) {
+        return cvt<T>(exp(x));
+      } else if constexpr (Op == UnaryOp::Log) {
+        return cvt<T>(log(x));
+      } else if constexpr (Op == UnaryOp::Sqrt) {
+        return cvt<T>(sqrt(x));
+      } else if constexpr (Op == UnaryOp::Rsqrt) {
+        return cvt<T>(A(1) / sqrt(x));
+      } else if constexpr (Op == UnaryOp::Tanh) {
+        return cvt<T>(tanh(x));
+      } else if constexpr (Op == UnaryOp::Sigmoid) {
+        return cvt<T>(A(1) / (A(1) + exp(-x)));
+      } else if constexpr (Op == UnaryOp::Silu) {
+        return cvt<T>(x / (A(1) + exp(-x)));
+      } else if constexpr (Op == UnaryOp::Sin) {
+        return cvt<T>(sin(x));
+      } else if constexpr (Op == UnaryOp::Cos) {
+        return cvt<T>(cos(x));
+      } else if constexpr (Op == UnaryOp::Gelu) {
+        return cvt<T>(x * A(0.5) * (A(1) + erf(x * A(0.70710678118654752440))));
+      } else {
+        const A beta = A(0.79788456080286535588);  // sqrt(2/pi)
+        return cvt<T>(A(0.5) * x * (A(1) + tanh(beta * (x + A(0.044715) * x * x * x))));
       }
-      if constexpr (std::is_floating_point_v<A>) {
-        switch (op) {
-          case UnaryOp::Exp:
-            return cvt<T>(exp(x));
-          case UnaryOp::Log:
-            return cvt<T>(log(x));
-          case UnaryOp::Sqrt:
-            return cvt<T>(sqrt(x));
-          case UnaryOp::Rsqrt:
-            return cvt<T>(A(1) / sqrt(x));
-          case UnaryOp::Tanh:
-            return cvt<T>(tanh(x));
-          case UnaryOp::Sigmoid:
-            return cvt<T>(A(1) / (A(1) + exp(-x)));
-          case UnaryOp::Silu:
-            return cvt<T>(x / (A(1) + exp(-x)));
-          case UnaryOp::Sin:
-            return cvt<T>(sin(x));
-          case UnaryOp::Cos:
-            return cvt<T>(cos(x));
-          case UnaryOp::Gelu:
-            return cvt<T>(x * A(0.5) * (A(1) + erf(x * A(0.70710678118654752440))));
-          case UnaryOp::GeluTanh: {
-            const A beta = A(0.79788456080286535588);  // sqrt(2/pi)
-            return cvt<T>(A(0.5) * x * (A(1) + tanh(beta * (x + A(0.044715) * x * x * x))));
-          }
-          default:
-            break;
-        }
-      }
-      return v;
     }
   }
 };
+constexpr bool float_only(UnaryOp op) {
+  return op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Relu;
+}
 
-template <class T>
+template <class T, BinaryOp Op>
 struct Binary {
-  BinaryOp op;
   acc_t<T> alpha;
   __device__ T operator()(T a, T b) const {
     using A = acc_t<T>;
     if constexpr (std::is_same_v<T, bool>) {
-      switch (op) {
-        case BinaryOp::Add:
-          return a || (alpha && b);
-        case BinaryOp::Mul:
-          return a && b;
-        case BinaryOp::Maximum:
-          return a || b;
-        case BinaryOp::Minimum:
-          return a && b;
-        default:
-          return a;  // sub, div and pow of bools never reach here (meta promotes or rejects)
-      }
+      if constexpr (Op == BinaryOp::Add)
+        return a || (alpha && b);
+      else if constexpr (Op == BinaryOp::Mul || Op == BinaryOp::Minimum)
+        return a && b;
+      else if constexpr (Op == BinaryOp::Maximum)
+        return a || b;
+      else
+        return a;  // sub, div and pow of bools never reach here (meta promotes or rejects)
     } else {
       A x = cvt<A>(a), y = cvt<A>(b);
-      switch (op) {
-        case BinaryOp::Add:
-          return cvt<T>(x + alpha * y);
-        case BinaryOp::Sub:
-          return cvt<T>(x - alpha * y);
-        case BinaryOp::Mul:
-          return cvt<T>(x * y);
-        case BinaryOp::Div:
-          return cvt<T>(x / y);
-        case BinaryOp::Pow:
-          if constexpr (std::is_integral_v<A>)
-            return int_pow<A>(x, y);
-          else
-            return cvt<T>(pow(x, y));
-        case BinaryOp::Maximum:
-          if (is_nan(x) || is_nan(y)) return cvt<T>(is_nan(x) ? x : y);
-          return cvt<T>(x > y ? x : y);
-        case BinaryOp::Minimum:
-          if (is_nan(x) || is_nan(y)) return cvt<T>(is_nan(x) ? x : y);
-          return cvt<T>(x < y ? x : y);
+      if constexpr (Op == BinaryOp::Add) {
+        return cvt<T>(x + alpha * y);
+      } else if constexpr (Op == BinaryOp::Sub) {
+        return cvt<T>(x - alpha * y);
+      } else if constexpr (Op == BinaryOp::Mul) {
+        return cvt<T>(x * y);
+      } else if constexpr (Op == BinaryOp::Div) {
+        return cvt<T>(x / y);
+      } else if constexpr (Op == BinaryOp::Pow) {
+        if constexpr (std::is_integral_v<A>)
+          return int_pow<A>(x, y);
+        else
+          return cvt<T>(pow(x, y));
+      } else if constexpr (Op == BinaryOp::Maximum) {
+        if (is_nan(x) || is_nan(y)) return cvt<T>(is_nan(x) ? x : y);
+        return cvt<T>(x > y ? x : y);
+      } else {
+        if (is_nan(x) || is_nan(y)) return cvt<T>(is_nan(x) ? x : y);
+        return cvt<T>(x < y ? x : y);
       }
-      return a;
     }
   }
 };
 
-template <class T>
+template <class T, CompareOp Op>
 struct Compare {
-  CompareOp op;
   __device__ bool operator()(T a, T b) const {
     using A = acc_t<T>;
     A x = cvt<A>(a), y = cvt<A>(b);
-    switch (op) {
-      case CompareOp::Eq:
-        return x == y;
-      case CompareOp::Ne:
-        return x != y;
-      case CompareOp::Lt:
-        return x < y;
-      case CompareOp::Le:
-        return x <= y;
-      case CompareOp::Gt:
-        return x > y;
-      case CompareOp::Ge:
-        return x >= y;
-      case CompareOp::LogicalAnd:
-        return x != A(0) && y != A(0);
-      case CompareOp::LogicalOr:
-        return x != A(0) || y != A(0);
-      case CompareOp::LogicalXor:
-        return (x != A(0)) != (y != A(0));
-    }
+    if constexpr (Op == CompareOp::Eq) return x == y;
+    if constexpr (Op == CompareOp::Ne) return x != y;
+    if constexpr (Op == CompareOp::Lt) return x < y;
+    if constexpr (Op == CompareOp::Le) return x <= y;
+    if constexpr (Op == CompareOp::Gt) return x > y;
+    if constexpr (Op == CompareOp::Ge) return x >= y;
+    if constexpr (Op == CompareOp::LogicalAnd) return x != A(0) && y != A(0);
+    if constexpr (Op == CompareOp::LogicalOr) return x != A(0) || y != A(0);
+    if constexpr (Op == CompareOp::LogicalXor) return (x != A(0)) != (y != A(0));
     return false;
   }
 };
+
+static_assert(static_cast<int>(UnaryOp::GeluTanh) == 13 && static_cast<int>(BinaryOp::Minimum) == 6 &&
+                  static_cast<int>(CompareOp::LogicalXor) == 8,
+              "with_op<> below is given the number of enumerators of each op enum");
+
+// Calls f(std::integral_constant<E, e>) for the enumerator `e` of 0..N-1 equal to `v`.
+template <class E, int N, class F, int I = 0>
+void with_op(E v, F&& f) {
+  if constexpr (I < N) {
+    if (static_cast<int>(v) == I) {
+      f(std::integral_constant<E, static_cast<E>(I)>{});
+      return;
+    }
+    with_op<E, N, F, I + 1>(v, std::forward<F>(f));
+  }
+}
 
 template <class T>
 struct Clamp {
@@ -214,8 +204,17 @@ acc_t<T> value_of(const Operand& o) {
 
 void launch_unary(UnaryOp op, Dt dtype, const Indexer<2>& ix, void* out, const Operand& a,
                   cudaStream_t stream) {
-  KILN_CUDA_DISPATCH_ALL(dtype, [&] {
-    launch_elementwise<scalar_t>(ix, out, Unary<scalar_t>{op}, stream, in_of<scalar_t>(a));
+  with_op<UnaryOp, 14>(op, [&](auto o) {
+    constexpr UnaryOp O = decltype(o)::value;
+    if constexpr (float_only(O)) {
+      KILN_CUDA_DISPATCH_FLOAT(dtype, [&] {
+        launch_elementwise<scalar_t>(ix, out, Unary<scalar_t, O>{}, stream, in_of<scalar_t>(a));
+      });
+    } else {
+      KILN_CUDA_DISPATCH_ALL(dtype, [&] {
+        launch_elementwise<scalar_t>(ix, out, Unary<scalar_t, O>{}, stream, in_of<scalar_t>(a));
+      });
+    }
   });
 }
 
@@ -236,17 +235,23 @@ void launch_clamp(Dt dtype, const Indexer<2>& ix, void* out, const Operand& a, b
 
 void launch_binary(BinaryOp op, Dt dtype, const Indexer<3>& ix, void* out, const Operand& a,
                    const Operand& b, const Operand& alpha, cudaStream_t stream) {
-  KILN_CUDA_DISPATCH_ALL(dtype, [&] {
-    Binary<scalar_t> f{op, value_of<scalar_t>(alpha)};
-    launch_elementwise<scalar_t>(ix, out, f, stream, in_of<scalar_t>(a), in_of<scalar_t>(b));
+  with_op<BinaryOp, 7>(op, [&](auto o) {
+    constexpr BinaryOp O = decltype(o)::value;
+    KILN_CUDA_DISPATCH_ALL(dtype, [&] {
+      Binary<scalar_t, O> f{value_of<scalar_t>(alpha)};
+      launch_elementwise<scalar_t>(ix, out, f, stream, in_of<scalar_t>(a), in_of<scalar_t>(b));
+    });
   });
 }
 
 void launch_compare(CompareOp op, Dt dtype, const Indexer<3>& ix, void* out, const Operand& a,
                     const Operand& b, cudaStream_t stream) {
-  KILN_CUDA_DISPATCH_ALL(dtype, [&] {
-    launch_elementwise<bool>(ix, out, Compare<scalar_t>{op}, stream, in_of<scalar_t>(a),
-                             in_of<scalar_t>(b));
+  with_op<CompareOp, 9>(op, [&](auto o) {
+    constexpr CompareOp O = decltype(o)::value;
+    KILN_CUDA_DISPATCH_ALL(dtype, [&] {
+      launch_elementwise<bool>(ix, out, Compare<scalar_t, O>{}, stream, in_of<scalar_t>(a),
+                               in_of<scalar_t>(b));
+    });
   });
 }
 
