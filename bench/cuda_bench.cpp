@@ -10,6 +10,7 @@
 #include "bench/timing.h"
 #include "kiln/backend/backend.h"
 #include "kiln/backend/cuda/cuda.h"
+#include "kiln/core/stream.h"
 #include "kiln/ops/ops.h"
 
 using namespace kiln;
@@ -42,6 +43,12 @@ int main(int argc, char** argv) {
   j["add_us"] = timed([&] { add(x, y); });
   j["relu_us"] = timed([&] { relu(x); });
   j["sum_us"] = timed([&] { sum(x); });
+  {  // the same on a stream of Kiln's own (non-blocking) instead of CUDA's legacy stream
+    Stream side = Stream::create(gpu);
+    StreamGuard g(side);
+    j["empty_launch_side_stream_us"] = cuda::empty_launch_us(0);
+    j["mul_scalar_side_stream_us"] = timed([&] { mul(x, 1.0001); });
+  }
   for (auto& [k, v] : j.items()) fmt::print("  {:<22} {:8.3f} us\n", k, v.get<double>());
   if (json_path) std::ofstream(json_path) << j.dump(1) << "\n";
   return 0;

@@ -21,13 +21,19 @@ tail -15 "$out/ctest.log"
 grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/cuda_test.log" | head -40
 grep -B1 -A6 'Failure' "$out/cuda_test.log" | head -120
 ./build/release/kiln_cuda_bench --json "$out/cuda_bench.json"
-for w in chain adamw mlp gpt; do
-  ./build/release/kiln bench "$w" --device cuda --json > "$out/kiln_$w.json" 2> "$out/kiln_$w.err"
+for w in chain adamw mlp gpt gpt_large; do
+  KILN_BENCH_STEPS=1 ./build/release/kiln bench "$w" --device cuda --json > "$out/kiln_$w.json" \
+    2> "$out/kiln_$w.err"
   echo "== $w: $(tr -d '\n' < "$out/kiln_$w.json")"
-  tail -3 "$out/kiln_$w.err"
+  grep -v '^[0-9]*: ' "$out/kiln_$w.err" | tail -3
 done
+# The kernels a replay of the gpt step runs, by op.
+grep -E '^[0-9]+: ' "$out/kiln_gpt.err" | awk '{print $2}' | sort | uniq -c | sort -rn | head -25
+timeout 300 python3 bench/torch_gpt_large.py "$out/torch_gpt_large.json" > "$out/torch_gpt_large.log" 2>&1
+tail -8 "$out/torch_gpt_large.log"
 if [ -n "${KILN_SANITIZE_GPU:-}" ] && command -v compute-sanitizer > /dev/null; then
-  timeout 300 compute-sanitizer --tool memcheck ./build/release/tests/kiln_cuda_test \
+  timeout 300 compute-sanitizer --tool memcheck --report-api-errors no \
+    ./build/release/tests/kiln_cuda_test \
     > "$out/memcheck.log" 2>&1
   echo "memcheck exit $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$out/memcheck.log" | tail -3)"
 fi

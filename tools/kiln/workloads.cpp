@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
 #include "kiln/compile/compile.h"
 #include "kiln/core/error.h"
@@ -51,6 +52,13 @@ void check_loss_falls(const char* name, int steps, F&& step) {
 
 constexpr int64_t kDispatchIters = 20000, kChainIters = 200, kAdamWIters = 20, kMlpIters = 20,
                   kGptIters = 3;
+
+// The compiled step's size: its steps (kernels per replay), and with KILN_BENCH_STEPS set the
+// step list on stderr (to see which kernels a replay runs).
+Metric steps_of(const CompiledFunction& cf, const std::string& key) {
+  if (std::getenv("KILN_BENCH_STEPS")) fmt::print(stderr, "{}", cf.steps_str());
+  return {key, static_cast<double>(cf.entries().at(0).steps), "count", "kernels per replay"};
+}
 
 bool has_graphs(Device d) {
   DeviceInterface* i = d.is_cpu() ? nullptr : device_interface(d.type());
@@ -186,20 +194,23 @@ std::vector<Metric> mlp(const Options& o) {
     double g = seconds_per_call(
         iters, 3, 3, [&] { cf({}); }, o.device);
     m.push_back({"mlp_graph_us", g * 1e6, "us", "the same step, compiled: a captured graph"});
+    m.push_back(steps_of(cf, "mlp_graph_steps"));
   }
   return m;
 }
 
-std::vector<Metric> gpt(const Options& o) {
-  int64_t iters = iters_or(o, kGptIters);
-  nn::GPTConfig cfg = nn::GPTConfig::bench();
-  if (o.small) cfg.width = 128;
+// A GPT training step of `cfg` on batch x cfg.context tokens, eager and (on a device with
+// graphs) compiled; keys start with `name`.
+std::vector<Metric> gpt_step(const Options& o, const nn::GPTConfig& cfg, int64_t batch,
+                             const std::string& name, int64_t default_iters) {
+  int64_t iters = iters_or(o, default_iters);
+  const int64_t T = cfg.context;
   Generator gen(0);
   nn::GPT model(cfg, nn::Init{.gen = &gen});
   model.to(o.device);
   optim::AdamW opt(model.parameters(), {.lr = 3e-4});
-  Tensor idx = randint(0, cfg.vocab_size, {8, 128}, &gen).to(o.device);
-  Tensor tgt = randint(0, cfg.vocab_size, {8, 128}, &gen).to(o.device);
+  Tensor idx = randint(0, cfg.vocab_size, {batch, T}, &gen).to(o.device);
+  Tensor tgt = randint(0, cfg.vocab_size, {batch, T}, &gen).to(o.device);
   auto step = [&] {
     opt.zero_grad();
     Tensor loss = model.loss(idx, tgt);
@@ -207,23 +218,39 @@ std::vector<Metric> gpt(const Options& o) {
     opt.step();
     return loss;
   };
-  check_loss_falls("gpt", 3, step);
+  check_loss_falls(name.c_str(), 3, step);
+  const double tokens = static_cast<double>(batch * T);
   double s = seconds_per_call(iters, 1, 0, step, o.device);
-  // A shrunk model reports under its own key: it must never pass for the anchor's workload.
-  std::string key = o.small ? "gpt_small_eager_us" : "gpt_eager_us";
   std::vector<Metric> m = {
-      {key, s * 1e6, "us", fmt::format("train step, GPT width {}, batch 8 x 128", cfg.width)},
-      {"gpt_width", static_cast<double>(cfg.width), "count", "model width"},
-      {"gpt_params", static_cast<double>(model.num_parameters()), "count", "parameters"}};
+      {name + "_eager_us", s * 1e6, "us",
+       fmt::format("train step, GPT width {} x {} layers, batch {} x {}", cfg.width, cfg.layers,
+                   batch, T)},
+      {name + "_eager_tokens_per_s", tokens / s, "tok/s", "the same, in tokens per second"},
+      {name + "_width", static_cast<double>(cfg.width), "count", "model width"},
+      {name + "_params", static_cast<double>(model.num_parameters()), "count", "parameters"}};
   if (has_graphs(o.device)) {
-    CompiledFunction cf = compile([&] { return step().detach(); }, {.name = "gpt_step"});
-    check_loss_falls("gpt compiled", 3, [&] { return cf({})[0]; });
+    CompiledFunction cf = compile([&] { return step().detach(); }, {.name = name + "_step"});
+    check_loss_falls((name + " compiled").c_str(), 3, [&] { return cf({})[0]; });
     double g = seconds_per_call(
         iters, 3, 3, [&] { cf({}); }, o.device);
-    m.push_back({o.small ? "gpt_small_graph_us" : "gpt_graph_us", g * 1e6, "us",
-                 "the same step, compiled: a captured graph"});
+    m.push_back({name + "_graph_us", g * 1e6, "us", "the same step, compiled: a captured graph"});
+    m.push_back({name + "_graph_tokens_per_s", tokens / g, "tok/s", "compiled, tokens per second"});
+    m.push_back(steps_of(cf, name + "_graph_steps"));
   }
   return m;
+}
+
+std::vector<Metric> gpt(const Options& o) {
+  nn::GPTConfig cfg = nn::GPTConfig::bench();
+  if (o.small) cfg.width = 128;
+  // A shrunk model reports under its own keys: it must never pass for the anchor's workload.
+  return gpt_step(o, cfg, 8, o.small ? "gpt_small" : "gpt", kGptIters);
+}
+
+// Compute-bound: width 768, 12 layers, 12 heads, context 1024, batch 8 (issue 6's size).
+std::vector<Metric> gpt_large(const Options& o) {
+  nn::GPTConfig cfg{.vocab_size = 512, .context = 1024, .width = 768, .layers = 12, .heads = 12};
+  return gpt_step(o, cfg, 8, "gpt_large", 3);
 }
 
 }  // namespace
@@ -237,6 +264,7 @@ const std::vector<Workload>& all() {
       {"mlp", "train step of 4x(Linear 512, GELU) + Linear 512->10, batch 64", kMlpIters, mlp},
       {"gpt", "train step of the bench GPT (vocab 512, ctx 128, width 256, 4 layers)", kGptIters,
        gpt},
+      {"gpt_large", "train step of a GPT at width 768, 12 layers, ctx 1024, batch 8", 3, gpt_large},
   };
   return list;
 }

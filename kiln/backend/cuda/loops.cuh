@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstddef>
 #include <type_traits>
 
 #include "kiln/backend/cuda/kernel_args.h"
@@ -78,6 +79,52 @@ __global__ void __launch_bounds__(kBlock) flat_kernel(int64_t n, Out* out, F f, 
   }
 }
 
+// V elements per thread through one aligned vector load per operand (16 bytes for the widest
+// type): fewer instructions per element, which is most of what a small kernel costs.
+template <class T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+template <int V, class T>
+__device__ __forceinline__ Vec<T, V> load_vec(const In<T>& x, int64_t i) {
+  Vec<T, V> r;
+  if (x.scalar) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) r.v[k] = x.s;
+  } else {
+    r = *reinterpret_cast<const Vec<T, V>*>(x.p + i);
+  }
+  return r;
+}
+template <int V, class Out, class F, class... T>
+__device__ __forceinline__ void apply_vec(Vec<Out, V>& o, const F& f, const Vec<T, V>&... vs) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) o.v[k] = f(vs.v[k]...);
+}
+template <int V, class Out, class F, class... T>
+__global__ void __launch_bounds__(kBlock) vec_kernel(int64_t n, Out* out, F f, In<T>... in) {
+  int64_t i = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) * V;
+  if (i + V <= n) {
+    Vec<Out, V> o;
+    apply_vec<V>(o, f, load_vec<V>(in, i)...);
+    *reinterpret_cast<Vec<Out, V>*>(out + i) = o;
+  } else {
+    for (; i < n; ++i) out[i] = f(in.at(i)...);
+  }
+}
+template <class T>
+constexpr int max_size() {
+  return static_cast<int>(sizeof(T));
+}
+template <class T, class U, class... R>
+constexpr int max_size() {
+  return sizeof(T) > sizeof(U) ? max_size<T, R...>() : max_size<U, R...>();
+}
+template <int V, class T>
+bool aligned(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * V) == 0;
+}
+
 template <int N, class Out, class F, class... T>
 __global__ void __launch_bounds__(kBlock)
     strided_kernel(Indexer<N> ix, Out* out, F f, In<T>... in) {
@@ -102,6 +149,16 @@ void launch_elementwise(const Indexer<sizeof...(T) + 1>& ix, void* out, F f, cud
                         In<T>... in) {
   if (ix.numel == 0) return;
   Out* o = static_cast<Out*>(out);
+  constexpr int V = 16 / max_size<Out, T...>() > 0 ? 16 / max_size<Out, T...>() : 1;
+  if constexpr (V > 1) {
+    if (ix.contiguous && aligned<V>(o) && ((in.scalar || aligned<V>(in.p)) && ...)) {
+      int64_t threads = (ix.numel + V - 1) / V;
+      int64_t blocks = (threads + kBlock - 1) / kBlock;
+      vec_kernel<V, Out, F, T...>
+          <<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(ix.numel, o, f, in...);
+      return;
+    }
+  }
   if (ix.contiguous) {
     int64_t blocks = (ix.numel + kBlock * kUnroll - 1) / (kBlock * kUnroll);
     flat_kernel<Out, F, T...><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(ix.numel, o,
