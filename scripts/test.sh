@@ -27,6 +27,8 @@ echo "== benchmark smoke run (no timing is checked)"
 ./build/release/bench/kiln_bench --smoke
 ./build/release/bench/kiln_train_bench --smoke
 ./build/release/bench/kiln_sim_bench --smoke
+# Built when nvcc is present; without a GPU it says so and exits 0.
+if [ -x build/release/kiln_cuda_bench ]; then ./build/release/kiln_cuda_bench; fi
 
 echo "== fuzz the safetensors reader for 30 s (clang, libFuzzer, ASan+UBSan)"
 bash scripts/fuzz.sh 30

@@ -199,20 +199,14 @@ void addmm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   if (c.needs(2)) gi[2] = scaled(mat2_grad(g[0], c.input(1), c.geometry(2)), alpha);
 }
 // y = xhat * w + b, xhat = (x - mean) * rstd over the normalised (last) dims.
+// dx in one pass per row (layer_norm_backward); dw from xhat, which is layer_norm unscaled.
 void layer_norm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   Tensor x = c.input(0);
-  Shape dims = last_dims(static_cast<int64_t>(c.get<Shape>(1).size()), x.dim());
-  Tensor centered = sub(x, mean(x, dims, true));
-  Tensor rstd = rsqrt(add(mean(mul(centered, centered), dims, true), c.get<double>(4)));
-  Tensor xhat = mul(centered, rstd);
-  if (c.needs(1)) gi[1] = mul(g[0], xhat);
+  Shape shape = c.get<Shape>(1);
+  double eps = c.get<double>(4);
+  if (c.needs(1)) gi[1] = mul(g[0], layer_norm(x, shape.span(), {}, {}, eps));
   if (c.needs(2)) gi[2] = g[0];
-  if (c.needs(0)) {
-    Tensor w = c.input(1);
-    Tensor gx = w.defined() ? mul(g[0], w) : g[0];
-    gi[0] =
-        mul(rstd, sub(sub(gx, mean(gx, dims, true)), mul(xhat, mean(mul(gx, xhat), dims, true))));
-  }
+  if (c.needs(0)) gi[0] = layer_norm_backward(g[0], x, shape.span(), c.input(1), eps);
 }
 // y = xhat * w, xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over the last dims.
 void rms_norm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {

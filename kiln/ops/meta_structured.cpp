@@ -177,6 +177,19 @@ TensorSpec layer_norm(const Tensor& x, IntArrayRef shape, const Tensor& w, const
   KILN_CHECK(eps >= 0, "[layer_norm] eps must be non-negative, got {}", eps);
   return {Shape(x.sizes()), x.dtype(), x.device()};
 }
+TensorSpec layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef shape,
+                               const Tensor& w, double eps) {
+  const char* op = "layer_norm_backward";
+  check_norm_args(op, x, shape, w, nullptr);
+  KILN_CHECK(eps >= 0, "[{}] eps must be non-negative, got {}", op, eps);
+  check_defined(op, grad, "grad_output");
+  KILN_CHECK_TYPE(grad.dtype() == x.dtype(), "[{}] grad_output dtype {} differs from input {}", op,
+                  grad.dtype(), x.dtype());
+  KILN_CHECK(grad.sizes() == x.sizes(), "[{}] grad_output has shape [{}], but input has shape [{}]",
+             op, fmt::join(grad.sizes(), ", "), fmt::join(x.sizes(), ", "));
+  check_same_device(op, {&grad, &x});
+  return {Shape(x.sizes()), x.dtype(), x.device()};
+}
 TensorSpec rms_norm(const Tensor& x, IntArrayRef shape, const Tensor& w, double eps) {
   check_norm_args("rms_norm", x, shape, w, nullptr);
   KILN_CHECK(eps >= 0, "[rms_norm] eps must be non-negative, got {}", eps);

@@ -102,7 +102,11 @@ namespace kiln::ops {
   _(tril, (const Tensor&, int64_t), "tril(Tensor self, int diagonal=0)")                           \
   _(one_hot, (const Tensor&, int64_t), "one_hot(Tensor self, int num_classes)")                    \
   _(gelu_backward, (const Tensor&, const Tensor&, bool),                                           \
-    "gelu_backward(Tensor grad_output, Tensor self, bool tanh_approximation=False)")
+    "gelu_backward(Tensor grad_output, Tensor self, bool tanh_approximation=False)")               \
+  _(layer_norm_backward, (const Tensor&, const Tensor&, IntArrayRef, const Tensor&, double),       \
+    "layer_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor? "       \
+    "weight, "                                                                                     \
+    "float eps=1e-5)")
 
 #define KILN_FORALL_OTHER_OPS(_)                                                                   \
   /* views: share storage, no kernel work; one kernel serves every backend */                      \

@@ -161,6 +161,10 @@ KILN_UNARY_WRAPPER(sin)
 KILN_UNARY_WRAPPER(cos)
 #undef KILN_UNARY_WRAPPER
 Tensor gelu(const Tensor& a, bool approximate_tanh) { return gelu_op(a, approximate_tanh); }
+Tensor layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef normalized_shape,
+                           const Tensor& weight, double eps) {
+  return layer_norm_backward_op(grad, x, normalized_shape, weight, eps);
+}
 Tensor gelu_backward(const Tensor& grad, const Tensor& self, bool approximate_tanh) {
   return gelu_backward_op(grad, self, approximate_tanh);
 }

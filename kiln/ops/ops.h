@@ -176,6 +176,10 @@ Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& w
                   const Tensor& bias = {}, double eps = 1e-5);
 Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& weight = {},
                 double eps = 1e-6);
+// The gradient of layer_norm(x, normalized_shape, weight, bias, eps) with respect to x, given
+// the gradient of its output, in one pass per row (what layer_norm's backward uses).
+Tensor layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef normalized_shape,
+                           const Tensor& weight = {}, double eps = 1e-5);
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 // Mean negative log-likelihood over targets != ignore_index. input is [N, C] log-probabilities.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100);

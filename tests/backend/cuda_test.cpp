@@ -206,13 +206,18 @@ std::vector<Case> cases() {
                },
                true});
   c.push_back({"norms",
-               {"layer_norm", "rms_norm", "gelu_backward"},
+               {"layer_norm", "layer_norm_backward", "rms_norm", "gelu_backward"},
                kFloats,
                [](Device d, DType t) -> TensorList {
                  Tensor x = draw({6, 64}, t, d, 19), w = draw({64}, t, d, 20);
                  Tensor b = draw({64}, t, d, 21);
-                 return {layer_norm(x, {64}, w, b), layer_norm(x, {64}, {}, {}),
-                         rms_norm(x, {64}, w), gelu_backward(w, b), gelu_backward(w, b, true)};
+                 return {layer_norm(x, {64}, w, b),
+                         layer_norm(x, {64}, {}, {}),
+                         layer_norm_backward(expand(b, {6, 64}).contiguous(), x, {64}, w),
+                         layer_norm_backward(x, x, {64}),
+                         rms_norm(x, {64}, w),
+                         gelu_backward(w, b),
+                         gelu_backward(w, b, true)};
                },
                true});
   c.push_back({"index",

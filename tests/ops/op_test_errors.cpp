@@ -111,6 +111,12 @@ std::vector<ErrorCase> error_cases() {
           [](const Watch&) { gelu_backward(f32({2, 3}), f32({3, 2})); }),
       err("gelu_backward_int", K::Type, "gelu_backward", {"int64"},
           [](const Watch&) { gelu_backward(i64({3}), i64({3})); }),
+      err("layer_norm_backward_shape", K::Value, "layer_norm_backward", {"[2, 4]", "[2, 3]"},
+          [](const Watch&) { layer_norm_backward(f32({2, 4}), f32({2, 3}), {3}); }),
+      err("layer_norm_backward_normalized_shape", K::Value, "layer_norm_backward", {"[4]"},
+          [](const Watch&) { layer_norm_backward(f32({2, 3}), f32({2, 3}), {4}); }),
+      err("layer_norm_backward_dtype", K::Type, "layer_norm_backward", {"float64", "float32"},
+          [](const Watch&) { layer_norm_backward(ones({2, 3}, kFloat64), f32({2, 3}), {3}); }),
       // ---------------------------------------------------------------- dtypes
       err("mm_dtype_mismatch", K::Type, "mm", {"float32", "float64"},
           [](const Watch&) { mm(f32({2, 3}), ones({3, 2}, kFloat64)); }),

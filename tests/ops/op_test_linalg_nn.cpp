@@ -242,6 +242,32 @@ void add_norms(Cases& cs) {
             },
         .tol = Tol::Accum};
     cs.push_back(ln);
+    // layer_norm_backward against ATen's native_layer_norm_backward (the input gradient).
+    OpCase lnb{
+        .name = std::string("layer_norm_backward_") + c.label,
+        .ops = {"layer_norm_backward"},
+        .dtypes = kFloatDTypes,
+        .make =
+            [xs, ns, affine](Gen& g) {
+              KTensors in{g.any(xs), g.any(xs)};
+              if (affine) in.push_back(g.uniform({ns}, 0.5, 1.5));
+              return in;
+            },
+        .kiln =
+            [ns, affine](const KArgs& x) {
+              return KTensors{layer_norm_backward(x[0], x[1], ns, affine ? x[2] : Tensor(), 1e-5)};
+            },
+        .aten =
+            [ns, affine](const AArgs& a) {
+              at::Tensor w = affine ? a[2] : at::Tensor();
+              auto fw = at::native_layer_norm(a[1], ns, w, at::Tensor(), 1e-5);
+              auto bw =
+                  at::native_layer_norm_backward(a[0], a[1], ns, std::get<1>(fw), std::get<2>(fw),
+                                                 w, at::Tensor(), {true, false, false});
+              return ATensors{std::get<0>(bw)};
+            },
+        .tol = Tol::Accum};
+    cs.push_back(lnb);
     // rms_norm: ATen 1.13 has none; the reference is x * rsqrt(mean(x^2) + eps) * w over the
     // normalized dims, computed in float32 for the 16-bit types and rounded once.
     OpCase rms{.name = std::string("rms_norm_") + c.label,
@@ -268,6 +294,10 @@ void add_norms(Cases& cs) {
     if (std::string(c.label) == "affine") {
       cs.push_back(out_variant(ln, "layer_norm_out", [ns](const KArgs& x) {
         ops::layer_norm_out_op(x.out, x[0], ns, x[1], x[2], 1e-5);
+        return KTensors{x.out};
+      }));
+      cs.push_back(out_variant(lnb, "layer_norm_backward_out", [ns](const KArgs& x) {
+        ops::layer_norm_backward_out_op(x.out, x[0], x[1], ns, x[2], 1e-5);
         return KTensors{x.out};
       }));
       cs.push_back(out_variant(rms, "rms_norm_out", [ns](const KArgs& x) {

@@ -1,5 +1,6 @@
 // CPU kernels of layer_norm, rms_norm, embedding, nll_loss and dropout.
 #include <cmath>
+#include <utility>
 
 #include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/other_meta.h"
@@ -11,6 +12,21 @@ void philox_uniform(const Tensor& out, Generator* gen);  // common.cpp
 
 namespace {
 
+// The mean (0 for rms) and 1 / sqrt(variance + eps) of a row of n elements, summed in double.
+template <class F, class T>
+std::pair<F, F> row_stats(const T* xr, int64_t n, double eps, bool rms) {
+  double mean = 0, sq = 0;
+  if (!rms) {
+    for (int64_t i = 0; i < n; ++i) mean += static_cast<double>(xr[i]);
+    mean /= static_cast<double>(n);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    double d = static_cast<double>(xr[i]) - mean;
+    sq += d * d;
+  }
+  return {static_cast<F>(mean), static_cast<F>(1.0 / std::sqrt(sq / static_cast<double>(n) + eps))};
+}
+
 // x is [rows, n] (normalised over the last n elements); w and b are [n] or null.
 template <class T>
 void norm_rows(const T* x, const T* w, const T* b, T* y, int64_t rows, int64_t n, double eps,
@@ -20,17 +36,7 @@ void norm_rows(const T* x, const T* w, const T* b, T* y, int64_t rows, int64_t n
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
-    double mean = 0, sq = 0;
-    if (!rms) {
-      for (int64_t i = 0; i < n; ++i) mean += static_cast<double>(xr[i]);
-      mean /= static_cast<double>(n);
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      double d = static_cast<double>(xr[i]) - mean;
-      sq += d * d;
-    }
-    F rstd = static_cast<F>(1.0 / std::sqrt(sq / static_cast<double>(n) + eps));
-    F m = static_cast<F>(mean);
+    auto [m, rstd] = row_stats<F>(xr, n, eps, rms);
     for (int64_t i = 0; i < n; ++i) {
       F v = (static_cast<F>(xr[i]) - m) * rstd;
       if (w) v *= static_cast<F>(w[i]);
@@ -66,6 +72,50 @@ void layer_norm_impl(const Tensor& out, const Tensor& x, IntArrayRef shape, cons
 void rms_norm_impl(const Tensor& out, const Tensor& x, IntArrayRef shape, const Tensor& w,
                    double eps) {
   norm_common(out, x, shape, w, Tensor(), eps, true);
+}
+
+// dx = rstd * (gx - mean(gx) - xhat * mean(gx * xhat)) with gx = g * w, per row of n elements:
+// g, x and dx are [rows, n], w is [n] or null. Sums in double, elements in acc_t.
+template <class T>
+void layer_norm_backward_rows(const T* g, const T* x, const T* w, T* dx, int64_t rows, int64_t n,
+                              double eps) {
+  using F = acc_t<T>;
+#pragma omp parallel for if (rows * n > kGrainSize && rows > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = x + r * n, *gr = g + r * n;
+    auto [m, rstd] = row_stats<F>(xr, n, eps, false);
+    double sum_g = 0, sum_gx = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      F gx = static_cast<F>(gr[i]) * (w ? static_cast<F>(w[i]) : F(1));
+      sum_g += gx;
+      sum_gx += gx * ((static_cast<F>(xr[i]) - m) * rstd);
+    }
+    F a = static_cast<F>(sum_g / static_cast<double>(n));
+    F b = static_cast<F>(sum_gx / static_cast<double>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      F gx = static_cast<F>(gr[i]) * (w ? static_cast<F>(w[i]) : F(1));
+      F xhat = (static_cast<F>(xr[i]) - m) * rstd;
+      dx[r * n + i] = static_cast<T>(rstd * (gx - a - xhat * b));
+    }
+  }
+}
+
+void layer_norm_backward_impl(const Tensor& out, const Tensor& g, const Tensor& x,
+                              IntArrayRef shape, const Tensor& w, double eps) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  int64_t rows = n == 0 ? 0 : x.numel() / n;
+  Tensor cg = contiguous_as(g, x.dtype()), cx = contiguous_as(x, x.dtype());
+  Tensor cw = w.defined() ? contiguous_as(w, x.dtype()) : Tensor();
+  with_contiguous_result(out, x.dtype(), [&](const Tensor& y) {
+    KILN_DISPATCH_FLOAT_TYPES(x.dtype(), "layer_norm_backward", [&] {
+      using T = scalar_t;
+      layer_norm_backward_rows<T>(static_cast<const T*>(cg.impl()->data()),
+                                  static_cast<const T*>(cx.impl()->data()),
+                                  cw.defined() ? static_cast<const T*>(cw.impl()->data()) : nullptr,
+                                  static_cast<T*>(y.impl()->data()), rows, n, eps);
+    });
+  });
 }
 
 void embedding_impl(const Tensor& out, const Tensor& weight, const Tensor& indices) {
@@ -131,6 +181,7 @@ TensorPair dropout_kernel(const Tensor& x, double p, Generator* gen) {
 
 constexpr auto K = DispatchKey::CPU;
 KILN_REGISTER_STRUCTURED(layer_norm, K, &layer_norm_impl);
+KILN_REGISTER_STRUCTURED(layer_norm_backward, K, &layer_norm_backward_impl);
 KILN_REGISTER_STRUCTURED(rms_norm, K, &rms_norm_impl);
 KILN_REGISTER_STRUCTURED(embedding, K, &embedding_impl);
 KILN_REGISTER_STRUCTURED(nll_loss, K, &nll_loss_impl);

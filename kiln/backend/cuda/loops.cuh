@@ -125,22 +125,40 @@ bool aligned(const T* p) {
   return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * V) == 0;
 }
 
-template <int N, class Out, class F, class... T>
+// Index is uint32_t when every offset fits: 64-bit division, one per dim and element, is most
+// of a strided kernel's time.
+template <int N, class Index, class Out, class F, class... T>
 __global__ void __launch_bounds__(kBlock)
     strided_kernel(Indexer<N> ix, Out* out, F f, In<T>... in) {
-  int64_t i = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
-  if (i >= ix.numel) return;
-  int64_t off[N] = {};
-  int64_t rem = i;
+  Index i = static_cast<Index>(blockIdx.x) * kBlock + threadIdx.x;
+  if (i >= static_cast<Index>(ix.numel)) return;
+  Index off[N] = {};
+  Index rem = i;
   for (int d = 0; d < ix.ndim; ++d) {
-    int64_t c = rem % ix.sizes[d];
-    rem /= ix.sizes[d];
+    Index size = static_cast<Index>(ix.sizes[d]);
+    Index c = rem % size;
+    rem /= size;
 #pragma unroll
-    for (int k = 0; k < N; ++k) off[k] += c * ix.strides[k][d];
+    for (int k = 0; k < N; ++k) off[k] += c * static_cast<Index>(ix.strides[k][d]);
   }
   int k = 0;
-  auto next = [&] { return off[++k]; };
+  auto next = [&] { return static_cast<int64_t>(off[++k]); };
   out[off[0]] = f(in.at(next())...);
+}
+
+// Whether every element count and offset of `ix` fits in 32 bits (strides are non-negative).
+template <int N>
+bool fits_32(const Indexer<N>& ix) {
+  if (ix.numel >= (int64_t{1} << 31)) return false;
+  for (int k = 0; k < N; ++k) {
+    int64_t last = 0;
+    for (int d = 0; d < ix.ndim; ++d) {
+      if (ix.strides[k][d] < 0) return false;
+      last += (ix.sizes[d] - 1) * ix.strides[k][d];
+    }
+    if (last >= (int64_t{1} << 31)) return false;
+  }
+  return true;
 }
 
 // Launches out = f(in...) over `ix` on `stream`; Out and T... are the element types.
@@ -165,8 +183,12 @@ void launch_elementwise(const Indexer<sizeof...(T) + 1>& ix, void* out, F f, cud
                                                                                    f, in...);
   } else {
     int64_t blocks = (ix.numel + kBlock - 1) / kBlock;
-    strided_kernel<sizeof...(T) + 1, Out, F, T...>
-        <<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(ix, o, f, in...);
+    if (fits_32(ix))
+      strided_kernel<sizeof...(T) + 1, uint32_t, Out, F, T...>
+          <<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(ix, o, f, in...);
+    else
+      strided_kernel<sizeof...(T) + 1, int64_t, Out, F, T...>
+          <<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(ix, o, f, in...);
   }
 }
 

@@ -37,6 +37,21 @@ void rms_norm_impl(const Tensor& out, const Tensor& x, IntArrayRef shape, const 
   norm_common(out, x, shape, w, Tensor(), eps, true);
 }
 
+void layer_norm_backward_impl(const Tensor& out, const Tensor& g, const Tensor& x,
+                              IntArrayRef shape, const Tensor& w, double eps) {
+  if (x.numel() == 0) return;
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  Tensor cg = contiguous_as(g, x.dtype()), cx = contiguous_as(x, x.dtype());
+  Tensor cw = w.defined() ? contiguous_as(w, x.dtype()) : Tensor();
+  with_result(out, x.dtype(), true, [&](const Tensor& y) {
+    launch_layer_norm_backward(dt(x.dtype()), cg.impl()->data(), cx.impl()->data(),
+                               data_or_null(cw), y.impl()->data(), x.numel() / n, n, eps,
+                               stream_for(out));
+    check_launch("layer_norm_backward");
+  });
+}
+
 void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x, bool approximate) {
   with_result(out, x.dtype(), false, [&](const Tensor& r) {
     Indexer<3> ix = make_indexer<3>(r, {&grad, &x});
@@ -81,6 +96,7 @@ void nll_loss_impl(const Tensor& out, const Tensor& self, const Tensor& target,
 }  // namespace
 
 KILN_CUDA_STRUCTURED(layer_norm, &layer_norm_impl);
+KILN_CUDA_STRUCTURED(layer_norm_backward, &layer_norm_backward_impl);
 KILN_CUDA_STRUCTURED(rms_norm, &rms_norm_impl);
 KILN_CUDA_STRUCTURED(gelu_backward, &gelu_backward_impl);
 KILN_CUDA_STRUCTURED(embedding, &embedding_impl);

@@ -2,6 +2,8 @@
 // (float for the 16-bit floats, double for float64); nll_loss sums in double as the CPU does.
 // The norms take a warp to a block per row (rows of up to 4096 held in registers); nll_loss
 // is one block; gelu_backward runs on the elementwise engine (loops.cuh).
+#include <algorithm>
+
 #include "kiln/backend/cuda/loops.cuh"
 #include "kiln/backend/cuda/nn.h"
 
@@ -227,6 +229,40 @@ __global__ void __launch_bounds__(kLossThreads)
   *out = cvt<T>(static_cast<acc_t<T>>(s / count));
 }
 
+// g, x and dx are (rows, n), w is (n) or null; one row a block. Mean and rstd as the forward
+// computes them, then the two row sums of the backward, then dx: four passes over a row that
+// stays in L1.
+template <class T>
+__global__ void __launch_bounds__(kNormThreads)
+    layer_norm_backward_kernel(const T* g, const T* x, const T* w, T* dx, int64_t n, double eps) {
+  using A = acc_t<T>;
+  __shared__ A shm[kNormThreads / 32];
+  const int64_t off = static_cast<int64_t>(blockIdx.x) * n;
+  const T *xr = x + off, *gr = g + off;
+  A s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += cvt<A>(xr[i]);
+  const A mean = row_sum(s, shm) / static_cast<A>(n);
+  A sq = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    A d = cvt<A>(xr[i]) - mean;
+    sq += d * d;
+  }
+  const A rstd = A(1) / sqrt_of(row_sum(sq, shm) / static_cast<A>(n) + static_cast<A>(eps));
+  A sg = 0, sgx = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    A gx = cvt<A>(gr[i]) * (w ? cvt<A>(w[i]) : A(1));
+    sg += gx;
+    sgx += gx * ((cvt<A>(xr[i]) - mean) * rstd);
+  }
+  const A a = row_sum(sg, shm) / static_cast<A>(n);
+  const A b = row_sum(sgx, shm) / static_cast<A>(n);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    A gx = cvt<A>(gr[i]) * (w ? cvt<A>(w[i]) : A(1));
+    A xhat = (cvt<A>(xr[i]) - mean) * rstd;
+    dx[off + i] = cvt<T>(rstd * (gx - a - xhat * b));
+  }
+}
+
 }  // namespace
 
 void launch_norm(Dt dt, const void* x, const void* w, const void* b, void* y, int64_t rows,
@@ -274,6 +310,19 @@ void launch_nll_loss(Dt dt, const void* self, const int64_t* target, void* out, 
     nll_loss_kernel<scalar_t><<<1, kLossThreads, 0, stream>>>(static_cast<const scalar_t*>(self),
                                                               target, static_cast<scalar_t*>(out),
                                                               n, classes, ignore_index, err, code);
+  });
+}
+
+void launch_layer_norm_backward(Dt dt, const void* g, const void* x, const void* w, void* dx,
+                                int64_t rows, int64_t n, double eps, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  // About four elements a thread, in whole warps.
+  int threads = static_cast<int>(std::min<int64_t>(kNormThreads, ((n + 3) / 4 + 31) / 32 * 32));
+  KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
+    using T = scalar_t;
+    layer_norm_backward_kernel<T><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+        static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w),
+        static_cast<T*>(dx), n, eps);
   });
 }
 

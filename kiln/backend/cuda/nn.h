@@ -14,6 +14,10 @@ namespace kiln::cuda {
 // are (rows, n), w and b are (n) or null.
 void launch_norm(Dt dt, const void* x, const void* w, const void* b, void* y, int64_t rows,
                  int64_t n, double eps, bool rms, cudaStream_t stream);
+// dx = rstd * (gx - mean(gx) - xhat * mean(gx * xhat)) per row, gx = g * w (w may be null):
+// the gradient of layer_norm with respect to x. g, x and dx are (rows, n).
+void launch_layer_norm_backward(Dt dt, const void* g, const void* x, const void* w, void* dx,
+                                int64_t rows, int64_t n, double eps, cudaStream_t stream);
 // out = grad * gelu'(x) over `ix` (erf form, or the tanh approximation's derivative).
 void launch_gelu_backward(Dt dt, const Indexer<3>& ix, void* out, const Operand& grad,
                           const Operand& x, bool tanh_approx, cudaStream_t stream);
