@@ -480,6 +480,29 @@ TEST(CudaCompile, TrainingStepCapturedEqualsEager) {
   EXPECT_LT(eager.back(), eager.front());
 }
 
+TEST(CudaCompile, RandomOpsDrawFreshNumbersEachReplay) {
+  SKIP_WITHOUT_CUDA();
+  CompiledFunction f =
+      compile([](const Tensor& x) { return add(x, rand({256}, nullptr, kFloat32, x.device())); },
+              {.name = "noise"});
+  Tensor x = zeros({256}, kFloat32, gpu());
+  std::vector<std::vector<float>> draws;
+  for (int i = 0; i < 4; ++i) draws.push_back(f({x})[0].to_vector<float>());
+  EXPECT_GE(f.entries().at(0).captures, 1) << f.explain();
+  EXPECT_NE(draws[2], draws[3]);  // two replays of the captured graph
+  Generator mine(7);
+  CompiledFunction g =
+      compile([&](const Tensor& y) { return add(y, rand({4}, &mine, kFloat32, y.device())); },
+              {.name = "mine"});
+  Tensor y = zeros({4}, kFloat32, gpu());
+  try {
+    for (int i = 0; i < 3; ++i) g({y});
+    FAIL() << "a caller's generator was captured";
+  } catch (const CompileError& e) {
+    EXPECT_NE(std::string(e.what()).find("rand"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaCompile, AHostReadInsideIsAnErrorNamingTheOp) {
   SKIP_WITHOUT_CUDA();
   auto fn = [](const Tensor& x) {

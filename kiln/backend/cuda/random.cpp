@@ -19,6 +19,12 @@ Device resolved(Device device) { return device.index() < 0 ? Device(device.type(
 template <class F>
 void draw(const char* op, Generator* gen, int index, int64_t n, int per_block, F launch) {
   if (n == 0) return;
+  // A captured graph would replay the (seed, offset) given now: the same numbers every time.
+  KILN_CHECK_DEVICE(!(gen && capturing(index)),
+                    "[{}] a draw from a generator of the caller's cannot be captured into a graph "
+                    "(its state would be frozen at capture, cudaErrorStreamCaptureUnsupported); "
+                    "draw from the device's default generator",
+                    op);
   uint64_t blocks = static_cast<uint64_t>((n + per_block - 1) / per_block);
   cudaStream_t stream = current_stream(index);
   PhiloxArgs ph;
