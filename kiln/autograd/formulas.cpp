@@ -330,6 +330,20 @@ void dropout_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   double p = c.get<double>(1);
   gi[0] = where(c.output(1), mul(g[0], p < 1 ? 1.0 / (1.0 - p) : 0.0), 0.0);
 }
+// Note [Fused attention]: the gradients come from flash_attention_backward, which recomputes
+// the probabilities from the saved logsumexp; the logsumexp output itself has none.
+void flash_attention_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  KILN_CHECK(g.size() < 2 || !g[1].defined(),
+             "[flash_attention] the logsumexp output carries no gradient; compute it from the "
+             "scores (logsumexp of q k^T * scale) to differentiate it");
+  if (!g[0].defined()) return;
+  auto [dq, dk, dv] =
+      ops::flash_attention_backward_op(g[0], c.input(0), c.input(1), c.input(2), c.output(0),
+                                       c.output(1), c.get<bool>(3), c.get<double>(4));
+  if (c.needs(0)) gi[0] = dq;
+  if (c.needs(1)) gi[1] = dk;
+  if (c.needs(2)) gi[2] = dv;
+}
 
 struct Entry {
   const char* name;
@@ -427,6 +441,7 @@ const Entry kOthers[] = {
     {"max_dim", F(max_min_dim_bw, 0, S(1))},
     {"min_dim", F(max_min_dim_bw, 0, S(1))},
     {"native_dropout", F(dropout_bw, 0, S(1))},
+    {"flash_attention", F(flash_attention_bw, kSaveAll, S(0) | S(1))},
 };
 
 void set_derivative(std::string_view name, const Derivative& d) {

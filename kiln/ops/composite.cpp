@@ -112,6 +112,31 @@ Tensor dropout(const Tensor& x, double p, bool train, Generator* gen) {
   return std::get<0>(native_dropout_op(x, p, gen));
 }
 
+namespace {
+// See scaled_dot_product_attention in ops.h.
+bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& mask) {
+  if (mask.defined() || q.device().is_cpu() || k.device() != q.device() ||
+      v.device() != q.device() || k.dim() != q.dim() || v.dim() != q.dim() || q.dim() < 2)
+    return false;
+  // Only where the backend has kernels of its own (CUDA): the CPU and the backends served by a
+  // generic fallback (sim) keep the math path, and so stay bitwise equal to each other.
+  if (!flash_attention_op.def.has_kernel(q.device().dispatch_key()) ||
+      !flash_attention_backward_op.def.has_kernel(q.device().dispatch_key()))
+    return false;
+  DType t = q.dtype();
+  if ((t != kFloat32 && t != kFloat16 && t != kBFloat16) || k.dtype() != t || v.dtype() != t)
+    return false;
+  int64_t e = q.size(-1);
+  if (e < 1 || e > 128 || k.size(-1) != e || v.size(-1) != e || q.size(-2) < 1 || k.size(-2) < 1 ||
+      v.size(-2) != k.size(-2))
+    return false;
+  for (int64_t d = 0; d < q.dim() - 2; ++d)
+    if (k.size(d) != q.size(d) || v.size(d) != q.size(d)) return false;
+  return true;
+}
+}  // namespace
+
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask, bool is_causal,
                                     std::optional<double> scale) {
@@ -128,6 +153,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   KILN_CHECK(!(is_causal && attn_mask.defined()),
              "[{}] pass either attn_mask or is_causal, not both", op);
   double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  if (fused_attention_applies(q, k, v, attn_mask))
+    return std::get<0>(flash_attention_op(q, k, v, is_causal, s));
   Tensor scores = matmul(q, transpose(k, -2, -1)) * s;  // [..., L, S]
   int64_t L = q.size(-2), S = k.size(-2);
   if (is_causal) {

@@ -14,6 +14,7 @@
 
 namespace kiln {
 using TensorPair = std::tuple<Tensor, Tensor>;
+using TensorTriple = std::tuple<Tensor, Tensor, Tensor>;
 using OptScalar = std::optional<Scalar>;
 using OptInt = std::optional<int64_t>;
 using OptDType = std::optional<DType>;
@@ -152,6 +153,17 @@ namespace kiln::ops {
     "min_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
   _(native_dropout, Functional, TensorPair(const Tensor&, double, Generator*),                     \
     "native_dropout(Tensor input, float p, Generator? generator) -> (Tensor out, Tensor mask)")    \
+  /* fused attention (Note [Fused attention] in kiln/ops/ops.h) */                                 \
+  _(flash_attention, Functional,                                                                   \
+    TensorPair(const Tensor&, const Tensor&, const Tensor&, bool, double),                         \
+    "flash_attention(Tensor query, Tensor key, Tensor value, bool is_causal, float scale) -> "     \
+    "(Tensor out, Tensor logsumexp)")                                                              \
+  _(flash_attention_backward, Functional,                                                          \
+    TensorTriple(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,        \
+                 const Tensor&, bool, double),                                                     \
+    "flash_attention_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor "    \
+    "out, Tensor logsumexp, bool is_causal, float scale) -> (Tensor grad_query, Tensor "           \
+    "grad_key, Tensor grad_value)")                                                                \
   /* multi-tensor (foreach) updates for optimizers */                                              \
   _(foreach_add_, InPlace, void(const TensorList&, const TensorList&, const Scalar&),              \
     "foreach_add_(Tensor(a!)[] self, Tensor[] other, Scalar alpha=1)")                             \

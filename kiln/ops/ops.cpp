@@ -165,6 +165,26 @@ Tensor layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef norm
                            const Tensor& weight, double eps) {
   return layer_norm_backward_op(grad, x, normalized_shape, weight, eps);
 }
+namespace {
+double attention_scale(const Tensor& q, std::optional<double> scale) {
+  KILN_CHECK(q.defined() && q.dim() >= 1,
+             "[flash_attention] query must be a defined tensor with "
+             "at least 1 dim");
+  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+}
+}  // namespace
+std::tuple<Tensor, Tensor> flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           bool is_causal, std::optional<double> scale) {
+  return flash_attention_op(q, k, v, is_causal, attention_scale(q, scale));
+}
+std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& grad_out, const Tensor& q,
+                                                            const Tensor& k, const Tensor& v,
+                                                            const Tensor& out,
+                                                            const Tensor& logsumexp, bool is_causal,
+                                                            std::optional<double> scale) {
+  return flash_attention_backward_op(grad_out, q, k, v, out, logsumexp, is_causal,
+                                     attention_scale(q, scale));
+}
 Tensor gelu_backward(const Tensor& grad, const Tensor& self, bool approximate_tanh) {
   return gelu_backward_op(grad, self, approximate_tanh);
 }

@@ -189,9 +189,28 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
 Tensor dropout(const Tensor& x, double p, bool train = true, Generator* gen = nullptr);
 // softmax(q k^T * scale + mask) v over [..., L, E] inputs. mask is a bool tensor (true = keep)
 // or an additive float tensor; causal masks out keys after each query.
+// On a device whose backend has flash_attention kernels of its own (CUDA) this runs
+// flash_attention when it can: no attn_mask, key and value with query's leading dims and
+// embedding size, a 16- or 32-bit float dtype, E <= 128. Elsewhere (the CPU, sim) it runs
+// the math path: matmul, softmax, matmul.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& attn_mask = {}, bool is_causal = false,
                                     std::optional<double> scale = {});
+// Note [Fused attention]
+// flash_attention(q, k, v) is softmax(q k^T * scale [causal: key j > query i masked]) v in one
+// kernel that never holds the L x S scores (FlashAttention-2: tiles of queries and keys, an
+// online softmax). It also returns the logsumexp of each query's scores ([..., L], float32, or
+// float64 for float64 inputs), which its backward uses to recompute the probabilities;
+// flash_attention_backward gives the gradients of q, k and v (the logsumexp output itself
+// carries no gradient). q, k and v are [..., L or S, E] with the same leading dims. On CUDA
+// the kernels take head dims up to 128 in float32 (exact, or with TF32 tensor cores where
+// allow_tf32() is set), float16 and bfloat16 (tensor cores, float32 accumulation).
+std::tuple<Tensor, Tensor> flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                           bool is_causal = false,
+                                           std::optional<double> scale = {});
+std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(
+    const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+    const Tensor& logsumexp, bool is_causal = false, std::optional<double> scale = {});
 
 // ---------------------------------------------------------------- views and shapes
 // Views share storage with the input; writes through one are seen by the other.

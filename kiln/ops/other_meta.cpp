@@ -152,6 +152,66 @@ TensorSpec native_dropout(const Tensor& input, double p, Generator*) {
   return {Shape(input.sizes()), input.dtype(), input.device()};
 }
 
+TensorSpec flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool, double scale) {
+  const char* op = "flash_attention";
+  check_defined(op, q, "query");
+  check_defined(op, k, "key");
+  check_defined(op, v, "value");
+  KILN_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(),
+             "[{}] query, key and value need one rank >= 2 ([..., L, E]), got {}, {} and {} dims",
+             op, q.dim(), k.dim(), v.dim());
+  KILN_CHECK_TYPE(is_floating(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype(),
+                  "[{}] query, key and value need one floating dtype, got {}, {} and {}", op,
+                  q.dtype(), k.dtype(), v.dtype());
+  Device dev = common_device(op, {&q, &k, &v});
+  KILN_CHECK_DEVICE(k.device() == dev && v.device() == dev && q.device() == dev,
+                    "[{}] query, key and value must be on one device, got {}, {} and {}", op,
+                    q.device(), k.device(), v.device());
+  int64_t n = q.dim();
+  for (int64_t d = 0; d < n - 2; ++d)
+    KILN_CHECK(k.size(d) == q.size(d) && v.size(d) == q.size(d),
+               "[{}] query, key and value need the same leading dims, got {}, {} and {}", op,
+               q.sizes(), k.sizes(), v.sizes());
+  KILN_CHECK(k.size(-2) == v.size(-2),
+             "[{}] key and value must have the same length, got {} and {}", op, k.size(-2),
+             v.size(-2));
+  KILN_CHECK(k.size(-1) == q.size(-1) && v.size(-1) == q.size(-1),
+             "[{}] query, key and value need one embedding size, got {}, {} and {}", op, q.size(-1),
+             k.size(-1), v.size(-1));
+  KILN_CHECK(q.size(-2) >= 1 && k.size(-2) >= 1 && q.size(-1) >= 1,
+             "[{}] needs at least one query, one key and an embedding size >= 1, got query {} "
+             "and key {}",
+             op, q.sizes(), k.sizes());
+  KILN_CHECK(std::isfinite(scale), "[{}] scale must be finite, got {}", op, scale);
+  return {Shape(q.sizes()), q.dtype(), dev};
+}
+DType attention_stats_dtype(DType input) { return input == kFloat64 ? kFloat64 : kFloat32; }
+TensorSpec flash_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out, const Tensor& lse,
+                                    bool is_causal, double scale) {
+  const char* op = "flash_attention_backward";
+  TensorSpec s = flash_attention(q, k, v, is_causal, scale);
+  check_defined(op, grad_out, "grad_out");
+  check_defined(op, out, "out");
+  check_defined(op, lse, "logsumexp");
+  for (const Tensor* t : {&grad_out, &out}) {
+    KILN_CHECK(t->sizes() == q.sizes(), "[{}] grad_out and out must have query's shape {}, got {}",
+               op, q.sizes(), t->sizes());
+    KILN_CHECK_TYPE(t->dtype() == q.dtype(), "[{}] grad_out and out must be {} like query, got {}",
+                    op, q.dtype(), t->dtype());
+  }
+  IntArrayRef rows = q.sizes().subspan(0, static_cast<size_t>(q.dim() - 1));
+  KILN_CHECK(lse.sizes() == rows, "[{}] logsumexp must have shape {}, got {}", op, rows,
+             lse.sizes());
+  KILN_CHECK_TYPE(lse.dtype() == attention_stats_dtype(q.dtype()),
+                  "[{}] logsumexp must be {}, got {}", op, attention_stats_dtype(q.dtype()),
+                  lse.dtype());
+  for (const Tensor* t : {&grad_out, &out, &lse})
+    KILN_CHECK_DEVICE(t->device() == s.device, "[{}] every tensor must be on {}, got {}", op,
+                      s.device, t->device());
+  return s;
+}
+
 void foreach_lists(const char* op, std::initializer_list<const TensorList*> lists) {
   const TensorList& self = **lists.begin();
   size_t li = 0;
@@ -279,6 +339,20 @@ TensorPair meta_dropout(const Tensor& x, double p, Generator* g) {
   TensorSpec s = meta::native_dropout(x, p, g);
   return {empty_tensor(s.sizes, s.dtype, meta_dev()), empty_tensor(s.sizes, kBool, meta_dev())};
 }
+TensorPair meta_flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                double scale) {
+  TensorSpec s = meta::flash_attention(q, k, v, causal, scale);
+  IntArrayRef rows = q.sizes().subspan(0, static_cast<size_t>(q.dim() - 1));
+  return {empty_tensor(s.sizes, s.dtype, meta_dev()),
+          empty_tensor(rows, meta::attention_stats_dtype(s.dtype), meta_dev())};
+}
+TensorTriple meta_flash_attention_backward(const Tensor& g, const Tensor& q, const Tensor& k,
+                                           const Tensor& v, const Tensor& out, const Tensor& lse,
+                                           bool causal, double scale) {
+  TensorSpec s = meta::flash_attention_backward(g, q, k, v, out, lse, causal, scale);
+  return {empty_tensor(s.sizes, s.dtype, meta_dev()), empty_tensor(k.sizes(), s.dtype, meta_dev()),
+          empty_tensor(v.sizes(), s.dtype, meta_dev())};
+}
 void meta_foreach_add_(const TensorList& a, const TensorList& b, const Scalar& s) {
   meta::foreach_lists("foreach_add_", {&a, &b});
   meta::foreach_scalar("foreach_add_", a, s);
@@ -341,6 +415,8 @@ const bool registered = [] {
   reg(ops::max_dim_op, &meta_max_dim);
   reg(ops::min_dim_op, &meta_min_dim);
   reg(ops::native_dropout_op, &meta_dropout);
+  reg(ops::flash_attention_op, &meta_flash_attention);
+  reg(ops::flash_attention_backward_op, &meta_flash_attention_backward);
   reg(ops::foreach_add__op, &meta_foreach_add_);
   reg(ops::foreach_mul__op, &meta_foreach_mul_);
   reg(ops::foreach_mul_list__op, &meta_foreach_mul_list_);

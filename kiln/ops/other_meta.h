@@ -18,6 +18,18 @@ TensorSpec to_copy(const Tensor& self, DType dtype, Device device);
 TensorSpec max_dim(const Tensor& self, int64_t dim, bool keepdim);
 TensorSpec min_dim(const Tensor& self, int64_t dim, bool keepdim);
 TensorSpec native_dropout(const Tensor& input, double p, Generator* gen);
+// flash_attention: query [..., L, E], key and value [..., S, E] with the same leading dims
+// (no broadcasting), one floating dtype and one device, L, S, E >= 1, a finite scale. Returns
+// the output's spec ([..., L, E]); the logsumexp is [..., L] in attention_stats_dtype.
+TensorSpec flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                           double scale);
+// The dtype of flash_attention's logsumexp: float64 for float64 inputs, else float32.
+DType attention_stats_dtype(DType input);
+// flash_attention_backward: the forward's arguments are valid, and grad_out, out and lse have
+// the shapes and dtypes flash_attention gives them. Returns q's spec (dk and dv: k's and v's).
+TensorSpec flash_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out, const Tensor& lse,
+                                    bool is_causal, double scale);
 // foreach: lists of equal length whose i-th tensors have equal sizes and devices.
 void foreach_lists(const char* op, std::initializer_list<const TensorList*> lists);
 void foreach_float(const char* op, const TensorList& self);

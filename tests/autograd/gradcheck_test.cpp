@@ -601,6 +601,18 @@ Cases linalg_nn_cases() {
        [](const TensorList& x) {
          return TensorList{scaled_dot_product_attention(x[0], x[1], x[2], x[3])};
        }});
+  // Note [Fused attention]: the backward kernel recomputes p from the saved logsumexp.
+  cs.push_back({"flash_attention", {"flash_attention"}, qkv, [](const TensorList& x) {
+                  return TensorList{std::get<0>(flash_attention(x[0], x[1], x[2]))};
+                }});
+  cs.push_back({"flash_attention_causal_l_gt_s",
+                {"flash_attention"},
+                [](Draw& d) {
+                  return TensorList{d.var({1, 2, 5, 3}), d.var({1, 2, 3, 3}), d.var({1, 2, 3, 3})};
+                },
+                [](const TensorList& x) {
+                  return TensorList{std::get<0>(flash_attention(x[0], x[1], x[2], true, 0.8))};
+                }});
   cs.push_back(
       {"sdpa_float_mask_grad",
        {"softmax", "bmm", "add"},

@@ -431,6 +431,112 @@ TEST(CudaAutograd, GradientsMatchTheCpu) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(close(got[i], want[i], true)) << i;
 }
 
+// Note [Fused attention]: the CUDA kernels against the CPU's (float64, a reference summed in
+// double), for each kind of product (exact float32 FMAs, TF32, float16 and bfloat16 on tensor
+// cores), head dims 32 to 128, causal or not, lengths that are not multiples of the 64-row
+// tiles, fewer or more queries than keys, and inputs that are transposed views.
+struct AttnCase {
+  std::vector<int64_t> q, k;  // [B, H, T, E] (or [N, T, E])
+  bool causal;
+  bool transposed;  // q, k, v made as [B, T, H, E] and transposed to [B, H, T, E]
+};
+Tensor attn_input(const std::vector<int64_t>& shape, bool transposed, uint64_t seed) {
+  if (!transposed) return draw(shape, kFloat64, Device(kCPU), seed, -1.5, 1.5);
+  std::vector<int64_t> bthe = {shape[0], shape[2], shape[1], shape[3]};
+  return transpose(draw(bthe, kFloat64, Device(kCPU), seed, -1.5, 1.5), 1, 2);
+}
+// max |got - want| <= tol * max(1, max |want|)
+testing::AssertionResult near(const Tensor& got, const Tensor& want, double tol) {
+  std::vector<double> g = got.to(Device(kCPU)).to(kFloat64).contiguous().to_vector<double>();
+  std::vector<double> w = want.to(kFloat64).contiguous().to_vector<double>();
+  if (g.size() != w.size()) return testing::AssertionFailure() << "sizes differ";
+  double worst = 0, scale = 1;
+  size_t at = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    scale = std::max(scale, std::abs(w[i]));
+    double d = std::isfinite(g[i]) ? std::abs(g[i] - w[i]) : INFINITY;
+    if (d > worst) worst = d, at = i;
+  }
+  if (worst <= tol * scale) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << "element " << at << ": cuda " << g[at] << ", cpu " << w[at]
+                                     << " (max |want| " << scale << ")";
+}
+
+TEST(CudaAttention, FlashKernelsMatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<AttnCase> cases = {
+      {{2, 3, 100, 64}, {2, 3, 100, 64}, true, false},
+      {{1, 2, 130, 32}, {1, 2, 70, 32}, false, false},
+      {{1, 2, 70, 80}, {1, 2, 150, 80}, true, false},
+      {{1, 1, 150, 128}, {1, 1, 90, 128}, true, false},
+      {{2, 2, 65, 48}, {2, 2, 65, 48}, true, true},
+      {{3, 64, 16}, {3, 64, 16}, false, false},
+  };
+  struct Mode {
+    DType dtype;
+    bool tf32;
+    double tol;
+  };
+  const std::vector<Mode> modes = {{kFloat32, false, 2e-4},
+                                   {kFloat32, true, 1.5e-2},
+                                   {kFloat16, false, 1.5e-2},
+                                   {kBFloat16, false, 5e-2}};
+  for (const AttnCase& c : cases) {
+    for (const Mode& m : modes) {
+      SCOPED_TRACE(fmt::format("q {} k {} causal {} transposed {} {} tf32 {}", fmt::join(c.q, ","),
+                               fmt::join(c.k, ","), c.causal, c.transposed, m.dtype, m.tf32));
+      std::vector<int64_t> vshape = c.k;
+      Tensor q = attn_input(c.q, c.transposed, 1).to(m.dtype);
+      Tensor k = attn_input(c.k, c.transposed, 2).to(m.dtype);
+      Tensor v = attn_input(vshape, c.transposed, 3).to(m.dtype);
+      Tensor g = draw(c.q, kFloat64, Device(kCPU), 4).to(m.dtype);
+      set_allow_tf32(m.tf32);
+      auto [out, lse] = flash_attention(q.to(gpu()), k.to(gpu()), v.to(gpu()), c.causal);
+      auto [dq, dk, dv] = flash_attention_backward(g.to(gpu()), q.to(gpu()), k.to(gpu()),
+                                                   v.to(gpu()), out, lse, c.causal);
+      set_allow_tf32(false);
+      Tensor q64 = q.to(kFloat64), k64 = k.to(kFloat64), v64 = v.to(kFloat64);
+      auto [want_out, want_lse] = flash_attention(q64, k64, v64, c.causal);
+      // The backward from the output CUDA gave (as autograd would hand it over).
+      auto [wq, wk, wv] = flash_attention_backward(
+          g.to(kFloat64), q64, k64, v64, out.to(Device(kCPU)).to(kFloat64), want_lse, c.causal);
+      EXPECT_EQ(out.dtype(), m.dtype);
+      EXPECT_EQ(lse.dtype(), kFloat32);
+      EXPECT_TRUE(near(out, want_out, m.tol)) << "out";
+      EXPECT_TRUE(near(lse, want_lse, m.tol)) << "logsumexp";
+      EXPECT_TRUE(near(dq, wq, m.tol)) << "dq";
+      EXPECT_TRUE(near(dk, wk, m.tol)) << "dk";
+      EXPECT_TRUE(near(dv, wv, m.tol)) << "dv";
+    }
+  }
+}
+
+TEST(CudaAttention, SdpaTakesTheFusedKernelsAndItsGradientsMatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  auto run = [](Device d, DType t) {
+    Tensor q = draw({2, 4, 33, 16}, t, d, 5).requires_grad_();
+    Tensor k = draw({2, 4, 33, 16}, t, d, 6).requires_grad_();
+    Tensor v = draw({2, 4, 33, 16}, t, d, 7).requires_grad_();
+    Tensor y = scaled_dot_product_attention(q, k, v, {}, true);
+    std::string fn = y.grad_fn_name();
+    sum(mul(y, y)).backward();
+    return std::make_pair(fn, TensorList{y, q.grad(), k.grad(), v.grad()});
+  };
+  auto [cpu_fn, want] = run(Device(kCPU), kFloat32);
+  auto [gpu_fn, got] = run(gpu(), kFloat32);
+  EXPECT_EQ(gpu_fn, "FlashAttentionBackward");
+  EXPECT_NE(cpu_fn, "FlashAttentionBackward");
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(close(got[i], want[i], true)) << i;
+  // float64 and head dims over 128 keep the math path on CUDA; the kernels refuse them.
+  auto [f64_fn, f64] = run(gpu(), kFloat64);
+  EXPECT_NE(f64_fn, "FlashAttentionBackward");
+  Tensor x = zeros({2, 5, 8}, kFloat64, gpu());
+  EXPECT_THROW(flash_attention(x, x, x), TypeError);
+  Tensor wide = zeros({2, 5, 160}, kFloat32, gpu());
+  EXPECT_THROW(flash_attention(wide, wide, wide), ValueError);
+  EXPECT_EQ(scaled_dot_product_attention(wide, wide, wide).sizes(), wide.sizes());
+}
+
 TEST(CudaCompile, ChainCapturedIntoAGraphEqualsEager) {
   SKIP_WITHOUT_CUDA();
   auto chain = [](const Tensor& x0) {

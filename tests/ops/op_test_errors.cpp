@@ -57,6 +57,32 @@ std::vector<ErrorCase> error_cases() {
           [](const Watch&) {
             scaled_dot_product_attention(f32({2, 3, 8}), f32({2, 3, 4}), f32({2, 3, 4}));
           }),
+      err("flash_attention_embedding_mismatch", K::Value, "flash_attention", {"8", "4"},
+          [](const Watch&) { flash_attention(f32({2, 3, 8}), f32({2, 3, 4}), f32({2, 3, 4})); }),
+      err("flash_attention_batch_mismatch", K::Value, "flash_attention", {"[2, 3, 8]", "[3, 3, 8]"},
+          [](const Watch&) { flash_attention(f32({2, 3, 8}), f32({3, 3, 8}), f32({3, 3, 8})); }),
+      err("flash_attention_dtype_mismatch", K::Type, "flash_attention", {"float32", "float64"},
+          [](const Watch&) {
+            flash_attention(f32({3, 8}), f32({3, 8}), ones({3, 8}, kFloat64));
+          }),
+      err("flash_attention_int", K::Type, "flash_attention", {"int64"},
+          [](const Watch&) { flash_attention(i64({3, 8}), i64({3, 8}), i64({3, 8})); }),
+      err("flash_attention_no_keys", K::Value, "flash_attention", {"[0, 8]"},
+          [](const Watch&) { flash_attention(f32({3, 8}), f32({0, 8}), f32({0, 8})); }),
+      err("flash_attention_bad_scale", K::Value, "flash_attention", {"inf"},
+          [](const Watch&) {
+            flash_attention(f32({3, 8}), f32({3, 8}), f32({3, 8}), false, INFINITY);
+          }),
+      err("flash_attention_backward_lse_shape", K::Value, "flash_attention_backward", {"[3]", "[4]"},
+          [](const Watch&) {
+            flash_attention_backward(f32({3, 8}), f32({3, 8}), f32({3, 8}), f32({3, 8}),
+                                     f32({3, 8}), f32({4}));
+          }),
+      err("flash_attention_backward_lse_dtype", K::Type, "flash_attention_backward", {"float32", "float64"},
+          [](const Watch&) {
+            flash_attention_backward(f32({3, 8}), f32({3, 8}), f32({3, 8}), f32({3, 8}),
+                                     f32({3, 8}), ones({3}, kFloat64));
+          }),
       err("foreach_length_mismatch", K::Value, "foreach_add_", {"2", "3"},
           [](const Watch& watch) {
             TensorList a{f32({2}), f32({3})};

@@ -1,5 +1,6 @@
 // Op table: mm, bmm, addmm, matmul, linear, and the neural-net functions (layer_norm,
-// rms_norm, embedding, nll_loss, cross_entropy, dropout, scaled_dot_product_attention).
+// rms_norm, embedding, nll_loss, cross_entropy, dropout, scaled_dot_product_attention,
+// flash_attention and its backward).
 //
 // Products and norms use Tol::Accum: dot products over many terms are legitimately
 // accumulated in a different order or blocking than ATen's (BLAS kernels block differently).
@@ -542,6 +543,101 @@ void add_attention(Cases& cs) {
   }
 }
 
+// flash_attention's reference in float64 (its kernels sum in double and round once): the
+// probabilities p, the output and the logsumexp of q k^T * scale, causal keys j > i masked.
+struct AttentionRef {
+  at::Tensor p, out, lse;
+};
+AttentionRef attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 bool causal, double scale) {
+  at::Tensor s = at::matmul(q.to(at::kDouble), k.to(at::kDouble).transpose(-2, -1)) * scale;
+  if (causal) {
+    at::Tensor keep = at::ones({q.size(-2), k.size(-2)}, at::kBool).tril();
+    s = s.masked_fill(keep.logical_not(), -INFINITY);
+  }
+  at::Tensor lse = at::logsumexp(s, {-1});
+  at::Tensor p = at::exp(s - lse.unsqueeze(-1));
+  return {p, at::matmul(p, v.to(at::kDouble)), lse};
+}
+
+void add_flash_attention(Cases& cs) {
+  struct Config {
+    const char* label;
+    std::vector<Spec> in;  // q, k, v
+    bool causal;
+    std::optional<double> scale;
+  };
+  const std::vector<Config> configs = {
+      {"basic", {{{2, 3, 4, 8}}, {{2, 3, 5, 8}}, {{2, 3, 5, 8}}}, false, {}},
+      {"causal", {{{2, 2, 5, 8}}, {{2, 2, 5, 8}}, {{2, 2, 5, 8}}}, true, {}},
+      {"causal_l_lt_s", {{{1, 2, 3, 8}}, {{1, 2, 5, 8}}, {{1, 2, 5, 8}}}, true, {}},
+      {"causal_l_gt_s", {{{1, 2, 6, 8}}, {{1, 2, 4, 8}}, {{1, 2, 4, 8}}}, true, {}},
+      {"2d", {{{4, 16}}, {{7, 16}}, {{7, 16}}}, false, 0.3},
+      {"noncontig", {{{2, 3, 4, 8}, T}, {{2, 3, 5, 8}, S}, {{2, 3, 5, 8}, T}}, true, {}},
+      {"tiles", {{{1, 2, 70, 40}}, {{1, 2, 70, 40}}, {{1, 2, 70, 40}}}, true, {}},
+  };
+  for (const Config& c : configs) {
+    Config fc = c;
+    auto scale_of = [fc](int64_t e) {
+      return fc.scale.value_or(1.0 / std::sqrt(static_cast<double>(e)));
+    };
+    cs.push_back({.name = std::string("flash_attention_") + c.label,
+                  .ops = {"flash_attention"},
+                  .dtypes = kFloatDTypes,
+                  .make =
+                      [fc](Gen& g) {
+                        return KTensors{g.any(fc.in[0]), g.any(fc.in[1]), g.any(fc.in[2])};
+                      },
+                  .kiln =
+                      [fc](const KArgs& x) {
+                        auto [out, lse] = flash_attention(x[0], x[1], x[2], fc.causal, fc.scale);
+                        return KTensors{out, lse};
+                      },
+                  .aten =
+                      [fc, scale_of](const AArgs& a) {
+                        AttentionRef r = attention_reference(a[0], a[1], a[2], fc.causal,
+                                                             scale_of(a[0].size(-1)));
+                        at::ScalarType st =
+                            a[0].scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+                        return ATensors{r.out.to(a[0].scalar_type()), r.lse.to(st)};
+                      },
+                  .tol = Tol::Accum});
+    // The backward from the forward's own (rounded) output, as autograd calls it.
+    cs.push_back(
+        {.name = std::string("flash_attention_backward_") + c.label,
+         .ops = {"flash_attention_backward"},
+         .dtypes = kFloatDTypes,
+         .make =
+             [fc](Gen& g) {
+               return KTensors{g.any(fc.in[0]), g.any(fc.in[1]), g.any(fc.in[2]),
+                               g.any({fc.in[0].shape})};
+             },
+         .kiln =
+             [fc](const KArgs& x) {
+               auto [out, lse] = flash_attention(x[0], x[1], x[2], fc.causal, fc.scale);
+               auto [dq, dk, dv] =
+                   flash_attention_backward(x[3], x[0], x[1], x[2], out, lse, fc.causal, fc.scale);
+               return KTensors{dq, dk, dv};
+             },
+         .aten =
+             [fc, scale_of](const AArgs& a) {
+               double scale = scale_of(a[0].size(-1));
+               AttentionRef r = attention_reference(a[0], a[1], a[2], fc.causal, scale);
+               at::Tensor g = a[3].to(at::kDouble);
+               at::Tensor q = a[0].to(at::kDouble), k = a[1].to(at::kDouble),
+                          v = a[2].to(at::kDouble);
+               // D from the output as the forward rounded it, as the kernels see it.
+               at::Tensor o = round_to(r.out.to(a[0].scalar_type()), a.dtype).to(at::kDouble);
+               at::Tensor ds = r.p * (at::matmul(g, v.transpose(-2, -1)) - (g * o).sum({-1}, true));
+               at::ScalarType t = a[0].scalar_type();
+               return ATensors{(at::matmul(ds, k) * scale).to(t),
+                               (at::matmul(ds.transpose(-2, -1), q) * scale).to(t),
+                               at::matmul(r.p.transpose(-2, -1), g).to(t)};
+             },
+         .tol = Tol::Attention});
+  }
+}
+
 }  // namespace
 
 Cases linalg_nn_cases() {
@@ -552,6 +648,7 @@ Cases linalg_nn_cases() {
   add_embedding_losses(cs);
   add_dropout(cs);
   add_attention(cs);
+  add_flash_attention(cs);
   return cs;
 }
 

@@ -1,0 +1,113 @@
+// CUDA kernels of flash_attention and flash_attention_backward: host glue (Note [Fused
+// attention] in kiln/ops/ops.h; the kernels are in attention.cu).
+#include "kiln/backend/cuda/attention.h"
+
+#include <limits>
+
+#include "kiln/backend/cuda/common.h"
+#include "kiln/ops/ops.h"
+#include "kiln/ops/other_meta.h"
+
+namespace kiln::cuda {
+namespace {
+
+void check_supported(const char* op, const Tensor& q) {
+  KILN_CHECK_TYPE(q.dtype() != kFloat64,
+                  "[{}] float64 is not supported on {} (float32, float16 and bfloat16 are; "
+                  "scaled_dot_product_attention takes the math path for float64)",
+                  op, q.device());
+  KILN_CHECK(q.size(-1) <= kMaxAttnHeadDim,
+             "[{}] head dim {} is over {}, the most the {} kernels take "
+             "(scaled_dot_product_attention takes the math path for it)",
+             op, q.size(-1), kMaxAttnHeadDim, q.device());
+}
+
+// Whether t reads as AttnOperand does: unit column stride, and the leading dims but the
+// innermost one merge into one (outer) dim.
+bool fits(const Tensor& t) {
+  if (t.stride(-1) != 1 && t.size(-1) != 1) return false;
+  int64_t lead = t.dim() - 2;
+  for (int64_t d = 0; d + 1 <= lead - 2; ++d)  // dims 0 .. lead - 2 are the outer ones
+    if (t.size(d) != 1 && t.stride(d) != t.stride(d + 1) * t.size(d + 1)) return false;
+  return true;
+}
+
+// t as an AttnOperand; `keep` holds the contiguous copy made when t's layout does not fit.
+AttnOperand operand_of(const Tensor& t, Tensor& keep) {
+  keep = fits(t) ? t : contiguous_as(t, t.dtype());
+  int64_t lead = keep.dim() - 2;
+  AttnOperand op;
+  op.data = keep.impl()->data();
+  op.row_stride = keep.stride(-2);
+  op.inner_stride = lead >= 1 ? keep.stride(lead - 1) : 0;
+  op.outer_stride = lead >= 2 ? keep.stride(lead - 2) : 0;
+  return op;
+}
+
+AttnShape shape_of(const Tensor& q, const Tensor& k, bool causal, double scale) {
+  AttnShape sh;
+  int64_t lead = q.dim() - 2;
+  for (int64_t d = 0; d < lead; ++d) sh.n *= q.size(d);
+  sh.inner = lead >= 1 ? q.size(lead - 1) : 1;
+  sh.l = q.size(-2);
+  sh.s = k.size(-2);
+  sh.e = static_cast<int>(q.size(-1));
+  sh.causal = causal;
+  sh.scale = static_cast<float>(scale);
+  int64_t tiles = (std::max(sh.l, sh.s) + 63) / 64;
+  KILN_CHECK(sh.n <= std::numeric_limits<int32_t>::max() / std::max<int64_t>(tiles, 1),
+             "[flash_attention] {} batch entries of {} queries and {} keys are more blocks than "
+             "one launch takes",
+             sh.n, sh.l, sh.s);
+  return sh;
+}
+
+bool use_tensor_cores(DType t) { return t != kFloat32 || allow_tf32(); }
+
+TensorPair cuda_flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                double scale) {
+  const char* op = "flash_attention";
+  TensorSpec s = meta::flash_attention(q, k, v, causal, scale);
+  check_supported(op, q);
+  Tensor out = empty_cuda(s.sizes, s.dtype, s.device);
+  Tensor lse =
+      empty_cuda(q.sizes().subspan(0, static_cast<size_t>(q.dim() - 1)), kFloat32, s.device);
+  AttnShape sh = shape_of(q, k, causal, scale);
+  if (sh.n == 0) return {out, lse};
+  Tensor kq, kk, kv;
+  launch_flash_forward(dt(q.dtype()), use_tensor_cores(q.dtype()), sh, operand_of(q, kq),
+                       operand_of(k, kk), operand_of(v, kv), out.impl()->data(),
+                       static_cast<float*>(lse.impl()->data()), stream_for(out));
+  check_launch(op);
+  return {out, lse};
+}
+
+TensorTriple cuda_flash_attention_backward(const Tensor& g, const Tensor& q, const Tensor& k,
+                                           const Tensor& v, const Tensor& out, const Tensor& lse,
+                                           bool causal, double scale) {
+  const char* op = "flash_attention_backward";
+  TensorSpec s = meta::flash_attention_backward(g, q, k, v, out, lse, causal, scale);
+  check_supported(op, q);
+  Tensor dq = empty_cuda(q.sizes(), s.dtype, s.device);
+  Tensor dk = empty_cuda(k.sizes(), s.dtype, s.device);
+  Tensor dv = empty_cuda(v.sizes(), s.dtype, s.device);
+  AttnShape sh = shape_of(q, k, causal, scale);
+  if (sh.n == 0) return {dq, dk, dv};
+  Tensor delta = empty_cuda({sh.n * sh.l}, kFloat32, s.device);
+  Tensor clse = contiguous_as(lse, kFloat32);
+  Tensor kq, kk, kv, ko, kg;
+  launch_flash_backward(dt(q.dtype()), use_tensor_cores(q.dtype()), sh, operand_of(q, kq),
+                        operand_of(k, kk), operand_of(v, kv), operand_of(out, ko),
+                        operand_of(g, kg), static_cast<const float*>(clse.impl()->data()),
+                        static_cast<float*>(delta.impl()->data()), dq.impl()->data(),
+                        dk.impl()->data(), dv.impl()->data(), stream_for(dq));
+  check_launch(op);
+  return {dq, dk, dv};
+}
+
+}  // namespace
+
+KILN_CUDA_KERNELS(backend_kernel(ops::flash_attention_op, &cuda_flash_attention),
+                  backend_kernel(ops::flash_attention_backward_op, &cuda_flash_attention_backward));
+
+}  // namespace kiln::cuda

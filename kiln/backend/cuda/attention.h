@@ -1,0 +1,43 @@
+#pragma once
+// Launchers of the fused attention kernels (flash_attention and its backward; Note [Fused
+// attention] in kiln/ops/ops.h). Internal to kiln/backend/cuda.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kiln/backend/cuda/kernel_args.h"
+
+namespace kiln::cuda {
+
+inline constexpr int kMaxAttnHeadDim = 128;
+
+// One of q, k, v, out, grad_out, viewed as [n, rows, e] with unit column stride: element
+// (b, row, col) at data + (b / inner) * outer_stride + (b % inner) * inner_stride +
+// row * row_stride + col (strides in elements).
+struct AttnOperand {
+  const void* data = nullptr;
+  int64_t outer_stride = 0, inner_stride = 0, row_stride = 0;
+};
+
+struct AttnShape {
+  int64_t n = 1;      // batch entries: the product of the leading dims
+  int64_t inner = 1;  // the innermost leading dim's size (AttnOperand)
+  int64_t l = 0;      // queries
+  int64_t s = 0;      // keys
+  int e = 0;          // features, 1..kMaxAttnHeadDim
+  bool causal = false;
+  float scale = 1;
+};
+
+// out: [n, l, e] contiguous in dt; lse: [n, l] float32. tensor_cores: the products on TF32
+// tensor cores (required for the 16-bit dtypes), else exact float32 FMAs.
+void launch_flash_forward(Dt dt, bool tensor_cores, const AttnShape& sh, const AttnOperand& q,
+                          const AttnOperand& k, const AttnOperand& v, void* out, float* lse,
+                          cudaStream_t stream);
+// dq: [n, l, e]; dk, dv: [n, s, e], contiguous in dt. delta: n * l floats of scratch.
+void launch_flash_backward(Dt dt, bool tensor_cores, const AttnShape& sh, const AttnOperand& q,
+                           const AttnOperand& k, const AttnOperand& v, const AttnOperand& out,
+                           const AttnOperand& grad_out, const float* lse, float* delta, void* dq,
+                           void* dk, void* dv, cudaStream_t stream);
+
+}  // namespace kiln::cuda
