@@ -49,6 +49,7 @@ class StorageImpl : public RefCounted {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  Allocator* allocator() const { return allocator_; }  // nullptr for borrowed bytes
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 

@@ -411,6 +411,103 @@ TEST(CudaStreams, EventsOrderTwoStreams) {
   EXPECT_EQ(sum(y).item<double>(), 3.0 * (1 << 20));
 }
 
+TEST(CudaStreams, PoolHandsOutItsStreamsRoundRobin) {
+  SKIP_WITHOUT_CUDA();
+  std::set<uint64_t> ids;
+  for (int i = 0; i < 2 * cuda::kStreamPoolSize; ++i) ids.insert(cuda::stream_from_pool(0).id());
+  EXPECT_EQ(ids.size(), size_t{cuda::kStreamPoolSize});
+  EXPECT_FALSE(ids.count(Stream::default_stream(gpu()).id()));
+  Stream s = cuda::stream_from_pool(0);
+  Tensor y;
+  {
+    StreamGuard g(s);
+    y = mul(ones({1000}, kFloat32, gpu()), 2.0);
+  }
+  s.synchronize();
+  EXPECT_EQ(sum(y).item<double>(), 2000.0);
+  EXPECT_THROW(cuda::stream_from_pool(cuda::device_count()), DeviceError);
+}
+
+TEST(CudaDevice, PropertiesDescribeTheGpu) {
+  SKIP_WITHOUT_CUDA();
+  cuda::DeviceProperties p = cuda::device_properties(0);
+  EXPECT_FALSE(p.name.empty());
+  EXPECT_GE(p.major, 7);
+  EXPECT_GT(p.multiprocessors, 0);
+  EXPECT_GT(p.total_memory, size_t{1} << 30);
+  EXPECT_GE(p.shared_memory_per_block, size_t{48} << 10);
+  EXPECT_EQ(p.warp_size, 32);
+  RecordProperty("gpu", fmt::format("{} sm_{}{} {} SMs {} GiB", p.name, p.major, p.minor,
+                                    p.multiprocessors, p.total_memory >> 30));
+  EXPECT_THROW(cuda::device_properties(cuda::device_count()), DeviceError);
+}
+
+// Queues tens of milliseconds of work on the current stream (exact float32 products).
+void keep_busy() {
+  Tensor a = ones({4096, 4096}, kFloat32, gpu());
+  for (int i = 0; i < 20; ++i) a = mul(mm(a, a), 1.0 / 4096);
+}
+
+TEST(CudaAllocator, RecordStreamHoldsABlockUntilTheOtherStreamIsDone) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int64_t kN = int64_t{3} << 20;  // 12 MiB: a large-pool segment of its own
+  const void* first = nullptr;
+  {  // freed and allocated again on one stream, a block is reused at once
+    Tensor x = empty({kN}, kFloat32, gpu());
+    first = x.impl()->data();
+  }
+  {
+    Tensor y = empty({kN}, kFloat32, gpu());
+    EXPECT_EQ(y.impl()->data(), first);
+  }
+  Stream side = Stream::create(gpu());
+  Tensor x = zeros({kN}, kFloat32, gpu());
+  const void* xp = x.impl()->data();
+  Event ready(gpu());
+  ready.record();
+  {
+    StreamGuard g(side);
+    ready.wait(side);
+    keep_busy();
+    Tensor use = add(x, 1.0);  // the side stream reads x after its busy work
+  }
+  cuda::record_stream(x, side);
+  x = Tensor();
+  Tensor y = empty({kN}, kFloat32, gpu());
+  EXPECT_NE(y.impl()->data(), xp) << "reused while the side stream may still read it";
+  side.synchronize();
+  Tensor z = empty({kN}, kFloat32, gpu());
+  EXPECT_EQ(z.impl()->data(), xp) << "not reused once the side stream is done";
+  EXPECT_THROW(cuda::record_stream(ones({2}), side), DeviceError);
+  EXPECT_THROW(cuda::record_stream(z, Stream::default_stream(Device(kCPU))), DeviceError);
+}
+
+TEST(CudaHost, PinnedCopiesRunWithoutTheHostWaiting) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int64_t kN = int64_t{1} << 20;
+  Tensor src = arange(0, kN, 1, kFloat32);
+  Tensor p = cuda::pin_memory(src);
+  EXPECT_TRUE(cuda::is_pinned(p));
+  EXPECT_FALSE(cuda::is_pinned(src));
+  EXPECT_EQ(p.device(), Device(kCPU));
+  Tensor d = empty({kN}, kFloat32, gpu());
+  cuda::copy_async(d, p);
+  Tensor back = cuda::pin_memory(zeros({kN}, kFloat32));
+  cuda::copy_async(back, mul(d, 2.0));
+  Stream::current(gpu()).synchronize();
+  EXPECT_EQ(sum(back).item<double>(), 2 * sum(src).item<double>());
+  // A freed pinned block is cached, and reused once its copies are done.
+  const void* bp = back.impl()->data();
+  back = Tensor();
+  Tensor again = cuda::pin_memory(zeros({kN}, kFloat32));
+  EXPECT_EQ(again.impl()->data(), bp);
+  EXPECT_THROW(cuda::copy_async(d, src), DeviceError);  // not pinned
+  EXPECT_THROW(cuda::copy_async(empty({kN}, kFloat16, gpu()), p), TypeError);
+  EXPECT_THROW(cuda::copy_async(empty({10}, kFloat32, gpu()), p), ValueError);
+  EXPECT_THROW(cuda::pin_memory(d), DeviceError);
+  EXPECT_EQ(sum(d).item<double>(), sum(src).item<double>());  // nothing written by the errors
+}
+
 TEST(CudaAutograd, GradientsMatchTheCpu) {
   SKIP_WITHOUT_CUDA();
   auto grads = [](Device d) {

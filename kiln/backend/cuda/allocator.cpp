@@ -7,15 +7,17 @@
 //   needed is split (the rest stays free) and neighbours in one segment merge when freed.
 // - A block belongs to the stream it was allocated on: a free is ordered on that stream, so
 //   the block can be reused at once by later work on the same stream (which runs after
-//   everything queued before the free). Using a tensor on another stream needs that stream to
-//   be synchronised with the allocating one before the tensor is freed (Kiln has no
-//   record_stream yet).
+//   everything queued before the free). A tensor used on another stream is recorded on it
+//   (record_stream): its block, when freed, waits for an event recorded then on each such
+//   stream, and goes back to the cache once they have all passed (checked when allocating).
 // - A graph capture allocates from the capture's pool (DeviceInterface::create_pool): blocks
 //   of their own, kept until the pool is released, since a graph replays into the addresses it
 //   was captured with. Frees made by the capturing thread wait for the capture to end.
 // - When cudaMalloc fails, cached segments are released and the call retried once; then the
 //   error says what is allocated, cached and free.
 #include "kiln/backend/cuda/allocator.h"
+
+#include <algorithm>
 
 #include "kiln/backend/cuda/common.h"
 
@@ -105,6 +107,7 @@ void* CachingAllocator::allocate(size_t nbytes) {
     stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
     return p;
   }
+  if (!pending_.empty()) free_finished_pending();
   const bool large = size > kSmallSize;
   auto& bins = large ? large_ : small_;
   Block* b = take_free(bins, stream, size);
@@ -179,8 +182,70 @@ void CachingAllocator::deallocate(void* p, size_t) {
     }
     Block* b = it->second;
     live_.erase(it);
-    free_block(b);
+    if (b->uses.empty())
+      free_block(b);
+    else
+      defer_free(b);
   } catch (...) {  // NOLINT: deallocate runs in destructors and must not throw
+  }
+}
+
+void CachingAllocator::record_stream(void* p, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pool_of_.count(p)) return;  // a graph pool's blocks wait for the pool's release anyway
+  auto it = live_.find(p);
+  KILN_CHECK_DEVICE(it != live_.end(),
+                    "[record_stream] {} is not a live block of cuda:{}'s caching allocator",
+                    fmt::ptr(p), device_);
+  Block* b = it->second;
+  if (stream != b->stream && std::find(b->uses.begin(), b->uses.end(), stream) == b->uses.end())
+    b->uses.push_back(stream);
+}
+
+// Called with mu_ held, from any thread and any current device.
+void CachingAllocator::defer_free(Block* b) {
+  int previous = -1;
+  cudaGetDevice(&previous);
+  if (previous != device_) cudaSetDevice(device_);
+  PendingFree pf{b, {}};
+  for (cudaStream_t s : b->uses) {
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess &&
+        cudaEventRecord(e, s) == cudaSuccess) {
+      pf.events.push_back(e);
+      continue;
+    }
+    cudaGetLastError();  // no event: wait for the stream here instead
+    if (e) cudaEventDestroy(e);
+    cudaStreamSynchronize(s);
+  }
+  b->uses.clear();
+  if (previous >= 0 && previous != device_) cudaSetDevice(previous);
+  if (pf.events.empty())
+    free_block(b);
+  else
+    pending_.push_back(std::move(pf));
+}
+
+// Called with mu_ held.
+void CachingAllocator::free_finished_pending() {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    bool done = true;
+    for (cudaEvent_t e : it->events) {
+      cudaError_t r = cudaEventQuery(e);
+      if (r == cudaErrorNotReady) {
+        done = false;
+        break;
+      }
+      if (r != cudaSuccess) cudaGetLastError();  // a broken context: nothing left to wait for
+    }
+    if (!done) {
+      ++it;
+      continue;
+    }
+    for (cudaEvent_t e : it->events) cudaEventDestroy(e);
+    free_block(it->block);
+    it = pending_.erase(it);
   }
 }
 
@@ -207,6 +272,7 @@ size_t CachingAllocator::release_free_segments() {
 size_t CachingAllocator::empty_cache() {
   KILN_CUDA_CHECK(cudaDeviceSynchronize());
   std::lock_guard<std::mutex> lock(mu_);
+  free_finished_pending();
   return release_free_segments();
 }
 

@@ -30,6 +30,10 @@ class CachingAllocator final : public Allocator {
   void begin_capture(uint64_t pool);
   void end_capture();
 
+  // The live block at `p` is also used by work queued on `stream` (record_stream in cuda.h):
+  // when freed, it is reused only once that work is done.
+  void record_stream(void* p, cudaStream_t stream);
+
   // Returns cached blocks of whole segments to CUDA; the bytes released.
   size_t empty_cache();
   MemoryStats stats();
@@ -44,6 +48,12 @@ class CachingAllocator final : public Allocator {
     bool large = false;     // from the large-segment pool
     Block* prev = nullptr;  // neighbours in the same cudaMalloc segment
     Block* next = nullptr;
+    std::vector<cudaStream_t> uses = {};  // other streams its tensor was recorded on
+  };
+  // A freed block waiting for the work of the streams it was recorded on.
+  struct PendingFree {
+    Block* block;
+    std::vector<cudaEvent_t> events;
   };
   struct BySize {
     bool operator()(const Block* a, const Block* b) const {
@@ -60,6 +70,8 @@ class CachingAllocator final : public Allocator {
   void* malloc_segment(size_t size);
   Block* take_free(std::set<Block*, BySize>& bins, cudaStream_t stream, size_t size);
   void free_block(Block* b);
+  void defer_free(Block* b);
+  void free_finished_pending();
   size_t release_free_segments();
   [[noreturn]] void out_of_memory(size_t nbytes, cudaError_t err);
 
@@ -70,6 +82,7 @@ class CachingAllocator final : public Allocator {
   std::map<uint64_t, Pool> pools_;
   std::unordered_map<void*, uint64_t> pool_of_;
   std::vector<std::pair<void*, size_t>> frees_after_capture_;
+  std::vector<PendingFree> pending_;
   uint64_t next_pool_ = 1;
   MemoryStats stats_;
 };

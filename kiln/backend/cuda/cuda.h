@@ -4,6 +4,10 @@
 // No CUDA header is needed to use this one.
 #include <cstddef>
 #include <cstdint>
+#include <string>
+
+#include "kiln/core/stream.h"
+#include "kiln/core/tensor.h"
 
 namespace kiln::cuda {
 
@@ -18,6 +22,38 @@ struct MemoryStats {
 
 // CUDA devices present (0 without a driver or a GPU).
 int device_count();
+
+struct DeviceProperties {
+  std::string name;
+  int major = 0, minor = 0;  // compute capability
+  int multiprocessors = 0;
+  size_t total_memory = 0;             // bytes
+  size_t shared_memory_per_block = 0;  // bytes a kernel may opt into
+  int l2_cache_bytes = 0;
+  int warp_size = 0;
+};
+DeviceProperties device_properties(int device);
+
+// Streams of `device` for side work without creating one each time: kStreamPoolSize created
+// (non-blocking) streams, handed out round-robin, living until exit.
+inline constexpr int kStreamPoolSize = 8;
+Stream stream_from_pool(int device);
+
+// `t` (a cuda tensor from the caching allocator) is also used by the work queued on `stream`,
+// another stream of its device: when t's storage is freed, its memory is reused only after the
+// work queued on `stream` up to the free is done (PyTorch's Tensor.record_stream).
+void record_stream(const Tensor& t, const Stream& stream);
+
+// Page-locked host memory. pin_memory(t) copies a cpu tensor into memory from cudaHostAlloc
+// (cached and reused); is_pinned says whether a tensor lives there.
+Tensor pin_memory(const Tensor& t);
+bool is_pinned(const Tensor& t);
+// dst = src between a pinned cpu tensor and a cuda tensor (either way; same dtype and shape,
+// both contiguous), queued on the cuda tensor's current stream without the host waiting for
+// it. Read a pinned destination only after synchronising (the stream, an event or the
+// device); write a pinned source only after the copy is done. A pinned block freed while a
+// copy of it is queued is reused only once that copy is done.
+void copy_async(const Tensor& dst, const Tensor& src);
 MemoryStats memory_stats(int device);
 void reset_peak_memory(int device);
 // Returns cached, unused segments of `device` to CUDA; the bytes released.

@@ -329,6 +329,33 @@ std::vector<BackendKernel>& kernel_list() {
 }
 
 int device_count() { return count(); }
+
+DeviceProperties device_properties(int index) {
+  (void)state(index);  // checks the index
+  cudaDeviceProp p{};
+  KILN_CUDA_CHECK(cudaGetDeviceProperties(&p, index));
+  return {p.name,           p.major,
+          p.minor,          p.multiProcessorCount,
+          p.totalGlobalMem, p.sharedMemPerBlockOptin,
+          p.l2CacheSize,    p.warpSize};
+}
+
+void record_stream(const Tensor& t, const Stream& stream) {
+  KILN_CHECK(t.defined(), "[record_stream] undefined tensor");
+  KILN_CHECK_DEVICE(t.device().dispatch_key() == DispatchKey::CUDA,
+                    "[record_stream] expects a cuda tensor, got one on {}", t.device());
+  KILN_CHECK_DEVICE(stream.device() == t.device(),
+                    "[record_stream] the stream is on {}, the tensor on {}", stream.device(),
+                    t.device());
+  const int index = t.device().index();
+  StorageImpl* st = t.impl()->storage();
+  KILN_CHECK_DEVICE(st->allocator() == &state(index).allocator,
+                    "[record_stream] the tensor's memory is not from {}'s caching allocator (a "
+                    "compiled function's buffer, or borrowed)",
+                    t.device());
+  if (st->nbytes() == 0) return;
+  state(index).allocator.record_stream(st->data(), as_stream(stream.id()));
+}
 MemoryStats memory_stats(int index) { return state(index).allocator.stats(); }
 void reset_peak_memory(int index) { state(index).allocator.reset_peak(); }
 size_t empty_cache(int index) {
