@@ -1,6 +1,8 @@
 // Where an eager CUDA op's time goes: the launch floor (an empty kernel), allocation, and Kiln's
 // ops on 4096 floats, each timed on the host with the device synchronised at the end of each
-// repeat. Exits 0 with a note when no CUDA device is present (CI). `--json FILE` writes them.
+// repeat; and causal attention at gpt_large's size, the fused kernels against the math path
+// (forward, and forward + backward). Exits 0 with a note when no CUDA device is present (CI).
+// `--json FILE` writes them.
 #include <cstring>
 #include <fstream>
 
@@ -8,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/timing.h"
+#include "kiln/autograd/grad_mode.h"
 #include "kiln/backend/backend.h"
 #include "kiln/backend/cuda/cuda.h"
 #include "kiln/core/stream.h"
@@ -49,7 +52,38 @@ int main(int argc, char** argv) {
     j["empty_launch_side_stream_us"] = cuda::empty_launch_us(0);
     j["mul_scalar_side_stream_us"] = timed([&] { mul(x, 1.0001); });
   }
-  for (auto& [k, v] : j.items()) fmt::print("  {:<22} {:8.3f} us\n", k, v.get<double>());
+  {  // causal attention of gpt_large's size (batch 8, 12 heads, 1024 tokens, head dim 64, TF32)
+    set_allow_tf32(true);
+    Generator g(1);
+    auto input = [&] { return randn({8, 12, 1024, 64}, &g).to(gpu).requires_grad_(); };
+    Tensor q = input(), k = input(), v = input();
+    Tensor grad = randn({8, 12, 1024, 64}, &g).to(gpu);
+    auto attention_us = [&](auto&& fn) {
+      double sec = bench::median_seconds_per_call(
+          [&] {
+            for (int i = 0; i < 5; ++i) fn();
+            synchronize(gpu);
+          },
+          3, 3, 1);
+      return sec / 5 * 1e6;
+    };
+    Tensor keep = tril(ones({1024, 1024}, kBool, gpu));
+    auto math = [&] {  // what scaled_dot_product_attention runs without the fused kernels
+      Tensor sc = mul(matmul(q, transpose(k, -2, -1)), 0.125);
+      return matmul(softmax(where(keep, sc, -INFINITY), -1), v);
+    };
+    j["attention_fused_forward_us"] =
+        attention_us([&] { flash_attention(q.detach(), k.detach(), v.detach(), true); });
+    j["attention_fused_train_us"] = attention_us(
+        [&] { sum(mul(scaled_dot_product_attention(q, k, v, {}, true), grad)).backward(); });
+    j["attention_math_forward_us"] = attention_us([&] {
+      autograd::NoGradGuard ng;
+      math();
+    });
+    j["attention_math_train_us"] = attention_us([&] { sum(mul(math(), grad)).backward(); });
+    set_allow_tf32(false);
+  }
+  for (auto& [k, v] : j.items()) fmt::print("  {:<28} {:10.3f} us\n", k, v.get<double>());
   if (json_path) std::ofstream(json_path) << j.dump(1) << "\n";
   return 0;
 }
