@@ -530,7 +530,7 @@ TEST(CudaAutograd, GradientsMatchTheCpu) {
 
 // Note [Fused attention]: the CUDA kernels against the CPU's (float64, a reference summed in
 // double), for each kind of product (exact float32 FMAs, TF32, float16 and bfloat16 on tensor
-// cores), head dims 32 to 128, causal or not, lengths that are not multiples of the 64-row
+// cores), head dims 7 to 128, causal or not, lengths that are not multiples of the 64-row
 // tiles, fewer or more queries than keys, and inputs that are transposed views.
 struct AttnCase {
   std::vector<int64_t> q, k;  // [B, H, T, E] (or [N, T, E])
@@ -568,6 +568,7 @@ TEST(CudaAttention, FlashKernelsMatchTheCpu) {
       {{1, 1, 150, 128}, {1, 1, 90, 128}, true, false},
       {{2, 2, 65, 48}, {2, 2, 65, 48}, true, true},
       {{3, 64, 16}, {3, 64, 16}, false, false},
+      {{2, 1, 40, 7}, {2, 1, 50, 7}, true, false},  // rows of 7: element by element loads
   };
   struct Mode {
     DType dtype;

@@ -69,6 +69,10 @@ void* CachingAllocator::malloc_segment(size_t size) {
   cudaError_t err = malloc_relaxed(&p, size);
   if (err != cudaSuccess) {
     cudaGetLastError();
+    if (!pending_.empty()) {  // blocks waiting for other streams may be free by now
+      cudaDeviceSynchronize();
+      free_finished_pending();
+    }
     release_free_segments();
     err = malloc_relaxed(&p, size);
     if (err != cudaSuccess) out_of_memory(size, err);
@@ -172,6 +176,11 @@ void CachingAllocator::deallocate(void* p, size_t) {
       // The pool was released while this block was alive: it goes back to CUDA now.
       pool_of_.erase(it);
       cudaFree(p);
+      if (auto o = orphans_.find(p); o != orphans_.end()) {
+        stats_.reserved -= o->second;
+        stats_.allocated -= o->second;
+        orphans_.erase(o);
+      }
       return;
     }
     auto it = live_.find(p);
@@ -207,8 +216,16 @@ void CachingAllocator::defer_free(Block* b) {
   int previous = -1;
   cudaGetDevice(&previous);
   if (previous != device_) cudaSetDevice(device_);
-  PendingFree pf{b, {}};
+  PendingFree pf{b, {}, {}};
   for (cudaStream_t s : b->uses) {
+    // A stream another thread is capturing would take the event into its graph: the event is
+    // recorded once that capture has ended (its work before the capture is still ordered).
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+      pf.capturing.push_back(s);
+      continue;
+    }
+    cudaGetLastError();
     cudaEvent_t e = nullptr;
     if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess &&
         cudaEventRecord(e, s) == cudaSuccess) {
@@ -221,7 +238,7 @@ void CachingAllocator::defer_free(Block* b) {
   }
   b->uses.clear();
   if (previous >= 0 && previous != device_) cudaSetDevice(previous);
-  if (pf.events.empty())
+  if (pf.events.empty() && pf.capturing.empty())
     free_block(b);
   else
     pending_.push_back(std::move(pf));
@@ -230,10 +247,31 @@ void CachingAllocator::defer_free(Block* b) {
 // Called with mu_ held.
 void CachingAllocator::free_finished_pending() {
   for (auto it = pending_.begin(); it != pending_.end();) {
-    bool done = true;
+    for (auto s = it->capturing.begin(); s != it->capturing.end();) {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      cudaEvent_t e = nullptr;
+      if (cudaStreamIsCapturing(*s, &status) != cudaSuccess ||
+          status != cudaStreamCaptureStatusNone ||
+          cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        ++s;
+        continue;
+      }
+      if (cudaEventRecord(e, *s) != cudaSuccess) {
+        cudaGetLastError();
+        cudaEventDestroy(e);
+        ++s;
+        continue;
+      }
+      it->events.push_back(e);
+      s = it->capturing.erase(s);
+    }
+    bool done = it->capturing.empty();
     for (cudaEvent_t e : it->events) {
+      if (!done) break;
       cudaError_t r = cudaEventQuery(e);
       if (r == cudaErrorNotReady) {
+        cudaGetLastError();
         done = false;
         break;
       }
@@ -290,7 +328,10 @@ void CachingAllocator::release_pool(uint64_t id) {
   bool any_freed = !it->second.freed.empty();
   if (any_freed) cudaDeviceSynchronize();  // launched graphs may still use the blocks
   for (auto [p, size] : it->second.blocks) {
-    if (!it->second.freed.count(p)) continue;  // alive: freed (to CUDA) when its tensor goes
+    if (!it->second.freed.count(p)) {  // alive: freed (to CUDA) when its tensor goes
+      orphans_[p] = size;
+      continue;
+    }
     pool_of_.erase(p);
     cudaFree(p);
     stats_.reserved -= size;

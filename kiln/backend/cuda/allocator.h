@@ -54,6 +54,7 @@ class CachingAllocator final : public Allocator {
   struct PendingFree {
     Block* block;
     std::vector<cudaEvent_t> events;
+    std::vector<cudaStream_t> capturing;  // recorded on once their capture has ended
   };
   struct BySize {
     bool operator()(const Block* a, const Block* b) const {
@@ -83,6 +84,7 @@ class CachingAllocator final : public Allocator {
   std::unordered_map<void*, uint64_t> pool_of_;
   std::vector<std::pair<void*, size_t>> frees_after_capture_;
   std::vector<PendingFree> pending_;
+  std::unordered_map<void*, size_t> orphans_;  // alive blocks of released graph pools
   uint64_t next_pool_ = 1;
   MemoryStats stats_;
 };

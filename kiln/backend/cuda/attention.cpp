@@ -3,6 +3,7 @@
 #include "kiln/backend/cuda/attention.h"
 
 #include <limits>
+#include <optional>
 
 #include "kiln/backend/cuda/common.h"
 #include "kiln/ops/ops.h"
@@ -22,25 +23,31 @@ void check_supported(const char* op, const Tensor& q) {
              op, q.size(-1), kMaxAttnHeadDim, q.device());
 }
 
-// Whether t reads as AttnOperand does: unit column stride, and the leading dims but the
-// innermost one merge into one (outer) dim.
-bool fits(const Tensor& t) {
-  if (t.stride(-1) != 1 && t.size(-1) != 1) return false;
-  int64_t lead = t.dim() - 2;
-  for (int64_t d = 0; d + 1 <= lead - 2; ++d)  // dims 0 .. lead - 2 are the outer ones
-    if (t.size(d) != 1 && t.stride(d) != t.stride(d + 1) * t.size(d + 1)) return false;
-  return true;
+// The stride of t's outer dims (the leading dims but the innermost) read as one dim: the
+// stride of the innermost of them whose size is not 1 (0 when there is none), or nullopt
+// when they do not merge into one dim (the column stride must be 1 as well).
+std::optional<int64_t> outer_stride(const Tensor& t) {
+  if (t.stride(-1) != 1 && t.size(-1) != 1) return std::nullopt;
+  int64_t lead = t.dim() - 2, last = -1;
+  for (int64_t d = 0; d < lead - 1; ++d) {
+    if (t.size(d) == 1) continue;
+    if (last >= 0 && t.stride(last) != t.stride(d) * t.size(d)) return std::nullopt;
+    last = d;
+  }
+  return last >= 0 ? t.stride(last) : 0;
 }
 
 // t as an AttnOperand; `keep` holds the contiguous copy made when t's layout does not fit.
 AttnOperand operand_of(const Tensor& t, Tensor& keep) {
-  keep = fits(t) ? t : contiguous_as(t, t.dtype());
+  std::optional<int64_t> outer = outer_stride(t);
+  keep = outer ? t : contiguous_as(t, t.dtype());
+  if (!outer) outer = outer_stride(keep);
   int64_t lead = keep.dim() - 2;
   AttnOperand op;
   op.data = keep.impl()->data();
   op.row_stride = keep.stride(-2);
   op.inner_stride = lead >= 1 ? keep.stride(lead - 1) : 0;
-  op.outer_stride = lead >= 2 ? keep.stride(lead - 2) : 0;
+  op.outer_stride = *outer;
   return op;
 }
 
@@ -55,7 +62,8 @@ AttnShape shape_of(const Tensor& q, const Tensor& k, bool causal, double scale) 
   sh.causal = causal;
   sh.scale = static_cast<float>(scale);
   int64_t tiles = (std::max(sh.l, sh.s) + 63) / 64;
-  KILN_CHECK(sh.n <= std::numeric_limits<int32_t>::max() / std::max<int64_t>(tiles, 1),
+  constexpr int64_t kMaxBlocks = std::numeric_limits<int32_t>::max();
+  KILN_CHECK(sh.n <= kMaxBlocks / std::max<int64_t>(tiles, 1) && sh.n * sh.l / 4 < kMaxBlocks,
              "[flash_attention] {} batch entries of {} queries and {} keys are more blocks than "
              "one launch takes",
              sh.n, sh.l, sh.s);

@@ -23,6 +23,8 @@ using namespace nvcuda;
 
 constexpr int kTile = 64;       // queries per block (forward, dq) and keys per step
 constexpr int kThreads = 128;   // 4 warps of 16 rows
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kLdS = kTile + 4;  // leading dim of the 64 x 64 score tiles (wmma: multiple of 4)
 
 template <int HD>
@@ -42,18 +44,44 @@ __device__ __forceinline__ void to_tf32(Frag& f) {
 }
 
 // Rows [r0, r0 + 64) of `op`'s batch entry b into `tile` (64 x HD, ld HD + 4) as float; rows
-// >= rows and columns >= e are zero.
+// >= rows and columns >= e are zero. 16 bytes a load where the layout allows.
 template <class T, int HD>
 __device__ void load_tile(float* tile, const AttnOperand& op, int64_t b, int64_t inner,
                           int64_t r0, int64_t rows, int e) {
+  constexpr int LD = ld_of<HD>();
   const T* base = static_cast<const T*>(op.data) + (b / inner) * op.outer_stride +
                   (b % inner) * op.inner_stride;
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  struct alignas(16) Vec {
+    T v[kVec];
+  };
+  if (e % kVec == 0 && op.row_stride % kVec == 0 &&
+      reinterpret_cast<uintptr_t>(base) % 16 == 0) {
+    constexpr int kPerRow = HD / kVec;
+    for (int idx = static_cast<int>(threadIdx.x); idx < kTile * kPerRow; idx += kThreads) {
+      const int r = idx / kPerRow, c = (idx % kPerRow) * kVec;
+      const int64_t row = r0 + r;
+      float f[kVec];
+      if (row < rows && c < e) {
+        const Vec p = *reinterpret_cast<const Vec*>(base + row * op.row_stride + c);
+#pragma unroll
+        for (int x = 0; x < kVec; ++x) f[x] = cvt<float>(p.v[x]);
+      } else {
+#pragma unroll
+        for (int x = 0; x < kVec; ++x) f[x] = 0.f;
+      }
+#pragma unroll
+      for (int x = 0; x < kVec; x += 4)
+        *reinterpret_cast<float4*>(tile + r * LD + c + x) = make_float4(f[x], f[x + 1], f[x + 2], f[x + 3]);
+    }
+    return;
+  }
   for (int idx = static_cast<int>(threadIdx.x); idx < kTile * HD; idx += kThreads) {
-    int r = idx / HD, c = idx % HD;
-    int64_t row = r0 + r;
+    const int r = idx / HD, c = idx % HD;
+    const int64_t row = r0 + r;
     float v = 0.f;
     if (row < rows && c < e) v = cvt<float>(base[row * op.row_stride + c]);
-    tile[r * ld_of<HD>() + c] = v;
+    tile[r * LD + c] = v;
   }
 }
 
@@ -228,6 +256,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int t = 0; t < kPer; ++t) o[t] = 0.f;
   RowAcc<TC, HD> pv;
+  const float scale2 = sh.scale * kLog2e;  // scores in base 2
   const int64_t kend = sh.causal && q0 + kTile < sh.s ? q0 + kTile : sh.s;
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
     __syncthreads();  // the last step is done with Ks and Vs
@@ -236,14 +265,14 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     mm_abt<TC, HD>(Qs, Ks, Ss);
     __syncthreads();
-    {  // online softmax: two neighbouring lanes per row, 32 columns each
+    {  // online softmax in base 2: two neighbouring lanes per row, alternate columns each
       const int r = tid >> 1, half = tid & 1;
       const int64_t i = q0 + r;
-      float* srow = Ss + r * kLdS + half * 32;
+      float* srow = Ss + r * kLdS + half;
       float mx = -INFINITY;
 #pragma unroll 8
-      for (int c = 0; c < 32; ++c) {
-        float x = visible(sh, i, k0 + half * 32 + c) ? srow[c] * sh.scale : -INFINITY;
+      for (int c = 0; c < 64; c += 2) {
+        float x = visible(sh, i, k0 + half + c) ? srow[c] * scale2 : -INFINITY;
         srow[c] = x;
         mx = fmaxf(mx, x);
       }
@@ -253,15 +282,15 @@ __global__ void __launch_bounds__(kThreads)
       const float base = m_new == -INFINITY ? 0.f : m_new;  // a padding row (i >= l)
       float sum = 0.f;
 #pragma unroll 8
-      for (int c = 0; c < 32; ++c) {
-        float p = expf(srow[c] - base);
+      for (int c = 0; c < 64; c += 2) {
+        float p = exp2f(srow[c] - base);
         srow[c] = p;
         sum += p;
       }
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       __syncwarp();
       if (half == 0) {
-        const float alpha = expf(m_old - base);
+        const float alpha = exp2f(m_old - base);
         row_scale[r] = alpha;
         row_sum[r] = row_sum[r] * alpha + sum;
         row_max[r] = m_new;
@@ -286,7 +315,7 @@ __global__ void __launch_bounds__(kThreads)
     if (i < sh.l && c < sh.e) out[(b * sh.l + i) * sh.e + c] = cvt<T>(o[t] / row_sum[r]);
   }
   if (tid < kTile && q0 + tid < sh.l)
-    lse[b * sh.l + q0 + tid] = row_max[tid] + logf(row_sum[tid]);
+    lse[b * sh.l + q0 + tid] = (row_max[tid] + log2f(row_sum[tid])) * kLn2;
 }
 
 // delta[b, i] = grad_out[b, i] . out[b, i]: a warp per row.
@@ -308,14 +337,14 @@ __global__ void __launch_bounds__(kThreads)
   if (lane == 0) delta[row] = s;
 }
 
-// Loads lse and delta of queries [i0, i0 + 64) (0 past the end).
+// Loads lse (in base 2: times log2 e) and delta of queries [i0, i0 + 64) (0 past the end).
 __device__ __forceinline__ void load_row_stats(float* lse_s, float* del_s, const float* lse,
                                                const float* delta, const AttnShape& sh,
                                                int64_t b, int64_t i0) {
   const int tid = static_cast<int>(threadIdx.x);
   if (tid < kTile) {
     const int64_t i = i0 + tid;
-    lse_s[tid] = i < sh.l ? lse[b * sh.l + i] : 0.f;
+    lse_s[tid] = i < sh.l ? lse[b * sh.l + i] * kLog2e : 0.f;  // base 2
     del_s[tid] = i < sh.l ? delta[b * sh.l + i] : 0.f;
   }
 }
@@ -343,6 +372,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t j0 = (static_cast<int64_t>(blockIdx.x) % tiles) * kTile;
   load_tile<T, HD>(Ks, k, b, sh.inner, j0, sh.s, sh.e);
   load_tile<T, HD>(Vs, v, b, sh.inner, j0, sh.s, sh.e);
+  const float scale2 = sh.scale * kLog2e;
   RowAcc<TC, HD> acc_dk, acc_dv;
   acc_dk.zero();
   acc_dv.zero();
@@ -359,7 +389,7 @@ __global__ void __launch_bounds__(kThreads)
       const int c = idx / kTile, r = idx % kTile;  // key c, query r
       float* ps = Ps + c * kLdS + r;
       float* ds = Ds + c * kLdS + r;
-      const float p = visible(sh, i0 + r, j0 + c) ? expf(*ps * sh.scale - lse_s[r]) : 0.f;
+      const float p = visible(sh, i0 + r, j0 + c) ? exp2f(*ps * scale2 - lse_s[r]) : 0.f;
       *ps = p;
       *ds = p * (*ds - del_s[r]) * sh.scale;
     }
@@ -403,6 +433,7 @@ __global__ void __launch_bounds__(kThreads)
   load_tile<T, HD>(Qs, q, b, sh.inner, i0, sh.l, sh.e);
   load_tile<T, HD>(Gs, g, b, sh.inner, i0, sh.l, sh.e);
   load_row_stats(lse_s, del_s, lse, delta, sh, b, i0);
+  const float scale2 = sh.scale * kLog2e;
   RowAcc<TC, HD> acc_dq;
   acc_dq.zero();
   const int64_t kend = sh.causal && i0 + kTile < sh.s ? i0 + kTile : sh.s;
@@ -417,7 +448,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int idx = tid; idx < kTile * kTile; idx += kThreads) {
       const int r = idx / kTile, c = idx % kTile;  // query r, key c
       const float p =
-          visible(sh, i0 + r, j0 + c) ? expf(Ps[r * kLdS + c] * sh.scale - lse_s[r]) : 0.f;
+          visible(sh, i0 + r, j0 + c) ? exp2f(Ps[r * kLdS + c] * scale2 - lse_s[r]) : 0.f;
       Ds[r * kLdS + c] = p * (Ds[r * kLdS + c] - del_s[r]) * sh.scale;
     }
     __syncthreads();
@@ -441,8 +472,9 @@ void allow_smem(K kernel, int floats, std::atomic<bool>* done) {
   int dev = 0;
   cudaGetDevice(&dev);
   if (dev < kMaxDevices && done[dev].load(std::memory_order_relaxed)) return;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       floats * static_cast<int>(sizeof(float)));
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         floats * static_cast<int>(sizeof(float)));
+  if (err != cudaSuccess) return;  // the launch fails and check_launch names it
   if (dev < kMaxDevices) done[dev].store(true, std::memory_order_relaxed);
 }
 

@@ -56,13 +56,15 @@ class PinnedAllocator final : public Allocator {
     free_[it->second.size].push_back({p, std::move(it->second.events)});
     live_.erase(it);
   }
-  // A copy from or to the live block at p is queued on `stream` (of the current device).
-  void record(void* p, cudaStream_t stream) {
-    cudaEvent_t e = nullptr;
-    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    cudaError_t err = cudaEventRecord(e, stream);
-    if (err != cudaSuccess) cudaEventDestroy(e);
-    KILN_CUDA_CHECK(err);
+  // A copy from or to the live block at p was just queued on `stream` (of the current
+  // device); `e` is an event made for it beforehand (so the copy never goes unrecorded).
+  void record(void* p, cudaStream_t stream, cudaEvent_t e) {
+    if (cudaEventRecord(e, stream) != cudaSuccess) {  // no event: wait for the copy instead
+      cudaGetLastError();
+      cudaEventDestroy(e);
+      KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+      return;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(p);
     if (it == live_.end()) {
@@ -87,7 +89,10 @@ class PinnedAllocator final : public Allocator {
   static bool finished(std::vector<cudaEvent_t>& events) {
     auto pending = std::remove_if(events.begin(), events.end(), [](cudaEvent_t e) {
       cudaError_t r = cudaEventQuery(e);
-      if (r == cudaErrorNotReady) return false;
+      if (r == cudaErrorNotReady) {
+        cudaGetLastError();
+        return false;
+      }
       if (r != cudaSuccess) cudaGetLastError();
       cudaEventDestroy(e);
       return true;
@@ -153,10 +158,14 @@ void copy_async(const Tensor& dst, const Tensor& src) {
                     dev.device());
   if (dst.nbytes() == 0) return;
   cudaStream_t stream = current_stream(index);
-  KILN_CUDA_CHECK(cudaMemcpyAsync(dst.impl()->data(), src.impl()->data(), dst.nbytes(),
-                                  to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
-                                  stream));
-  pinned().record(host.impl()->storage()->data(), stream);
+  cudaEvent_t done = nullptr;
+  KILN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  cudaError_t err =
+      cudaMemcpyAsync(dst.impl()->data(), src.impl()->data(), dst.nbytes(),
+                      to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, stream);
+  if (err != cudaSuccess) cudaEventDestroy(done);
+  KILN_CUDA_CHECK(err);
+  pinned().record(host.impl()->storage()->data(), stream, done);
   dst.impl()->storage()->bump_version();
 }
 
