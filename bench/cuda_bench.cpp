@@ -1,10 +1,13 @@
 // Where an eager CUDA op's time goes: the launch floor (an empty kernel), allocation, and Kiln's
 // ops on 4096 floats, each timed on the host with the device synchronised at the end of each
-// repeat; and causal attention at gpt_large's size, the fused kernels against the math path
-// (forward, and forward + backward). Exits 0 with a note when no CUDA device is present (CI).
+// repeat; and causal attention at gpt_large's and gpt's sizes, the fused kernels against the
+// math path (forward, and forward + backward). Exits 0 with a note when no CUDA device is present
+// (CI).
 // `--json FILE` writes them.
 #include <cstring>
 #include <fstream>
+#include <string>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -52,38 +55,48 @@ int main(int argc, char** argv) {
     j["empty_launch_side_stream_us"] = cuda::empty_launch_us(0);
     j["mul_scalar_side_stream_us"] = timed([&] { mul(x, 1.0001); });
   }
-  {  // causal attention of gpt_large's size (batch 8, 12 heads, 1024 tokens, head dim 64, TF32)
-    set_allow_tf32(true);
+  // Causal attention at gpt_large's size (batch 8, 12 heads, 1024 tokens) and gpt's (4 heads,
+  // 128 tokens), head dim 64, TF32: the fused kernels (atomic and deterministic backward)
+  // against the math path, forward and forward + backward.
+  set_allow_tf32(true);
+  for (auto [name, heads, t] : {std::tuple{"large", 12, 1024}, std::tuple{"gpt", 4, 128}}) {
     Generator g(1);
-    auto input = [&] { return randn({8, 12, 1024, 64}, &g).to(gpu).requires_grad_(); };
+    auto input = [&] { return randn({8, heads, t, 64}, &g).to(gpu).requires_grad_(); };
     Tensor q = input(), k = input(), v = input();
-    Tensor grad = randn({8, 12, 1024, 64}, &g).to(gpu);
+    Tensor grad = randn({8, heads, t, 64}, &g).to(gpu);
+    int reps = t >= 1024 ? 5 : 50;
     auto attention_us = [&](auto&& fn) {
       double sec = bench::median_seconds_per_call(
           [&] {
-            for (int i = 0; i < 5; ++i) fn();
+            for (int i = 0; i < reps; ++i) fn();
             synchronize(gpu);
           },
           3, 3, 1);
-      return sec / 5 * 1e6;
+      return sec / reps * 1e6;
     };
-    Tensor keep = tril(ones({1024, 1024}, kBool, gpu));
+    Tensor keep = tril(ones({t, t}, kBool, gpu));
     auto math = [&] {  // what scaled_dot_product_attention runs without the fused kernels
       Tensor sc = mul(matmul(q, transpose(k, -2, -1)), 0.125);
       return matmul(softmax(where(keep, sc, -INFINITY), -1), v);
     };
-    j["attention_fused_forward_us"] =
+    auto train = [&] {
+      sum(mul(scaled_dot_product_attention(q, k, v, {}, true), grad)).backward();
+    };
+    std::string p = fmt::format("attention_{}_", name);
+    j[p + "fused_forward_us"] =
         attention_us([&] { flash_attention(q.detach(), k.detach(), v.detach(), true); });
-    j["attention_fused_train_us"] = attention_us(
-        [&] { sum(mul(scaled_dot_product_attention(q, k, v, {}, true), grad)).backward(); });
-    j["attention_math_forward_us"] = attention_us([&] {
+    j[p + "fused_train_us"] = attention_us(train);
+    set_deterministic_algorithms(true);
+    j[p + "fused_deterministic_train_us"] = attention_us(train);
+    set_deterministic_algorithms(false);
+    j[p + "math_forward_us"] = attention_us([&] {
       autograd::NoGradGuard ng;
       math();
     });
-    j["attention_math_train_us"] = attention_us([&] { sum(mul(math(), grad)).backward(); });
-    set_allow_tf32(false);
+    j[p + "math_train_us"] = attention_us([&] { sum(mul(math(), grad)).backward(); });
   }
-  for (auto& [k, v] : j.items()) fmt::print("  {:<28} {:10.3f} us\n", k, v.get<double>());
+  set_allow_tf32(false);
+  for (auto& [k, v] : j.items()) fmt::print("  {:<42} {:10.3f} us\n", k, v.get<double>());
   if (json_path) std::ofstream(json_path) << j.dump(1) << "\n";
   return 0;
 }

@@ -33,6 +33,13 @@ for w in chain adamw mlp gpt gpt_large; do
   echo "== $w: $(tr -d '\n' < "$out/kiln_$w.json")"
   grep -v '^[0-9]*: ' "$out/kiln_$w.err" | tail -3
 done
+# The GPT steps again with attention on the math path (matmul, softmax, matmul) instead of the
+# fused kernels, for comparison.
+for w in gpt gpt_large; do
+  KILN_BENCH_STEPS=1 timeout 120 ./build/release/kiln bench "$w" --device cuda --json \
+    --math-attention > "$out/kiln_${w}_math.json" 2> "$out/kiln_${w}_math.err"
+  echo "== $w (math attention): $(tr -d '\n' < "$out/kiln_${w}_math.json")"
+done
 # The kernels a replay of the gpt step runs, by op.
 grep -E '^[0-9]+: ' "$out/kiln_gpt.err" | awk '{print $2}' | sort | uniq -c | sort -rn | head -25
 timeout 300 python3 bench/torch_gpt_large.py "$out/torch_gpt_large.json" > "$out/torch_gpt_large.log" 2>&1

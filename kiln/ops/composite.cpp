@@ -116,7 +116,7 @@ namespace {
 // See scaled_dot_product_attention in ops.h.
 bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& mask) {
-  if (mask.defined() || q.device().is_cpu() || k.device() != q.device() ||
+  if (!fused_attention() || mask.defined() || q.device().is_cpu() || k.device() != q.device() ||
       v.device() != q.device() || k.dim() != q.dim() || v.dim() != q.dim() || q.dim() < 2)
     return false;
   // Only where the backend has kernels of its own (CUDA): the CPU and the backends served by a

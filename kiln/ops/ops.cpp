@@ -16,6 +16,14 @@ std::atomic<bool> g_allow_tf32{false};
 }  // namespace
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
 bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+namespace {
+std::atomic<bool> g_fused_attention{true};
+std::atomic<bool> g_deterministic{false};
+}  // namespace
+void set_fused_attention(bool on) { g_fused_attention.store(on, std::memory_order_relaxed); }
+bool fused_attention() { return g_fused_attention.load(std::memory_order_relaxed); }
+void set_deterministic_algorithms(bool on) { g_deterministic.store(on, std::memory_order_relaxed); }
+bool deterministic_algorithms() { return g_deterministic.load(std::memory_order_relaxed); }
 
 namespace {
 // Wrapped numbers keep their category's widest type (int64, float64), as in PyTorch.

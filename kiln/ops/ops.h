@@ -17,6 +17,16 @@ int get_num_threads();
 // float32 accumulation), as PyTorch's torch.backends.cuda.matmul.allow_tf32. Off by default.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+// Whether scaled_dot_product_attention may take the fused kernels (Note [Fused attention]),
+// as PyTorch's torch.backends.cuda.enable_flash_sdp. On by default.
+void set_fused_attention(bool enabled);
+bool fused_attention();
+// Whether kernels must give the same bits on every run, as PyTorch's
+// torch.use_deterministic_algorithms: on CUDA, flash_attention's backward then recomputes the
+// scores for dq in a kernel of its own instead of adding each key tile's share with atomics
+// (whose order varies). Off by default.
+void set_deterministic_algorithms(bool deterministic);
+bool deterministic_algorithms();
 
 // ---------------------------------------------------------------- factories
 // dtype defaults to default_dtype() (int64 for arange/randint of integers), device to

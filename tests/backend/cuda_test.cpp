@@ -581,30 +581,40 @@ TEST(CudaAttention, FlashKernelsMatchTheCpu) {
                                    {kBFloat16, false, 5e-2}};
   for (const AttnCase& c : cases) {
     for (const Mode& m : modes) {
-      SCOPED_TRACE(fmt::format("q {} k {} causal {} transposed {} {} tf32 {}", fmt::join(c.q, ","),
-                               fmt::join(c.k, ","), c.causal, c.transposed, m.dtype, m.tf32));
-      std::vector<int64_t> vshape = c.k;
-      Tensor q = attn_input(c.q, c.transposed, 1).to(m.dtype);
-      Tensor k = attn_input(c.k, c.transposed, 2).to(m.dtype);
-      Tensor v = attn_input(vshape, c.transposed, 3).to(m.dtype);
-      Tensor g = draw(c.q, kFloat64, Device(kCPU), 4).to(m.dtype);
-      set_allow_tf32(m.tf32);
-      auto [out, lse] = flash_attention(q.to(gpu()), k.to(gpu()), v.to(gpu()), c.causal);
-      auto [dq, dk, dv] = flash_attention_backward(g.to(gpu()), q.to(gpu()), k.to(gpu()),
-                                                   v.to(gpu()), out, lse, c.causal);
-      set_allow_tf32(false);
-      Tensor q64 = q.to(kFloat64), k64 = k.to(kFloat64), v64 = v.to(kFloat64);
-      auto [want_out, want_lse] = flash_attention(q64, k64, v64, c.causal);
-      // The backward from the output CUDA gave (as autograd would hand it over).
-      auto [wq, wk, wv] = flash_attention_backward(
-          g.to(kFloat64), q64, k64, v64, out.to(Device(kCPU)).to(kFloat64), want_lse, c.causal);
-      EXPECT_EQ(out.dtype(), m.dtype);
-      EXPECT_EQ(lse.dtype(), kFloat32);
-      EXPECT_TRUE(near(out, want_out, m.tol)) << "out";
-      EXPECT_TRUE(near(lse, want_lse, m.tol)) << "logsumexp";
-      EXPECT_TRUE(near(dq, wq, m.tol)) << "dq";
-      EXPECT_TRUE(near(dk, wk, m.tol)) << "dk";
-      EXPECT_TRUE(near(dv, wv, m.tol)) << "dv";
+      for (bool det : {false, true}) {
+        SCOPED_TRACE(fmt::format("q {} k {} causal {} transposed {} {} tf32 {} deterministic {}",
+                                 fmt::join(c.q, ","), fmt::join(c.k, ","), c.causal, c.transposed,
+                                 m.dtype, m.tf32, det));
+        std::vector<int64_t> vshape = c.k;
+        Tensor q = attn_input(c.q, c.transposed, 1).to(m.dtype);
+        Tensor k = attn_input(c.k, c.transposed, 2).to(m.dtype);
+        Tensor v = attn_input(vshape, c.transposed, 3).to(m.dtype);
+        Tensor g = draw(c.q, kFloat64, Device(kCPU), 4).to(m.dtype);
+        set_allow_tf32(m.tf32);
+        set_deterministic_algorithms(det);
+        auto [out, lse] = flash_attention(q.to(gpu()), k.to(gpu()), v.to(gpu()), c.causal);
+        auto [dq, dk, dv] = flash_attention_backward(g.to(gpu()), q.to(gpu()), k.to(gpu()),
+                                                     v.to(gpu()), out, lse, c.causal);
+        if (det) {  // the same bits again
+          auto [dq2, dk2, dv2] = flash_attention_backward(g.to(gpu()), q.to(gpu()), k.to(gpu()),
+                                                          v.to(gpu()), out, lse, c.causal);
+          EXPECT_TRUE(equal(dq2, dq) && equal(dk2, dk) && equal(dv2, dv));
+        }
+        set_deterministic_algorithms(false);
+        set_allow_tf32(false);
+        Tensor q64 = q.to(kFloat64), k64 = k.to(kFloat64), v64 = v.to(kFloat64);
+        auto [want_out, want_lse] = flash_attention(q64, k64, v64, c.causal);
+        // The backward from the output CUDA gave (as autograd would hand it over).
+        auto [wq, wk, wv] = flash_attention_backward(
+            g.to(kFloat64), q64, k64, v64, out.to(Device(kCPU)).to(kFloat64), want_lse, c.causal);
+        EXPECT_EQ(out.dtype(), m.dtype);
+        EXPECT_EQ(lse.dtype(), kFloat32);
+        EXPECT_TRUE(near(out, want_out, m.tol)) << "out";
+        EXPECT_TRUE(near(lse, want_lse, m.tol)) << "logsumexp";
+        EXPECT_TRUE(near(dq, wq, m.tol)) << "dq";
+        EXPECT_TRUE(near(dk, wk, m.tol)) << "dk";
+        EXPECT_TRUE(near(dv, wv, m.tol)) << "dv";
+      }
     }
   }
 }
@@ -628,6 +638,11 @@ TEST(CudaAttention, SdpaTakesTheFusedKernelsAndItsGradientsMatchTheCpu) {
   // float64 and head dims over 128 keep the math path on CUDA; the kernels refuse them.
   auto [f64_fn, f64] = run(gpu(), kFloat64);
   EXPECT_NE(f64_fn, "FlashAttentionBackward");
+  set_fused_attention(false);  // as torch.backends.cuda.enable_flash_sdp(False)
+  auto [math_fn, math] = run(gpu(), kFloat32);
+  set_fused_attention(true);
+  EXPECT_NE(math_fn, "FlashAttentionBackward");
+  for (size_t i = 0; i < math.size(); ++i) EXPECT_TRUE(close(math[i], want[i], true)) << i;
   Tensor x = zeros({2, 5, 8}, kFloat64, gpu());
   EXPECT_THROW(flash_attention(x, x, x), TypeError);
   Tensor wide = zeros({2, 5, 160}, kFloat32, gpu());

@@ -25,6 +25,7 @@ int run_bench(const BenchOptions& o) {
   KILN_CHECK(!o.small || w->name == "gpt", "[bench] --small applies only to the gpt workload");
   int64_t iters = o.iters > 0 ? o.iters : w->default_iters;
   if (!common.device.is_cpu()) set_allow_tf32(true);  // as torch_anchor.py sets it
+  if (o.math_attention) set_fused_attention(false);
   std::vector<workloads::Metric> metrics =
       w->run({.iters = iters, .small = o.small, .device = common.device});
 

@@ -45,6 +45,7 @@ struct BenchOptions {
   int64_t iters = 0;  // 0: the workload's default
   bool json = false;
   bool small = false;
+  bool math_attention = false;  // set_fused_attention(false)
 };
 
 int run_train(const TrainOptions& o);

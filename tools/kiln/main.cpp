@@ -122,6 +122,8 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
   cmd->add_option("--iters", o.iters, "Timed iterations per repeat (default: per workload)");
   cmd->add_flag("--json", o.json, "Print JSON with torch_anchor.py's keys");
   cmd->add_flag("--small", o.small, "gpt: width 128 (reported as gpt_small_eager_us)");
+  cmd->add_flag("--math-attention", o.math_attention,
+                "Attention on the math path, not the fused kernels (for comparison)");
   add_common(cmd, o.common);
   return cmd;
 }

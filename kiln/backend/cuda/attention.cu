@@ -9,6 +9,7 @@
 // the backward recomputes the probabilities.
 #include <mma.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <type_traits>
@@ -33,6 +34,7 @@ constexpr int ld_of() {
 }
 
 using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
+using FragACol = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major>;
 using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major>;
 using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
@@ -138,7 +140,7 @@ __device__ void mm_abt(const float* A, const float* B, float* C) {
 }
 
 // A warp's 16 rows x HD accumulator: += P (its 16 rows of 64 x 64, ld ldp) . V (64 x HD, ld
-// HD + 4); store() writes them into a 64 x HD tile (ld HD + 4).
+// HD + 4), or with TransA += P^T . V; store() writes them into a 64 x HD tile (ld HD + 4).
 template <bool TC, int HD>
 struct RowAcc;
 
@@ -149,13 +151,18 @@ struct RowAcc<true, HD> {
 #pragma unroll
     for (int j = 0; j < HD / 16; ++j) wmma::fill_fragment(f[j], 0.f);
   }
+  template <bool TransA = false>
   __device__ void mma(const float* P, int ldp, const float* V) {
     constexpr int LD = ld_of<HD>();
     const int warp = static_cast<int>(threadIdx.x) / 32;
 #pragma unroll 2
     for (int kk = 0; kk < kTile; kk += 8) {
-      FragA a;
-      wmma::load_matrix_sync(a, P + warp * 16 * ldp + kk, ldp);
+      // P^T (row, k) = P[k * ldp + row]: column-major
+      std::conditional_t<TransA, FragACol, FragA> a;
+      if constexpr (TransA)
+        wmma::load_matrix_sync(a, P + kk * ldp + warp * 16, ldp);
+      else
+        wmma::load_matrix_sync(a, P + warp * 16 * ldp + kk, ldp);
       to_tf32(a);
 #pragma unroll
       for (int j = 0; j < HD / 16; ++j) {
@@ -184,16 +191,18 @@ struct RowAcc<false, HD> {
 #pragma unroll
       for (int j = 0; j < HD / 8; ++j) a[i][j] = 0.f;
   }
+  template <bool TransA = false>
   __device__ void mma(const float* P, int ldp, const float* V) {
     constexpr int LD = ld_of<HD>();
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int rg = lane >> 3, cg = lane & 7;
     const float* p0 = P + (warp * 16 + rg) * ldp;
+    const float* pt = P + warp * 16 + rg;  // TransA: P^T (row, k) = P[k * ldp + row]
 #pragma unroll 2
     for (int k = 0; k < kTile; ++k) {
       float p[4], v[HD / 8];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) p[i] = p0[4 * i * ldp + k];
+      for (int i = 0; i < 4; ++i) p[i] = TransA ? pt[k * ldp + 4 * i] : p0[4 * i * ldp + k];
 #pragma unroll
       for (int j = 0; j < HD / 8; ++j) v[j] = V[k * LD + cg + 8 * j];
 #pragma unroll
@@ -351,11 +360,13 @@ __device__ __forceinline__ void load_row_stats(float* lse_s, float* del_s, const
 
 // dk and dv of one key tile, over the query tiles that see it: with S^T = K Q^T (keys as
 // rows), P^T = exp(S^T scale - lse), dP^T = V dO^T, dS^T = P^T (dP^T - delta) scale:
-// dv += P^T dO, dk += dS^T Q.
-template <class T, bool TC, int HD>
+// dv += P^T dO, dk += dS^T Q. kAtomicDq: also dq += dS K for each query tile, added into the
+// float32 dq_acc ([n, l, e], zeroed) with atomics.
+template <class T, bool TC, int HD, bool kAtomicDq>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_kv_kernel(AttnShape sh, AttnOperand q, AttnOperand k, AttnOperand v,
-                             AttnOperand g, const float* lse, const float* delta, T* dk, T* dv) {
+                             AttnOperand g, const float* lse, const float* delta, T* dk, T* dv,
+                             float* dq_acc) {
   constexpr int LD = ld_of<HD>();
   extern __shared__ __align__(128) float smem[];
   float* Ks = smem;
@@ -396,6 +407,19 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     acc_dv.mma(Ps, kLdS, Gs);
     acc_dk.mma(Ds, kLdS, Qs);
+    if constexpr (kAtomicDq) {
+      RowAcc<TC, HD> dq;  // rows: this warp's 16 queries
+      dq.zero();
+      dq.template mma<true>(Ds, kLdS, Ks);
+      __syncthreads();  // every warp is done reading Qs
+      dq.store(Qs);
+      __syncthreads();
+      for (int idx = tid; idx < kTile * HD; idx += kThreads) {
+        const int r = idx / HD, c = idx % HD;
+        const int64_t i = i0 + r;
+        if (i < sh.l && c < sh.e) atomicAdd(dq_acc + (b * sh.l + i) * sh.e + c, Qs[r * LD + c]);
+      }
+    }
   }
   __syncthreads();
   acc_dk.store(Qs);
@@ -464,6 +488,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// out = acc over n elements (grid-stride).
+template <class T>
+__global__ void __launch_bounds__(256) convert_kernel(const float* acc, T* out, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * 256)
+    out[i] = cvt<T>(acc[i]);
+}
+
 // Opts a kernel into the shared memory it needs (over the 48 KiB default), once per device;
 // `done` is the kernel's own.
 constexpr int kMaxDevices = 64;
@@ -495,20 +527,37 @@ void forward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
 template <class T, bool TC, int HD>
 void backward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
               const AttnOperand& v, const AttnOperand& o, const AttnOperand& g, const float* lse,
-              float* delta, void* dq, void* dk, void* dv, cudaStream_t st) {
+              float* delta, bool deterministic, float* dq_acc, void* dq, void* dk, void* dv,
+              cudaStream_t st) {
   constexpr int kRowsPerBlock = kThreads / 32;
   unsigned rows = static_cast<unsigned>((sh.n * sh.l + kRowsPerBlock - 1) / kRowsPerBlock);
   attention_delta_kernel<T><<<rows, kThreads, 0, st>>>(sh, o, g, delta);
-  auto kv = flash_backward_kv_kernel<T, TC, HD>;
-  auto qk = flash_backward_q_kernel<T, TC, HD>;
-  static std::atomic<bool> done_kv[kMaxDevices], done_q[kMaxDevices];
+  const size_t bytes = backward_smem<HD>() * sizeof(float);
+  if (deterministic) {
+    auto kv = flash_backward_kv_kernel<T, TC, HD, false>;
+    auto qk = flash_backward_q_kernel<T, TC, HD>;
+    static std::atomic<bool> done_kv[kMaxDevices], done_q[kMaxDevices];
+    allow_smem(kv, backward_smem<HD>(), done_kv);
+    allow_smem(qk, backward_smem<HD>(), done_q);
+    kv<<<blocks_of(sh.n, sh.s), kThreads, bytes, st>>>(
+        sh, q, k, v, g, lse, delta, static_cast<T*>(dk), static_cast<T*>(dv), nullptr);
+    qk<<<blocks_of(sh.n, sh.l), kThreads, bytes, st>>>(sh, q, k, v, g, lse, delta,
+                                                        static_cast<T*>(dq));
+    return;
+  }
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  float* acc = kFloat ? static_cast<float*>(dq) : dq_acc;  // float32 dq accumulates in place
+  const int64_t n = sh.n * sh.l * sh.e;
+  cudaMemsetAsync(acc, 0, static_cast<size_t>(n) * sizeof(float), st);
+  auto kv = flash_backward_kv_kernel<T, TC, HD, true>;
+  static std::atomic<bool> done_kv[kMaxDevices];
   allow_smem(kv, backward_smem<HD>(), done_kv);
-  allow_smem(qk, backward_smem<HD>(), done_q);
-  size_t bytes = backward_smem<HD>() * sizeof(float);
-  kv<<<blocks_of(sh.n, sh.s), kThreads, bytes, st>>>(sh, q, k, v, g, lse, delta,
-                                                      static_cast<T*>(dk), static_cast<T*>(dv));
-  qk<<<blocks_of(sh.n, sh.l), kThreads, bytes, st>>>(sh, q, k, v, g, lse, delta,
-                                                      static_cast<T*>(dq));
+  kv<<<blocks_of(sh.n, sh.s), kThreads, bytes, st>>>(
+      sh, q, k, v, g, lse, delta, static_cast<T*>(dk), static_cast<T*>(dv), acc);
+  if constexpr (!kFloat) {
+    const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t{1} << 20);
+    convert_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, st>>>(acc, static_cast<T*>(dq), n);
+  }
 }
 
 // Calls f.template operator()<T, TC, HD>() for the dtype, the product kind and the head dim
@@ -551,10 +600,12 @@ void launch_flash_forward(Dt dt, bool tensor_cores, const AttnShape& sh, const A
 
 void launch_flash_backward(Dt dt, bool tensor_cores, const AttnShape& sh, const AttnOperand& q,
                            const AttnOperand& k, const AttnOperand& v, const AttnOperand& out,
-                           const AttnOperand& grad_out, const float* lse, float* delta, void* dq,
-                           void* dk, void* dv, cudaStream_t stream) {
+                           const AttnOperand& grad_out, const float* lse, float* delta,
+                           bool deterministic, float* dq_acc, void* dq, void* dk, void* dv,
+                           cudaStream_t stream) {
   dispatch(dt, tensor_cores, sh.e, [&]<class T, bool TC, int HD>() {
-    backward<T, TC, HD>(sh, q, k, v, out, grad_out, lse, delta, dq, dk, dv, stream);
+    backward<T, TC, HD>(sh, q, k, v, out, grad_out, lse, delta, deterministic, dq_acc, dq, dk, dv,
+                        stream);
   });
 }
 

@@ -35,9 +35,13 @@ void launch_flash_forward(Dt dt, bool tensor_cores, const AttnShape& sh, const A
                           const AttnOperand& k, const AttnOperand& v, void* out, float* lse,
                           cudaStream_t stream);
 // dq: [n, l, e]; dk, dv: [n, s, e], contiguous in dt. delta: n * l floats of scratch.
+// deterministic: dq from a kernel of its own (recomputing the scores); otherwise each key
+// tile's share is added with atomics into dq (float32) or into dq_acc (n * l * e floats of
+// scratch, for the 16-bit dtypes), then converted.
 void launch_flash_backward(Dt dt, bool tensor_cores, const AttnShape& sh, const AttnOperand& q,
                            const AttnOperand& k, const AttnOperand& v, const AttnOperand& out,
-                           const AttnOperand& grad_out, const float* lse, float* delta, void* dq,
-                           void* dk, void* dv, cudaStream_t stream);
+                           const AttnOperand& grad_out, const float* lse, float* delta,
+                           bool deterministic, float* dq_acc, void* dq, void* dk, void* dv,
+                           cudaStream_t stream);
 
 }  // namespace kiln::cuda
