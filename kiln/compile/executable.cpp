@@ -90,6 +90,22 @@ struct Executable::Graphs {
   std::vector<int> copy_back;                                // of those, the ones the steps write
   std::vector<std::pair<const Tensor*, const void*>> baked;  // free tensors' captured addresses
 
+  // A call on another stream than the previous call's waits for it: the buffers are shared
+  // (the warm-up's intermediates as much as the graphs' static buffers).
+  void follow_last_call() {
+    const int index = device.index();
+    const uint64_t stream = iface->current_stream(index);
+    if (last_stream && *last_stream != stream) {
+      const uint64_t e = iface->create_event(index);
+      try {
+        iface->record_event(index, e, *last_stream);
+        iface->stream_wait_event(index, stream, e);
+      } catch (const DeviceError&) {  // that stream is gone, so its work is done
+      }
+      iface->destroy_event(index, e);
+    }
+    last_stream = stream;
+  }
   void drop_execs() {
     for (Item& s : schedule) {
       if (s.exec) iface->destroy_exec(device.index(), s.exec);
@@ -459,6 +475,7 @@ Tensor Executable::output(int v, std::span<const Tensor> inputs) const {
 
 void Executable::run(std::span<const Tensor> inputs, TensorList& outputs) {
   if (graphs_ && graphs_->runs++ > 0) return run_graphs(inputs, outputs);
+  if (graphs_) graphs_->follow_last_call();  // the warm-up, whose buffers the graphs reuse
   bind_inputs(inputs);
   // Outputs the caller still holds from an earlier call get a new buffer.
   for (int b : owned_outputs_) {
@@ -601,18 +618,7 @@ void Executable::capture(bool update) {
 void Executable::run_graphs(std::span<const Tensor> inputs, TensorList& outputs) {
   Graphs& gr = *graphs_;
   const int index = gr.device.index();
-  // A call on another stream than the last one waits for it: the static buffers are shared.
-  const uint64_t stream = gr.iface->current_stream(index);
-  if (gr.last_stream && *gr.last_stream != stream) {
-    const uint64_t e = gr.iface->create_event(index);
-    try {
-      gr.iface->record_event(index, e, *gr.last_stream);
-      gr.iface->stream_wait_event(index, stream, e);
-    } catch (const DeviceError&) {  // that stream is gone, so its work is done
-    }
-    gr.iface->destroy_event(index, e);
-  }
-  gr.last_stream = stream;
+  gr.follow_last_call();
   if (!gr.captured) {
     // Static buffers for the inputs copied in: the addresses the graphs are captured with.
     for (int i : gr.copy_in) {
