@@ -83,29 +83,12 @@ struct Executable::Graphs {
   };
   std::vector<Item> schedule;
   int host_step = -1;  // a step on the cpu, which no graph can hold (without piecewise)
-  std::optional<uint64_t> last_stream;  // where the previous call ran
   bool captured = false;
   int runs = 0;
   std::vector<int> copy_in;                                  // inputs copied into static buffers
   std::vector<int> copy_back;                                // of those, the ones the steps write
   std::vector<std::pair<const Tensor*, const void*>> baked;  // free tensors' captured addresses
 
-  // A call on another stream than the previous call's waits for it: the buffers are shared
-  // (the warm-up's intermediates as much as the graphs' static buffers).
-  void follow_last_call() {
-    const int index = device.index();
-    const uint64_t stream = iface->current_stream(index);
-    if (last_stream && *last_stream != stream) {
-      const uint64_t e = iface->create_event(index);
-      try {
-        iface->record_event(index, e, *last_stream);
-        iface->stream_wait_event(index, stream, e);
-      } catch (const DeviceError&) {  // that stream is gone, so its work is done
-      }
-      iface->destroy_event(index, e);
-    }
-    last_stream = stream;
-  }
   void drop_execs() {
     for (Item& s : schedule) {
       if (s.exec) iface->destroy_exec(device.index(), s.exec);
@@ -153,6 +136,7 @@ void Executable::setup_graphs() {
   }
   if (!dev) return;
   DeviceInterface* iface = device_interface(dev->type());
+  if (iface && !mixed) order_ = StreamOrder{iface, *dev};
   if (!iface || !iface->caps().graphs) return;
   auto refuse = [&](std::string why) { stats_.no_graphs = std::move(why); };
   if (!graph_options_.capture) return refuse("CompileOptions::capture is off");
@@ -473,9 +457,24 @@ Tensor Executable::output(int v, std::span<const Tensor> inputs) const {
                                      s->storage_offset()));
 }
 
+void Executable::StreamOrder::follow() {
+  const int index = device.index();
+  const uint64_t stream = iface->current_stream(index);
+  if (last && *last != stream) {
+    const uint64_t e = iface->create_event(index);
+    try {
+      iface->record_event(index, e, *last);
+      iface->stream_wait_event(index, stream, e);
+    } catch (const DeviceError&) {  // that stream is gone, so its work is done
+    }
+    iface->destroy_event(index, e);
+  }
+  last = stream;
+}
+
 void Executable::run(std::span<const Tensor> inputs, TensorList& outputs) {
+  if (order_) order_->follow();
   if (graphs_ && graphs_->runs++ > 0) return run_graphs(inputs, outputs);
-  if (graphs_) graphs_->follow_last_call();  // the warm-up, whose buffers the graphs reuse
   bind_inputs(inputs);
   // Outputs the caller still holds from an earlier call get a new buffer.
   for (int b : owned_outputs_) {
@@ -618,7 +617,6 @@ void Executable::capture(bool update) {
 void Executable::run_graphs(std::span<const Tensor> inputs, TensorList& outputs) {
   Graphs& gr = *graphs_;
   const int index = gr.device.index();
-  gr.follow_last_call();
   if (!gr.captured) {
     // Static buffers for the inputs copied in: the addresses the graphs are captured with.
     for (int i : gr.copy_in) {

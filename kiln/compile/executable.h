@@ -2,6 +2,7 @@
 // The executable: a traced, optimised graph lowered to a flat list of bound kernel calls.
 // See DESIGN.md "Compile" step 4 and Note [Replay] in executable.cpp.
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -84,6 +85,16 @@ class Executable {
   std::vector<std::unique_ptr<Step>> steps_;
   GraphOptions graph_options_;
   std::unique_ptr<Graphs> graphs_;
+  // Calls on another stream than the previous call's wait for it: every call (the warm-up,
+  // a replay of steps or of graphs) uses the executable's buffers. Set for an executable on
+  // one device other than the cpu.
+  struct StreamOrder {
+    DeviceInterface* iface = nullptr;
+    Device device;
+    std::optional<uint64_t> last = {};
+    void follow();
+  };
+  std::optional<StreamOrder> order_;
 };
 
 }  // namespace kiln::compiler

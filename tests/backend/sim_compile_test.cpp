@@ -235,6 +235,22 @@ TEST(SimCompile, CallsOnTwoStreamsTakeTurns) {
   EXPECT_EQ(f.entries().at(0).captures, 1);
 }
 
+// Without graphs the replayed steps share their intermediate buffers between calls too.
+TEST(SimCompile, CallsOnTwoStreamsTakeTurnsWithoutGraphs) {
+  auto fn = [](const Tensor& x) { return mul(add(mul(x, 2.0), 1.0), 3.0); };
+  CompiledFunction f = compile(fn, {.capture = false});
+  Device d = sim();
+  Stream a = Stream::create(d), b = Stream::create(d);
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < 24; ++i) xs.push_back(srand_({1 << 16}, 300 + i));
+  for (int i = 0; i < 24; ++i) {  // no synchronising in between: the calls overlap
+    StreamGuard guard(i % 2 ? a : b);
+    ys.push_back(f({xs[i]})[0]);
+  }
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(values(ys[i]), values(fn(xs[i]))) << "call " << i;
+  EXPECT_FALSE(f.entries().at(0).device_graphs);
+}
+
 TEST(SimCompile, CaptureOffReplaysTheSteps) {
   CompiledFunction f = compile([](const Tensor& x) { return add(x, 1.0); }, {.capture = false});
   Tensor x = srand_({3}, 7);
