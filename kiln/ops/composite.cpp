@@ -127,10 +127,9 @@ bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v,
   DType t = q.dtype();
   if ((t != kFloat32 && t != kFloat16 && t != kBFloat16) || k.dtype() != t || v.dtype() != t)
     return false;
+  // (The caller has checked that k's embedding size is q's and v's length is k's.)
   int64_t e = q.size(-1);
-  if (e < 1 || e > 128 || k.size(-1) != e || v.size(-1) != e || q.size(-2) < 1 || k.size(-2) < 1 ||
-      v.size(-2) != k.size(-2))
-    return false;
+  if (e < 1 || e > 128 || v.size(-1) != e || q.size(-2) < 1 || k.size(-2) < 1) return false;
   for (int64_t d = 0; d < q.dim() - 2; ++d)
     if (k.size(d) != q.size(d) || v.size(d) != q.size(d)) return false;
   return true;

@@ -200,7 +200,7 @@ TensorSpec flash_attention_backward(const Tensor& grad_out, const Tensor& q, con
     KILN_CHECK_TYPE(t->dtype() == q.dtype(), "[{}] grad_out and out must be {} like query, got {}",
                     op, q.dtype(), t->dtype());
   }
-  IntArrayRef rows = q.sizes().subspan(0, static_cast<size_t>(q.dim() - 1));
+  IntArrayRef rows = attention_stats_sizes(q);
   KILN_CHECK(lse.sizes() == rows, "[{}] logsumexp must have shape {}, got {}", op, rows,
              lse.sizes());
   KILN_CHECK_TYPE(lse.dtype() == attention_stats_dtype(q.dtype()),
@@ -342,9 +342,9 @@ TensorPair meta_dropout(const Tensor& x, double p, Generator* g) {
 TensorPair meta_flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                 double scale) {
   TensorSpec s = meta::flash_attention(q, k, v, causal, scale);
-  IntArrayRef rows = q.sizes().subspan(0, static_cast<size_t>(q.dim() - 1));
   return {empty_tensor(s.sizes, s.dtype, meta_dev()),
-          empty_tensor(rows, meta::attention_stats_dtype(s.dtype), meta_dev())};
+          empty_tensor(meta::attention_stats_sizes(q), meta::attention_stats_dtype(s.dtype),
+                       meta_dev())};
 }
 TensorTriple meta_flash_attention_backward(const Tensor& g, const Tensor& q, const Tensor& k,
                                            const Tensor& v, const Tensor& out, const Tensor& lse,

@@ -23,8 +23,12 @@ TensorSpec native_dropout(const Tensor& input, double p, Generator* gen);
 // the output's spec ([..., L, E]); the logsumexp is [..., L] in attention_stats_dtype.
 TensorSpec flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
                            double scale);
-// The dtype of flash_attention's logsumexp: float64 for float64 inputs, else float32.
+// The dtype of flash_attention's logsumexp: float64 for float64 inputs, else float32; its
+// sizes: query's without the last dim.
 DType attention_stats_dtype(DType input);
+inline IntArrayRef attention_stats_sizes(const Tensor& q) {
+  return q.sizes().subspan(0, static_cast<size_t>(q.dim() - 1));
+}
 // flash_attention_backward: the forward's arguments are valid, and grad_out, out and lse have
 // the shapes and dtypes flash_attention gives them. Returns q's spec (dk and dv: k's and v's).
 TensorSpec flash_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,

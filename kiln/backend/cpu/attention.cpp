@@ -43,7 +43,7 @@ TensorPair flash_attention_kernel(const Tensor& q, const Tensor& k, const Tensor
   TensorSpec spec = meta::flash_attention(q, k, v, causal, scale);
   DType st = meta::attention_stats_dtype(spec.dtype);
   Tensor out = empty_cpu(spec.sizes, spec.dtype);
-  Tensor lse = empty_cpu(q.sizes().subspan(0, static_cast<size_t>(q.dim() - 1)), st);
+  Tensor lse = empty_cpu(meta::attention_stats_sizes(q), st);
   Tensor cq = contiguous_as(q, q.dtype()), ck = contiguous_as(k, q.dtype()),
          cv = contiguous_as(v, q.dtype());
   Dims d = dims_of(q, k);

@@ -78,8 +78,7 @@ TensorPair cuda_flash_attention(const Tensor& q, const Tensor& k, const Tensor& 
   TensorSpec s = meta::flash_attention(q, k, v, causal, scale);
   check_supported(op, q);
   Tensor out = empty_cuda(s.sizes, s.dtype, s.device);
-  Tensor lse =
-      empty_cuda(q.sizes().subspan(0, static_cast<size_t>(q.dim() - 1)), kFloat32, s.device);
+  Tensor lse = empty_cuda(meta::attention_stats_sizes(q), kFloat32, s.device);
   AttnShape sh = shape_of(q, k, causal, scale);
   if (sh.n == 0) return {out, lse};
   Tensor kq, kk, kv;

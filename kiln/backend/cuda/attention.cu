@@ -236,6 +236,20 @@ template <int HD>
 constexpr int backward_smem() {
   return 4 * kTile * ld_of<HD>() + 2 * kTile * kLdS + 2 * kTile;
 }
+// How the backward kernels lay out those floats: four 64 x HD tiles, two 64 x 64 score tiles
+// (probabilities and their gradients) and two rows of query statistics.
+template <int HD>
+struct BackwardSmem {
+  float* tile[4];
+  float *p, *d, *lse, *del;
+  __device__ explicit BackwardSmem(float* s) {
+    for (int i = 0; i < 4; ++i) tile[i] = s + i * kTile * ld_of<HD>();
+    p = s + 4 * kTile * ld_of<HD>();
+    d = p + kTile * kLdS;
+    lse = d + kTile * kLdS;
+    del = lse + kTile;
+  }
+};
 
 // Grid: one block per (batch entry, query tile), the causal tiles with the most keys first.
 template <class T, bool TC, int HD>
@@ -369,14 +383,9 @@ __global__ void __launch_bounds__(kThreads)
                              float* dq_acc) {
   constexpr int LD = ld_of<HD>();
   extern __shared__ __align__(128) float smem[];
-  float* Ks = smem;
-  float* Vs = Ks + kTile * LD;
-  float* Qs = Vs + kTile * LD;
-  float* Gs = Qs + kTile * LD;
-  float* Ps = Gs + kTile * LD;
-  float* Ds = Ps + kTile * kLdS;
-  float* lse_s = Ds + kTile * kLdS;
-  float* del_s = lse_s + kTile;
+  const BackwardSmem<HD> m(smem);
+  float *Ks = m.tile[0], *Vs = m.tile[1], *Qs = m.tile[2], *Gs = m.tile[3];
+  float *Ps = m.p, *Ds = m.d, *lse_s = m.lse, *del_s = m.del;
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t tiles = (sh.s + kTile - 1) / kTile;
   const int64_t b = blockIdx.x / tiles;
@@ -442,14 +451,9 @@ __global__ void __launch_bounds__(kThreads)
                             AttnOperand g, const float* lse, const float* delta, T* dq) {
   constexpr int LD = ld_of<HD>();
   extern __shared__ __align__(128) float smem[];
-  float* Qs = smem;
-  float* Gs = Qs + kTile * LD;
-  float* Ks = Gs + kTile * LD;
-  float* Vs = Ks + kTile * LD;
-  float* Ps = Vs + kTile * LD;
-  float* Ds = Ps + kTile * kLdS;
-  float* lse_s = Ds + kTile * kLdS;
-  float* del_s = lse_s + kTile;
+  const BackwardSmem<HD> m(smem);
+  float *Qs = m.tile[0], *Gs = m.tile[1], *Ks = m.tile[2], *Vs = m.tile[3];
+  float *Ps = m.p, *Ds = m.d, *lse_s = m.lse, *del_s = m.del;
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t tiles = (sh.l + kTile - 1) / kTile;
   const int64_t b = blockIdx.x / tiles;
