@@ -1,7 +1,8 @@
 // Where an eager CUDA op's time goes: the launch floor (an empty kernel), allocation, and Kiln's
 // ops on 4096 floats, each timed on the host with the device synchronised at the end of each
 // repeat; and causal attention at gpt_large's and gpt's sizes, the fused kernels against the
-// math path (forward, and forward + backward). Exits 0 with a note when no CUDA device is present
+// math path (forward, and forward + backward); and a linear layer with GELU, fused by cuBLASLt's
+// epilogue or not. Exits 0 with a note when no CUDA device is present
 // (CI).
 // `--json FILE` writes them.
 #include <cstring>
@@ -40,6 +41,16 @@ int main(int argc, char** argv) {
         20, 5, 3);
     return s / 100 * 1e6;
   };
+  // Microseconds per call of a longer-running fn, run `reps` times per repeat.
+  auto timed_long = [&](int reps, auto&& fn) {
+    double sec = bench::median_seconds_per_call(
+        [&] {
+          for (int i = 0; i < reps; ++i) fn();
+          synchronize(gpu);
+        },
+        3, 3, 1);
+    return sec / reps * 1e6;
+  };
   nlohmann::ordered_json j;
   j["empty_launch_us"] = cuda::empty_launch_us(0);
   j["empty_graph_node_us"] = cuda::empty_graph_node_us(0);
@@ -65,15 +76,7 @@ int main(int argc, char** argv) {
     Tensor q = input(), k = input(), v = input();
     Tensor grad = randn({8, heads, t, 64}, &g).to(gpu);
     int reps = t >= 1024 ? 5 : 50;
-    auto attention_us = [&](auto&& fn) {
-      double sec = bench::median_seconds_per_call(
-          [&] {
-            for (int i = 0; i < reps; ++i) fn();
-            synchronize(gpu);
-          },
-          3, 3, 1);
-      return sec / reps * 1e6;
-    };
+    auto attention_us = [&](auto&& fn) { return timed_long(reps, fn); };
     Tensor keep = tril(ones({t, t}, kBool, gpu));
     auto math = [&] {  // what scaled_dot_product_attention runs without the fused kernels
       Tensor sc = mul(matmul(q, transpose(k, -2, -1)), 0.125);
@@ -94,6 +97,17 @@ int main(int argc, char** argv) {
       math();
     });
     j[p + "math_train_us"] = attention_us([&] { sum(mul(math(), grad)).backward(); });
+  }
+  // Note [GELU epilogue] at gpt_large's MLP size ([8192, 768] @ [768, 3072] + bias): one
+  // cuBLASLt product with the GELU epilogue against the product with bias, then gelu (tanh).
+  for (DType t : {kBFloat16, kFloat32}) {
+    Generator g(2);
+    auto input = [&](IntArrayRef sizes) { return randn(sizes, &g).to(t).to(gpu); };
+    Tensor xin = input({8192, 768}), w = input({3072, 768}), b = input({3072});
+    autograd::NoGradGuard ng;
+    std::string p = fmt::format("linear_gelu_{}_", name(t));
+    j[p + "fused_us"] = timed_long(20, [&] { linear_gelu(xin, w, b); });
+    j[p + "unfused_us"] = timed_long(20, [&] { gelu(linear(xin, w, b), true); });
   }
   set_allow_tf32(false);
   for (auto& [k, v] : j.items()) fmt::print("  {:<42} {:10.3f} us\n", k, v.get<double>());

@@ -12,10 +12,19 @@ out=${1:-build/gpu-out}
 anchor=${2:-}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
-cmake --preset release -DKILN_ORACLE_TESTS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_TESTS=ON -DKILN_WERROR=OFF \
+# KILN_GPU_ORACLE=1 also builds the op table test against PyTorch's libtorch (the machine has no
+# Debian one) and runs the table on CUDA against ATen (Note [The op table on CUDA]).
+oracle=(-DKILN_ORACLE_TESTS=OFF)
+if [ -n "${KILN_GPU_ORACLE:-}" ]; then
+  torch_dir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+  python3 -c 'import torch; print("oracle: torch", torch.__version__, "cxx11 abi", torch._C._GLIBCXX_USE_CXX11_ABI)'
+  oracle=(-DKILN_ORACLE_TESTS=ON "-DKILN_TORCH_DIR=$torch_dir")
+fi
+cmake --preset release "${oracle[@]}" -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_TESTS=ON -DKILN_WERROR=OFF \
   > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 targets=()
 if [ -n "${KILN_GPU_QUICK:-}" ]; then targets=(--target kiln_cuda_test kiln_cuda_bench kiln_cli); fi
+if [ -n "${KILN_GPU_QUICK:-}" ] && [ -n "${KILN_GPU_ORACLE:-}" ]; then targets+=(kiln_op_test); fi
 cmake --build --preset release -j "$(nproc)" "${targets[@]}" > "$out/build.log" 2>&1 ||
   { grep -B2 -A12 -m3 "error" "$out/build.log"; exit 1; }
 grep -c "warning" "$out/build.log" | sed "s/^/build warnings: /"
@@ -26,6 +35,12 @@ fi
 timeout 300 ./build/release/tests/kiln_cuda_test > "$out/cuda_test.log" 2>&1
 grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$out/cuda_test.log" | head -40
 grep -B1 -A6 'Failure' "$out/cuda_test.log" | head -120
+if [ -n "${KILN_GPU_ORACLE:-}" ]; then
+  timeout 400 ./build/release/tests/kiln_op_test --gtest_filter='*/OpCuda.*' > "$out/op_cuda.log" 2>&1
+  echo "op table on cuda: exit $?; $(grep -E '^\[  (PASSED|FAILED|SKIPPED)  \]' "$out/op_cuda.log" | head -3 | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \] .*OpCuda' "$out/op_cuda.log" | head -60
+  grep -B1 -A4 'Failure' "$out/op_cuda.log" | head -150
+fi
 timeout 120 ./build/release/kiln_cuda_bench --json "$out/cuda_bench.json"
 for w in chain adamw mlp gpt gpt_large; do
   KILN_BENCH_STEPS=1 timeout 120 ./build/release/kiln bench "$w" --device cuda --json > "$out/kiln_$w.json" \

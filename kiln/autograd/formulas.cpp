@@ -345,6 +345,19 @@ void flash_attention_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   if (c.needs(2)) gi[2] = dv;
 }
 
+// Note [GELU epilogue]: z = mat1 @ mat2 + bias is the saved preactivation (output 1, which may
+// carry a gradient of its own); out = gelu_tanh(z). dz = gelu_backward(dout, z) (+ dz), then
+// addmm's gradients (the bias's is dz summed to its n elements).
+void addmm_gelu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor dz;
+  if (g[0].defined()) dz = gelu_backward(g[0], c.output(1), true);
+  if (g.size() > 1 && g[1].defined()) dz = dz.defined() ? add(dz, g[1]) : g[1];
+  if (!dz.defined()) return;
+  if (c.needs(0)) gi[0] = dz;
+  if (c.needs(1)) gi[1] = mm(dz, t(c.input(2)));
+  if (c.needs(2)) gi[2] = mat2_grad(dz, c.input(1), c.geometry(2));
+}
+
 struct Entry {
   const char* name;
   Derivative d;
@@ -405,6 +418,7 @@ const Entry kOthers[] = {
     {"mm", F(mm_bw, S(0) | S(1))},
     {"bmm", F(bmm_bw, S(0) | S(1))},
     {"addmm", F(addmm_bw, S(1) | S(2))},
+    {"addmm_gelu", F(addmm_gelu_bw, S(1) | S(2), S(1))},
     {"layer_norm", F(layer_norm_bw, S(0) | S(1))},
     {"rms_norm", F(rms_norm_bw, S(0) | S(1))},
     {"embedding", F(embedding_bw, S(1))},

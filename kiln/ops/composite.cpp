@@ -5,6 +5,7 @@
 #include "kiln/ops/meta.h"
 #include "kiln/ops/op_list.h"
 #include "kiln/ops/ops.h"
+#include "kiln/ops/other_meta.h"
 #include "kiln/ops/views.h"
 
 namespace kiln {
@@ -72,19 +73,42 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return r.reshape(out);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  KILN_CHECK(weight.defined() && weight.dim() == 2, "[linear] weight must be a 2-D tensor");
-  KILN_CHECK(x.defined() && x.dim() >= 1, "[linear] input must have at least 1 dimension");
+namespace {
+// linear's shape handling: x [..., in] as a 2-D [rows, in] matrix, `product(x2, weight^T)`
+// ([rows, out]), and the result with x's leading dims.
+template <class Product>
+Tensor linear_2d(const char* op, const Tensor& x, const Tensor& weight, Product product) {
+  KILN_CHECK(weight.defined() && weight.dim() == 2, "[{}] weight must be a 2-D tensor", op);
+  KILN_CHECK(x.defined() && x.dim() >= 1, "[{}] input must have at least 1 dimension", op);
   KILN_CHECK(x.size(-1) == weight.size(1),
-             "[linear] input's last dim {} does not match weight [{}] (expected [out, {}])",
+             "[{}] input's last dim {} does not match weight [{}] (expected [out, {}])", op,
              x.size(-1), fmt::join(weight.sizes(), ", "), x.size(-1));
   Tensor x2 = x.dim() == 2 ? x : reshape(x, {-1, x.size(-1)});
-  Tensor wt = transpose(weight, 0, 1);
-  Tensor y = bias.defined() ? addmm_op(bias, x2, wt, 1, 1) : mm_op(x2, wt);
+  Tensor y = product(x2, transpose(weight, 0, 1));
   if (x.dim() == 2) return y;
   Shape out(x.sizes());
   out.back() = weight.size(0);
   return y.reshape(out);
+}
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_2d("linear", x, weight, [&](const Tensor& x2, const Tensor& wt) {
+    return bias.defined() ? addmm_op(bias, x2, wt, 1, 1) : mm_op(x2, wt);
+  });
+}
+TensorPair detail::addmm_gelu_unfused(const Tensor& bias, const Tensor& mat1, const Tensor& mat2) {
+  meta::addmm_gelu(bias, mat1, mat2);
+  Tensor pre = bias.defined() ? addmm_op(bias, mat1, mat2, 1, 1) : mm_op(mat1, mat2);
+  return {gelu_op(pre, true), pre};
+}
+std::tuple<Tensor, Tensor> addmm_gelu(const Tensor& bias, const Tensor& mat1, const Tensor& mat2) {
+  return addmm_gelu_op(bias, mat1, mat2);
+}
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear_2d("linear_gelu", x, weight, [&](const Tensor& x2, const Tensor& wt) {
+    return std::get<0>(addmm_gelu_op(bias, x2, wt));
+  });
 }
 
 // ---------------------------------------------------------------- neural-net functions

@@ -164,6 +164,9 @@ namespace kiln::ops {
     "flash_attention_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor "    \
     "out, Tensor logsumexp, bool is_causal, float scale) -> (Tensor grad_query, Tensor "           \
     "grad_key, Tensor grad_value)")                                                                \
+  /* a product with bias and GELU (tanh) fused: cuBLASLt's epilogue on CUDA */                     \
+  _(addmm_gelu, Functional, TensorPair(const Tensor&, const Tensor&, const Tensor&),               \
+    "addmm_gelu(Tensor? bias, Tensor mat1, Tensor mat2) -> (Tensor out, Tensor preactivation)")    \
   /* multi-tensor (foreach) updates for optimizers */                                              \
   _(foreach_add_, InPlace, void(const TensorList&, const TensorList&, const Scalar&),              \
     "foreach_add_(Tensor(a!)[] self, Tensor[] other, Scalar alpha=1)")                             \

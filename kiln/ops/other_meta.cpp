@@ -185,6 +185,34 @@ TensorSpec flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, bo
   KILN_CHECK(std::isfinite(scale), "[{}] scale must be finite, got {}", op, scale);
   return {Shape(q.sizes()), q.dtype(), dev};
 }
+TensorSpec addmm_gelu(const Tensor& bias, const Tensor& mat1, const Tensor& mat2) {
+  const char* op = "addmm_gelu";
+  check_defined(op, mat1, "mat1");
+  check_defined(op, mat2, "mat2");
+  KILN_CHECK(mat1.dim() == 2 && mat2.dim() == 2, "[{}] mat1 and mat2 must be 2-D, got {} and {}",
+             op, mat1.sizes(), mat2.sizes());
+  KILN_CHECK(mat1.size(1) == mat2.size(0),
+             "[{}] mat1 {} and mat2 {} cannot be multiplied ({} != {})", op, mat1.sizes(),
+             mat2.sizes(), mat1.size(1), mat2.size(0));
+  KILN_CHECK_TYPE(is_floating(mat1.dtype()) && mat2.dtype() == mat1.dtype(),
+                  "[{}] mat1 and mat2 need one floating dtype, got {} and {}", op, mat1.dtype(),
+                  mat2.dtype());
+  Device dev =
+      bias.defined() ? common_device(op, {&bias, &mat1, &mat2}) : common_device(op, {&mat1, &mat2});
+  KILN_CHECK_DEVICE(mat1.device() == dev && mat2.device() == dev,
+                    "[{}] mat1 and mat2 must be on one device, got {} and {}", op, mat1.device(),
+                    mat2.device());
+  if (bias.defined()) {
+    KILN_CHECK(bias.dim() == 1 && bias.size(0) == mat2.size(1),
+               "[{}] bias must be a vector of mat2's {} columns, got {}", op, mat2.size(1),
+               bias.sizes());
+    KILN_CHECK_TYPE(bias.dtype() == mat1.dtype(), "[{}] bias must be {} like mat1, got {}", op,
+                    mat1.dtype(), bias.dtype());
+    KILN_CHECK_DEVICE(bias.device() == dev, "[{}] bias is on {}, mat1 on {}", op, bias.device(),
+                      dev);
+  }
+  return {Shape{mat1.size(0), mat2.size(1)}, mat1.dtype(), dev};
+}
 DType attention_stats_dtype(DType input) { return input == kFloat64 ? kFloat64 : kFloat32; }
 TensorSpec flash_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& out, const Tensor& lse,
@@ -353,6 +381,10 @@ TensorTriple meta_flash_attention_backward(const Tensor& g, const Tensor& q, con
   return {empty_tensor(s.sizes, s.dtype, meta_dev()), empty_tensor(k.sizes(), s.dtype, meta_dev()),
           empty_tensor(v.sizes(), s.dtype, meta_dev())};
 }
+TensorPair meta_addmm_gelu(const Tensor& bias, const Tensor& mat1, const Tensor& mat2) {
+  TensorSpec s = meta::addmm_gelu(bias, mat1, mat2);
+  return {empty_tensor(s.sizes, s.dtype, meta_dev()), empty_tensor(s.sizes, s.dtype, meta_dev())};
+}
 void meta_foreach_add_(const TensorList& a, const TensorList& b, const Scalar& s) {
   meta::foreach_lists("foreach_add_", {&a, &b});
   meta::foreach_scalar("foreach_add_", a, s);
@@ -417,6 +449,7 @@ const bool registered = [] {
   reg(ops::native_dropout_op, &meta_dropout);
   reg(ops::flash_attention_op, &meta_flash_attention);
   reg(ops::flash_attention_backward_op, &meta_flash_attention_backward);
+  reg(ops::addmm_gelu_op, &meta_addmm_gelu);
   reg(ops::foreach_add__op, &meta_foreach_add_);
   reg(ops::foreach_mul__op, &meta_foreach_mul_);
   reg(ops::foreach_mul_list__op, &meta_foreach_mul_list_);

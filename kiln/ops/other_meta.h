@@ -34,6 +34,9 @@ inline IntArrayRef attention_stats_sizes(const Tensor& q) {
 TensorSpec flash_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& out, const Tensor& lse,
                                     bool is_causal, double scale);
+// addmm_gelu: mat1 [m, k] and mat2 [k, n] of one floating dtype, bias undefined or an
+// n-vector of that dtype, all on one device. Returns the spec of both outputs ([m, n]).
+TensorSpec addmm_gelu(const Tensor& bias, const Tensor& mat1, const Tensor& mat2);
 // foreach: lists of equal length whose i-th tensors have equal sizes and devices.
 void foreach_lists(const char* op, std::initializer_list<const TensorList*> lists);
 void foreach_float(const char* op, const TensorList& self);
@@ -47,3 +50,9 @@ void foreach_adamw(const char* op, const TensorList& p, const TensorList& g, con
 void foreach_scalar(const char* op, const TensorList& self, const Scalar& s);
 
 }  // namespace kiln::meta
+
+namespace kiln::detail {
+// addmm_gelu as two ops (addmm or mm, then gelu with the tanh approximation) after
+// meta::addmm_gelu's checks: the CPU's kernel, and CUDA's where the epilogue does not apply.
+TensorPair addmm_gelu_unfused(const Tensor& bias, const Tensor& mat1, const Tensor& mat2);
+}  // namespace kiln::detail

@@ -613,6 +613,22 @@ Cases linalg_nn_cases() {
                 [](const TensorList& x) {
                   return TensorList{std::get<0>(flash_attention(x[0], x[1], x[2], true, 0.8))};
                 }});
+  // Note [GELU epilogue]: both outputs (gelu_tanh(z), z) carry gradients.
+  cs.push_back({"addmm_gelu_both_outputs",
+                {"addmm_gelu"},
+                [](Draw& d) {
+                  return TensorList{d.var({3}), d.var({4, 5}), d.var({5, 3})};
+                },
+                [](const TensorList& x) {
+                  auto [out, z] = addmm_gelu(x[0], x[1], x[2]);
+                  return TensorList{out, z};
+                }});
+  cs.push_back({"linear_gelu_3d_no_bias",
+                {"addmm_gelu", "transpose", "view"},
+                [](Draw& d) {
+                  return TensorList{d.var({2, 3, 4}), d.var({5, 4})};
+                },
+                [](const TensorList& x) { return TensorList{linear_gelu(x[0], x[1])}; }});
   cs.push_back(
       {"sdpa_float_mask_grad",
        {"softmax", "bmm", "add"},

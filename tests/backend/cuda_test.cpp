@@ -19,24 +19,13 @@
 #include "kiln/ops/op_list.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
+#include "tests/backend/cuda_util.h"
 
 namespace kiln::test {
 namespace {
 
-// Loads the backend once; the reason it could not, or "" when CUDA is usable.
-const std::string& unavailable() {
-  static const std::string why = []() -> std::string {
-    try {
-      load_backend("cuda");
-      return "";
-    } catch (const Error& e) {
-      return e.what();
-    }
-  }();
-  return why;
-}
 #define SKIP_WITHOUT_CUDA() \
-  if (!unavailable().empty()) GTEST_SKIP() << unavailable()
+  if (!cuda_unavailable().empty()) GTEST_SKIP() << cuda_unavailable()
 
 Device gpu() { return Device("cuda:0"); }
 
@@ -203,6 +192,20 @@ std::vector<Case> cases() {
                  Tensor x = draw({3, 9, 20}, t, d, 17), y = draw({3, 20, 5}, t, d, 18);
                  return {mm(a, b),  mm(a, kiln::t(w)),  addmm(bias, a, b),
                          bmm(x, y), linear(a, w, bias), matmul(x, b)};
+               },
+               true});
+  // Note [GELU epilogue]: n = 24 takes cuBLASLt's GELU epilogue (with and without a bias, the
+  // weight a transposed view), n = 17 and float64 the unfused path.
+  c.push_back({"addmm_gelu",
+               {"addmm_gelu"},
+               kFloats,
+               [](Device d, DType t) -> TensorList {
+                 Tensor a = draw({33, 20}, t, d, 40), b = draw({20, 24}, t, d, 41);
+                 Tensor bias = draw({24}, t, d, 42), w = draw({24, 20}, t, d, 43);
+                 auto [y, z] = addmm_gelu(bias, a, b);
+                 auto [y0, z0] = addmm_gelu(Tensor(), a, b);
+                 Tensor x3 = draw({2, 5, 20}, t, d, 44), w17 = draw({17, 20}, t, d, 45);
+                 return {y, z, y0, z0, linear_gelu(x3, w, bias), linear_gelu(a, w17)};
                },
                true});
   c.push_back({"norms",
@@ -525,6 +528,22 @@ TEST(CudaAutograd, GradientsMatchTheCpu) {
   };
   TensorList want = grads(Device(kCPU)), got = grads(gpu());
   ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(close(got[i], want[i], true)) << i;
+}
+
+// Note [GELU epilogue]: the gradients of a linear layer with GELU through the fused epilogue
+// (its saved preactivation) equal the CPU's.
+TEST(CudaAutograd, LinearGeluGradientsMatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  auto grads = [](Device d) {
+    Tensor x = draw({2, 7, 32}, kFloat32, d, 50).requires_grad_();
+    Tensor w = draw({48, 32}, kFloat32, d, 51).requires_grad_();
+    Tensor b = draw({48}, kFloat32, d, 52).requires_grad_();
+    Tensor y = linear_gelu(x, w, b);
+    sum(mul(y, draw({2, 7, 48}, kFloat32, d, 53))).backward();
+    return TensorList{y, x.grad(), w.grad(), b.grad()};
+  };
+  TensorList want = grads(Device(kCPU)), got = grads(gpu());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(close(got[i], want[i], true)) << i;
 }
 

@@ -1,4 +1,5 @@
-// Runs the op table (op_test_*.cpp) against ATen, on the meta device, and the error table.
+// Runs the op table (op_test_*.cpp) against ATen on the CPU and on CUDA, on the meta device and
+// on sim, and the error table.
 //
 // Note [How a case runs]
 // For each row of the table and each of its dtypes:
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <set>
 
+#include "tests/backend/cuda_util.h"
 #include "tests/backend/sim_util.h"
 #include "tests/ops/op_test_util.h"
 
@@ -299,6 +301,62 @@ void run_sim(const OpCase& c, std::optional<DType> dtype) {
   }
 }
 
+// Note [The op table on CUDA]
+// Each row runs again with its inputs on cuda:0 (where the CUDA backend loads; skipped
+// elsewhere, as in CI) and is checked against the same ATen reference as on the CPU, with the
+// device tolerances of tolerance(): outputs must be on cuda:0 and match, inputs must be
+// unchanged (in place: output i is input i), views must share their input's storage. Random
+// rows run their property checks on the results copied back. The GPU machine has no Debian
+// libtorch: scripts/gpu.sh builds this test there against PyTorch's own (KILN_TORCH_DIR).
+void run_cuda(const OpCase& c, std::optional<DType> dtype) {
+  if (!cuda_unavailable().empty()) GTEST_SKIP() << cuda_unavailable();
+  DType dt = dtype.value_or(kFloat32);
+  Device cpu(kCPU), dev("cuda:0");
+  Gen g(dt, seed_of(c.name, dtype));
+  KArgs host{c.make(g), dt, cpu, {}};
+  KArgs x{{}, dt, dev, {}};
+  for (const Tensor& t : host.in) x.in.push_back(to_device(t, dev));
+  auto on_cpu = [&](const KTensors& ts) {
+    KTensors r;
+    for (const Tensor& t : ts) r.push_back(to_device(t, cpu));
+    return r;
+  };
+  if (c.check) {
+    KTensors got = c.kiln(x);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].device(), dev) << "output " << i;
+    }
+    c.check(host, on_cpu(got));
+    return;
+  }
+  AArgs a{to_aten(host.in), to_aten(dt)};
+  ATensors want = expected(c, a);
+  std::optional<DType> tol_dtype;
+  if (c.mode == Mode::Out && c.out_dtype == OutDType::Wider)
+    tol_dtype = from_aten(reference(c, a)[0].scalar_type());
+  if (c.mode == Mode::Out) x.out = alloc_out(want[0], c.out_layout, dev);
+  KTensors got = c.kiln(x);
+  ASSERT_EQ(got.size(), want.size()) << "number of outputs";
+  KTensors back = on_cpu(got);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].device(), dev) << "output " << i;
+    EXPECT_TRUE(compare(back[i], want[i], c.tol, i == 0 ? tol_dtype : std::nullopt, Where::Device))
+        << "output " << i;
+  }
+  size_t written = c.mode == Mode::InPlace ? got.size() : 0;
+  for (size_t i = 0; i < written; ++i) {
+    EXPECT_EQ(got[i].impl()->storage(), x[i].impl()->storage()) << "in-place output " << i;
+  }
+  for (size_t i = written; i < x.in.size(); ++i) {
+    if (x[i].defined()) {
+      EXPECT_TRUE(compare(to_device(x[i], cpu), a[i], Tol::Exact)) << "input " << i << " changed";
+    }
+  }
+  for (size_t i = 0; c.alias == Alias::View && i < got.size(); ++i) {
+    EXPECT_EQ(got[i].impl()->storage(), x[0].impl()->storage()) << "view output " << i;
+  }
+}
+
 // Turns exceptions into failures that name their class.
 template <class F>
 void guarded(F&& f) {
@@ -326,10 +384,16 @@ TEST_P(OpSim, MatchesTheCpu) {
   guarded([&] { run_sim(*GetParam().c, GetParam().dtype); });
 }
 
+class OpCuda : public testing::TestWithParam<CaseParam> {};
+TEST_P(OpCuda, MatchesATen) {
+  guarded([&] { run_cuda(*GetParam().c, GetParam().dtype); });
+}
+
 #define KILN_INSTANTIATE_TABLE(Name, table)                                                    \
   INSTANTIATE_TEST_SUITE_P(Name, OpOracle, testing::ValuesIn(params_of(table())), param_name); \
   INSTANTIATE_TEST_SUITE_P(Name, OpMeta, testing::ValuesIn(params_of(table())), param_name);   \
-  INSTANTIATE_TEST_SUITE_P(Name, OpSim, testing::ValuesIn(params_of(table())), param_name)
+  INSTANTIATE_TEST_SUITE_P(Name, OpSim, testing::ValuesIn(params_of(table())), param_name);    \
+  INSTANTIATE_TEST_SUITE_P(Name, OpCuda, testing::ValuesIn(params_of(table())), param_name)
 KILN_INSTANTIATE_TABLE(Pointwise, pointwise);
 KILN_INSTANTIATE_TABLE(Reduce, reduce);
 KILN_INSTANTIATE_TABLE(LinalgNN, linalg_nn);

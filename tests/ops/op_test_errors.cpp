@@ -83,6 +83,18 @@ std::vector<ErrorCase> error_cases() {
             flash_attention_backward(f32({3, 8}), f32({3, 8}), f32({3, 8}), f32({3, 8}),
                                      f32({3, 8}), ones({3}, kFloat64));
           }),
+      err("addmm_gelu_inner_mismatch", K::Value, "addmm_gelu", {"[3, 4]", "[5, 6]"},
+          [](const Watch&) { addmm_gelu(f32({6}), f32({3, 4}), f32({5, 6})); }),
+      err("addmm_gelu_1d", K::Value, "addmm_gelu", {"[4]"},
+          [](const Watch&) { addmm_gelu(Tensor(), f32({4}), f32({4, 6})); }),
+      err("addmm_gelu_int", K::Type, "addmm_gelu", {"int64"},
+          [](const Watch&) { addmm_gelu(Tensor(), i64({3, 4}), i64({4, 6})); }),
+      err("addmm_gelu_bias_size", K::Value, "addmm_gelu", {"6", "[5]"},
+          [](const Watch&) { addmm_gelu(f32({5}), f32({3, 4}), f32({4, 6})); }),
+      err("addmm_gelu_bias_dtype", K::Type, "addmm_gelu", {"float32", "float64"},
+          [](const Watch&) { addmm_gelu(ones({6}, kFloat64), f32({3, 4}), f32({4, 6})); }),
+      err("linear_gelu_weight_mismatch", K::Value, "linear_gelu", {"4", "[6, 5]"},
+          [](const Watch&) { linear_gelu(f32({3, 4}), f32({6, 5})); }),
       err("foreach_length_mismatch", K::Value, "foreach_add_", {"2", "3"},
           [](const Watch& watch) {
             TensorList a{f32({2}), f32({3})};

@@ -539,7 +539,7 @@ void add_attention(Cases& cs) {
                    sc.scale.value_or(1.0 / std::sqrt(static_cast<double>(a[0].size(-1))));
                return ATensors{sdpa_reference(a[0], a[1], a[2], mask, sc.causal, scale, a.dtype)};
              },
-         .tol = Tol::Attention});
+         .tol = Tol::Intermediate16});
   }
 }
 
@@ -634,11 +634,65 @@ void add_flash_attention(Cases& cs) {
                                (at::matmul(ds.transpose(-2, -1), q) * scale).to(t),
                                at::matmul(r.p.transpose(-2, -1), g).to(t)};
              },
-         .tol = Tol::Attention});
+         .tol = Tol::Intermediate16});
   }
 }
 
 }  // namespace
+
+// Note [GELU epilogue]: (gelu_tanh(z), z) for z = mat1 @ mat2 + bias. For 16-bit rows the
+// reference rounds z to the dtype before gelu, as the unfused path does; cuBLASLt's fused
+// epilogue does not (Tol::Intermediate16).
+void add_addmm_gelu(Cases& cs) {
+  struct Config {
+    const char* label;
+    std::vector<Spec> in;  // mat1, mat2[, bias]
+  };
+  const std::vector<Config> configs = {
+      {"bias", {{{3, 4}, C}, {{4, 5}, C}, {{5}, C}}},
+      {"no_bias", {{{3, 4}, C}, {{4, 5}, C}}},
+      {"weight_t", {{{6, 16}, S}, {{16, 24}, T}, {{24}, C}}},
+      {"n8", {{{6, 16}, C}, {{16, 24}, C}, {{24}, S}}},
+      {"large", {{{64, 256}, C}, {{256, 128}, T}, {{128}, C}}},
+      {"zero_rows", {{{0, 4}, C}, {{4, 8}, C}, {{8}, C}}},
+      {"zero_k", {{{3, 0}, C}, {{0, 8}, C}, {{8}, C}}},
+  };
+  auto reference = [](const at::Tensor& m1, const at::Tensor& m2, const at::Tensor& bias,
+                      at::ScalarType dtype) {
+    at::Tensor z = round_to(bias.defined() ? at::addmm(bias, m1, m2) : at::mm(m1, m2), dtype);
+    return ATensors{at::gelu(z, "tanh"), z};
+  };
+  for (const Config& c : configs) {
+    bool bias = c.in.size() == 3;
+    cs.push_back({.name = std::string("addmm_gelu_") + c.label,
+                  .ops = {"addmm_gelu"},
+                  .dtypes = kFloatDTypes,
+                  .make = specs(c.in),
+                  .kiln =
+                      [bias](const KArgs& x) {
+                        auto [out, z] = addmm_gelu(bias ? x[2] : Tensor(), x[0], x[1]);
+                        return KTensors{out, z};
+                      },
+                  .aten =
+                      [bias, reference](const AArgs& a) {
+                        return reference(a[0], a[1], bias ? a[2] : at::Tensor(), a.dtype);
+                      },
+                  .tol = Tol::Intermediate16});
+  }
+  // linear_gelu: x [..., in], weight [out, in].
+  cs.push_back({.name = "linear_gelu_3d",
+                .ops = {"addmm_gelu"},
+                .dtypes = kFloatDTypes,
+                .make = specs({{{2, 3, 16}, C}, {{8, 16}, C}, {{8}, C}}),
+                .kiln = [](const KArgs& x) { return KTensors{linear_gelu(x[0], x[1], x[2])}; },
+                .aten =
+                    [reference](const AArgs& a) {
+                      at::Tensor x2 = a[0].reshape({-1, 16});
+                      at::Tensor y = reference(x2, a[1].t(), a[2], a.dtype)[0];
+                      return ATensors{y.reshape({2, 3, 8})};
+                    },
+                .tol = Tol::Intermediate16});
+}
 
 Cases linalg_nn_cases() {
   Cases cs;
@@ -649,6 +703,7 @@ Cases linalg_nn_cases() {
   add_dropout(cs);
   add_attention(cs);
   add_flash_attention(cs);
+  add_addmm_gelu(cs);
   return cs;
 }
 

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include "kiln/backend/cpu/loops.h"
+#include "kiln/ops/other_meta.h"
 #include "kiln/ops/structured.h"
 
 namespace kiln::cpu {
@@ -118,6 +119,10 @@ constexpr auto K = DispatchKey::CPU;
 KILN_REGISTER_STRUCTURED(mm, K, &mm_impl);
 KILN_REGISTER_STRUCTURED(addmm, K, &addmm_impl);
 KILN_REGISTER_STRUCTURED(bmm, K, &bmm_impl);
+const bool registered = [] {
+  ops::addmm_gelu_op.set_kernel(K, &detail::addmm_gelu_unfused);
+  return true;
+}();
 
 }  // namespace
 }  // namespace kiln::cpu

@@ -13,6 +13,7 @@
 #include "kiln/backend/cuda/blas.h"
 #include "kiln/backend/cuda/common.h"
 #include "kiln/ops/ops.h"
+#include "kiln/ops/other_meta.h"
 
 namespace kiln::cuda {
 namespace {
@@ -115,6 +116,14 @@ LtMat lt_operand(const Tensor& t, DType dtype) {
   return {cm, cm.impl()->data(), std::max<int64_t>(1, c), d == 3 ? r * c : 0, false};
 }
 
+// What cuBLASLt applies to the product before writing y: a bias (an n-vector, when `bias` is
+// set), then GELU (tanh form) when `gelu_aux` is set, which is where the preactivation goes,
+// laid out like y (Note [GELU epilogue] in kiln/ops/ops.h).
+struct Epilogue {
+  const void* bias = nullptr;
+  void* gelu_aux = nullptr;
+};
+
 // Everything the descriptors and the chosen algorithm depend on.
 struct PlanKey {
   int device;
@@ -123,8 +132,8 @@ struct PlanKey {
   int64_t m, n, k, batch;
   bool trans_a, trans_b;
   int64_t lda, ldb, stride_a, stride_b;
-  bool bias;
-  uint32_t align_a, align_b, align_y, align_bias;
+  bool bias, gelu;
+  uint32_t align_a, align_b, align_y, align_bias, align_aux;
   bool operator==(const PlanKey&) const = default;
 };
 struct PlanKeyHash {
@@ -133,10 +142,26 @@ struct PlanKeyHash {
     auto mix = [&h](int64_t v) {
       h ^= std::hash<int64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     };
-    for (int64_t v : {int64_t{k.device}, int64_t(k.dtype), int64_t{k.tf32}, k.m, k.n, k.k, k.batch,
-                      int64_t{k.trans_a}, int64_t{k.trans_b}, k.lda, k.ldb, k.stride_a, k.stride_b,
-                      int64_t{k.bias}, int64_t{k.align_a}, int64_t{k.align_b}, int64_t{k.align_y},
-                      int64_t{k.align_bias}})
+    for (int64_t v : {int64_t{k.device},
+                      int64_t(k.dtype),
+                      int64_t{k.tf32},
+                      k.m,
+                      k.n,
+                      k.k,
+                      k.batch,
+                      int64_t{k.trans_a},
+                      int64_t{k.trans_b},
+                      k.lda,
+                      k.ldb,
+                      k.stride_a,
+                      k.stride_b,
+                      int64_t{k.bias},
+                      int64_t{k.gelu},
+                      int64_t{k.align_a},
+                      int64_t{k.align_b},
+                      int64_t{k.align_y},
+                      int64_t{k.align_bias},
+                      int64_t{k.align_aux}})
       mix(v);
     return h;
   }
@@ -187,8 +212,18 @@ cublasLtMatrixLayout_t make_layout(const char* op, cudaDataType_t type, int64_t 
   return l;
 }
 
+// Points the plan's descriptor at this call's bias and GELU preactivation buffers.
+void set_epilogue_pointers(const char* op, Plan& p, const Epilogue& e) {
+  if (e.bias)
+    KILN_LT_CHECK(op, cublasLtMatmulDescSetAttribute, p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                  &e.bias, sizeof(e.bias));
+  if (e.gelu_aux)
+    KILN_LT_CHECK(op, cublasLtMatmulDescSetAttribute, p.desc,
+                  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.gelu_aux, sizeof(e.gelu_aux));
+}
+
 // Builds the descriptors of `key` and asks the heuristic for the best algorithm (once per key).
-Plan make_plan(const char* op, cublasLtHandle_t handle, const PlanKey& key, const void* bias) {
+Plan make_plan(const char* op, cublasLtHandle_t handle, const PlanKey& key, const Epilogue& e) {
   Plan p;
   try {
     cudaDataType_t type = cuda_type(key.dtype);
@@ -203,13 +238,19 @@ Plan make_plan(const char* op, cublasLtHandle_t handle, const PlanKey& key, cons
                   sizeof(ta));
     KILN_LT_CHECK(op, cublasLtMatmulDescSetAttribute, p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
                   sizeof(tb));
-    if (key.bias) {
-      cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    if (key.bias || key.gelu) {
+      cublasLtEpilogue_t epi = !key.gelu  ? CUBLASLT_EPILOGUE_BIAS
+                               : key.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                          : CUBLASLT_EPILOGUE_GELU_AUX;
       KILN_LT_CHECK(op, cublasLtMatmulDescSetAttribute, p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                     sizeof(epi));
-      // The heuristic reads the pointer's alignment from it.
-      KILN_LT_CHECK(op, cublasLtMatmulDescSetAttribute, p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                    &bias, sizeof(bias));
+      if (key.gelu) {  // the preactivation has y^T's layout: leading dim n
+        int64_t ld = key.n;
+        KILN_LT_CHECK(op, cublasLtMatmulDescSetAttribute, p.desc,
+                      CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld));
+      }
+      // The heuristic reads the pointers' alignment from them.
+      set_epilogue_pointers(op, p, e);
     }
     // cuBLAS's A is Kiln's b: stored (n, k) column-major, or (k, n) read transposed.
     p.a = key.trans_b ? make_layout(op, type, key.k, key.n, key.ldb, key.batch, key.stride_b)
@@ -259,11 +300,12 @@ Plan make_plan(const char* op, cublasLtHandle_t handle, const PlanKey& key, cons
   return p;
 }
 
-// y (batch, m, n), contiguous in `t`, = alpha * a @ b + beta * y (+ bias, an n-vector of dtype
-// `t` on the device, when given; then beta is 0). a is (batch, m, k) and b (batch, k, n), or
-// 2-D with batch 1; both already of dtype `t`.
+// y (batch, m, n), contiguous in `t`, = alpha * a @ b + beta * y, then the epilogue's bias (an
+// n-vector of dtype `t` on the device; then beta is 0) and GELU (batch 1, k > 0, n a multiple
+// of 8, a floating dtype but float64; its preactivation buffer is like y). a is (batch, m, k)
+// and b (batch, k, n), or 2-D with batch 1; both already of dtype `t`.
 void gemm(const char* op, const Tensor& y, const Tensor& a, const Tensor& b, double alpha,
-          double beta, const void* bias) {
+          double beta, const Epilogue& e = {}) {
   int64_t d = a.dim();
   int64_t batch = d == 3 ? a.sizes()[0] : 1;
   int64_t m = a.sizes()[d - 2], k = a.sizes()[d - 1], n = b.sizes()[d - 1];
@@ -302,9 +344,11 @@ void gemm(const char* op, const Tensor& y, const Tensor& a, const Tensor& b, dou
   key.m = m, key.n = n, key.k = k, key.batch = batch;
   key.trans_a = A.trans, key.trans_b = B.trans;
   key.lda = A.ld, key.ldb = B.ld, key.stride_a = A.batch_stride, key.stride_b = B.batch_stride;
-  key.bias = bias != nullptr;
+  key.bias = e.bias != nullptr;
+  key.gelu = e.gelu_aux != nullptr;
   key.align_a = alignment(A.data), key.align_b = alignment(B.data), key.align_y = alignment(yp);
-  key.align_bias = bias ? alignment(bias) : 0;
+  key.align_bias = e.bias ? alignment(e.bias) : 0;
+  key.align_aux = e.gelu_aux ? alignment(e.gelu_aux) : 0;
   float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
   const void* alpha_p = t == kFloat64 ? static_cast<const void*>(&alpha) : &alpha_f;
   const void* beta_p = t == kFloat64 ? static_cast<const void*>(&beta) : &beta_f;
@@ -319,24 +363,20 @@ void gemm(const char* op, const Tensor& y, const Tensor& a, const Tensor& b, dou
       for (auto& kv : cache) destroy(kv.second);
       cache.clear();
     }
-    it = cache.emplace(key, make_plan(op, handle, key, bias)).first;
+    it = cache.emplace(key, make_plan(op, handle, key, e)).first;
   }
   Plan& plan = it->second;
-  if (bias)
-    KILN_LT_CHECK(op, cublasLtMatmulDescSetAttribute, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                  &bias, sizeof(bias));
+  set_epilogue_pointers(op, plan, e);
   KILN_LT_CHECK(op, cublasLtMatmul, handle, plan.desc, alpha_p, B.data, plan.a, A.data, plan.b,
                 beta_p, yp, plan.y, yp, plan.y, &plan.algo, ws, kWorkspaceBytes, stream);
 }
 
 void mm_impl(const Tensor& out, const Tensor& a, const Tensor& b) {
-  with_result(out, a.dtype(), true,
-              [&](const Tensor& y) { gemm("mm", y, a, b, 1.0, 0.0, nullptr); });
+  with_result(out, a.dtype(), true, [&](const Tensor& y) { gemm("mm", y, a, b, 1.0, 0.0); });
 }
 
 void bmm_impl(const Tensor& out, const Tensor& a, const Tensor& b) {
-  with_result(out, a.dtype(), true,
-              [&](const Tensor& y) { gemm("bmm", y, a, b, 1.0, 0.0, nullptr); });
+  with_result(out, a.dtype(), true, [&](const Tensor& y) { gemm("bmm", y, a, b, 1.0, 0.0); });
 }
 
 // Whether addmm can add `self` through cuBLASLt's bias epilogue: an n-vector (or (1, n)) of a
@@ -359,18 +399,38 @@ void addmm_impl(const Tensor& out, const Tensor& self, const Tensor& a, const Te
     if (bias_epilogue(self, a, b, be)) {
       Tensor bias = contiguous_as(self, t);
       if (alignment(bias.impl()->data()) >= 16) {
-        gemm("addmm", y, a, b, al, 0.0, bias.impl()->data());
+        gemm("addmm", y, a, b, al, 0.0, {.bias = bias.impl()->data()});
         return;
       }
     }
     if (be != 0) copy_kernel(y, self);  // self broadcast into y, then y = alpha*ab + beta*y
-    gemm("addmm", y, a, b, al, be, nullptr);
+    gemm("addmm", y, a, b, al, be);
   });
+}
+
+// Note [GELU epilogue]: one cuBLASLt product writes gelu_tanh(z) and z (GELU_AUX_BIAS, or
+// GELU_AUX without a bias) where cuBLASLt takes it: a 16- or 32-bit float dtype, n a multiple
+// of 8 (the preactivation's leading dim must be), k > 0, a bias aligned to 16 bytes. Otherwise
+// addmm (or mm) and then gelu.
+TensorPair addmm_gelu_kernel(const Tensor& bias, const Tensor& a, const Tensor& b) {
+  TensorSpec s = meta::addmm_gelu(bias, a, b);
+  int64_t m = s.sizes[0], k = a.sizes()[1], n = s.sizes[1];
+  DType t = s.dtype;
+  Tensor bias_t = bias.defined() ? contiguous_as(bias, t) : Tensor();
+  bool fused = t != kFloat64 && m > 0 && k > 0 && n % 8 == 0 && n > 0 &&
+               (!bias_t.defined() || alignment(bias_t.impl()->data()) >= 16);
+  if (!fused) return detail::addmm_gelu_unfused(bias, a, b);
+  Tensor out = empty_cuda(s.sizes, t, s.device), pre = empty_cuda(s.sizes, t, s.device);
+  gemm(
+      "addmm_gelu", out, a, b, 1.0, 0.0,
+      {.bias = bias_t.defined() ? bias_t.impl()->data() : nullptr, .gelu_aux = pre.impl()->data()});
+  return {out, pre};
 }
 
 KILN_CUDA_STRUCTURED(mm, &mm_impl);
 KILN_CUDA_STRUCTURED(addmm, &addmm_impl);
 KILN_CUDA_STRUCTURED(bmm, &bmm_impl);
+KILN_CUDA_KERNELS(backend_kernel(ops::addmm_gelu_op, &addmm_gelu_kernel));
 
 }  // namespace
 }  // namespace kiln::cuda
