@@ -5,7 +5,8 @@
 #   bash scripts/gpu.sh [OUT_DIR] [path/to/torch_anchor.py]
 # Logs and JSON land in OUT_DIR (default build/gpu-out). KILN_GPU_QUICK=1 builds only the CUDA
 # tests, the benchmarks and the kiln program and skips the CPU suite (which CI runs), for a
-# short lease; KILN_SANITIZE_GPU=1 adds a compute-sanitizer memcheck run of the CUDA tests.
+# short lease (KILN_GPU_NO_BENCH=1: and no workloads); KILN_SANITIZE_GPU=1 adds a
+# compute-sanitizer memcheck run of the CUDA tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/gpu-out}
@@ -42,7 +43,10 @@ if [ -n "${KILN_GPU_ORACLE:-}" ]; then
   grep -B1 -A4 'Failure' "$out/op_cuda.log" | head -150
 fi
 timeout 120 ./build/release/kiln_cuda_bench --json "$out/cuda_bench.json"
-for w in chain adamw mlp gpt gpt_large; do
+# KILN_GPU_NO_BENCH=1 stops after the tests and kiln_cuda_bench (and memcheck, when asked).
+bench=1
+[ -n "${KILN_GPU_NO_BENCH:-}" ] && bench=
+for w in ${bench:+chain adamw mlp gpt gpt_large}; do
   KILN_BENCH_STEPS=1 timeout 120 ./build/release/kiln bench "$w" --device cuda --json > "$out/kiln_$w.json" \
     2> "$out/kiln_$w.err"
   echo "== $w: $(tr -d '\n' < "$out/kiln_$w.json")"
@@ -50,22 +54,24 @@ for w in chain adamw mlp gpt gpt_large; do
 done
 # The GPT steps again with attention on the math path (matmul, softmax, matmul) instead of the
 # fused kernels, for comparison.
-for w in gpt gpt_large; do
+for w in ${bench:+gpt gpt_large}; do
   KILN_BENCH_STEPS=1 timeout 120 ./build/release/kiln bench "$w" --device cuda --json \
     --math-attention > "$out/kiln_${w}_math.json" 2> "$out/kiln_${w}_math.err"
   echo "== $w (math attention): $(tr -d '\n' < "$out/kiln_${w}_math.json")"
 done
-# The kernels a replay of the gpt step runs, by op.
-grep -E '^[0-9]+: ' "$out/kiln_gpt.err" | awk '{print $2}' | sort | uniq -c | sort -rn | head -25
-timeout 300 python3 bench/torch_gpt_large.py "$out/torch_gpt_large.json" > "$out/torch_gpt_large.log" 2>&1
-tail -8 "$out/torch_gpt_large.log"
+if [ -n "$bench" ]; then
+  # The kernels a replay of the gpt step runs, by op.
+  grep -E '^[0-9]+: ' "$out/kiln_gpt.err" | awk '{print $2}' | sort | uniq -c | sort -rn | head -25
+  timeout 300 python3 bench/torch_gpt_large.py "$out/torch_gpt_large.json" > "$out/torch_gpt_large.log" 2>&1
+  tail -8 "$out/torch_gpt_large.log"
+fi
 if [ -n "${KILN_SANITIZE_GPU:-}" ] && command -v compute-sanitizer > /dev/null; then
   timeout 300 compute-sanitizer --tool memcheck --report-api-errors no \
     ./build/release/tests/kiln_cuda_test --gtest_filter="${KILN_SANITIZE_FILTER:-*}" \
     > "$out/memcheck.log" 2>&1
   echo "memcheck exit $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$out/memcheck.log" | tail -3)"
 fi
-if [ -n "$anchor" ]; then
+if [ -n "$anchor" ] && [ -n "$bench" ]; then
   (cd "$out" && OUT="$PWD" PYTHONUNBUFFERED=1 timeout 300 python3 "$OLDPWD/$anchor" > anchor.log 2>&1)
   tail -3 "$out/anchor.log"
 fi
