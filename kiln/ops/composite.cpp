@@ -102,6 +102,40 @@ TensorPair detail::addmm_gelu_unfused(const Tensor& bias, const Tensor& mat1, co
   Tensor pre = bias.defined() ? addmm_op(bias, mat1, mat2, 1, 1) : mm_op(mat1, mat2);
   return {gelu_op(pre, true), pre};
 }
+namespace {
+// q k^T * scale in the statistics' dtype, keys after each query at -inf when causal.
+Tensor attention_scores(const Tensor& q, const Tensor& k, bool causal, double scale, DType acc) {
+  Tensor scores = mul(matmul(q.to(acc), transpose(k.to(acc), -2, -1)), scale);
+  if (!causal) return scores;
+  Tensor keep = tril(ones({q.size(-2), k.size(-2)}, kBool, q.device()));
+  return where(keep, scores, -INFINITY);
+}
+}  // namespace
+TensorPair detail::flash_attention_math(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        bool causal, double scale) {
+  TensorSpec s = meta::flash_attention(q, k, v, causal, scale);
+  DType acc = meta::attention_stats_dtype(s.dtype);
+  Tensor scores = attention_scores(q, k, causal, scale, acc);
+  Tensor m = amax(scores, {-1}, true);  // finite: every query sees key 0
+  Tensor lse = add(m, log(sum(exp(sub(scores, m)), {-1}, true)));
+  Tensor out = matmul(exp(sub(scores, lse)), v.to(acc));
+  return {out.to(s.dtype), squeeze(lse, -1)};
+}
+TensorTriple detail::flash_attention_backward_math(const Tensor& grad_out, const Tensor& q,
+                                                   const Tensor& k, const Tensor& v,
+                                                   const Tensor& out, const Tensor& lse,
+                                                   bool causal, double scale) {
+  TensorSpec s = meta::flash_attention_backward(grad_out, q, k, v, out, lse, causal, scale);
+  DType acc = meta::attention_stats_dtype(s.dtype);
+  Tensor p = exp(sub(attention_scores(q, k, causal, scale, acc), unsqueeze(lse.to(acc), -1)));
+  Tensor g = grad_out.to(acc);
+  Tensor dv = matmul(transpose(p, -2, -1), g);
+  Tensor delta = sum(mul(g, out.to(acc)), {-1}, true);
+  Tensor ds = mul(mul(p, sub(matmul(g, transpose(v.to(acc), -2, -1)), delta)), scale);
+  Tensor dq = matmul(ds, k.to(acc)), dk = matmul(transpose(ds, -2, -1), q.to(acc));
+  return {dq.to(s.dtype), dk.to(s.dtype), dv.to(s.dtype)};
+}
+
 std::tuple<Tensor, Tensor> addmm_gelu(const Tensor& bias, const Tensor& mat1, const Tensor& mat2) {
   return addmm_gelu_op(bias, mat1, mat2);
 }

@@ -55,4 +55,12 @@ namespace kiln::detail {
 // addmm_gelu as two ops (addmm or mm, then gelu with the tanh approximation) after
 // meta::addmm_gelu's checks: the CPU's kernel, and CUDA's where the epilogue does not apply.
 TensorPair addmm_gelu_unfused(const Tensor& bias, const Tensor& mat1, const Tensor& mat2);
+// flash_attention and its backward as a composite of ops (matmul, softmax's pieces, matmul) in
+// float32, or float64 for float64 inputs, after the meta checks: for a backend's inputs its
+// kernels do not take (CUDA: float64, head dims over 128). Holds the L x S scores in memory.
+TensorPair flash_attention_math(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                double scale);
+TensorTriple flash_attention_backward_math(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                           const Tensor& v, const Tensor& out, const Tensor& lse,
+                                           bool causal, double scale);
 }  // namespace kiln::detail

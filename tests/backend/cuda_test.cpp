@@ -550,7 +550,8 @@ TEST(CudaAutograd, LinearGeluGradientsMatchTheCpu) {
 // Note [Fused attention]: the CUDA kernels against the CPU's (float64, a reference summed in
 // double), for each kind of product (exact float32 FMAs, TF32, float16 and bfloat16 on tensor
 // cores), head dims 7 to 128, causal or not, lengths that are not multiples of the 64-row
-// tiles, fewer or more queries than keys, and inputs that are transposed views.
+// tiles, fewer or more queries than keys, and inputs that are transposed views; float64 and a
+// head dim of 160, which the kernels do not take, through flash_attention_math.
 struct AttnCase {
   std::vector<int64_t> q, k;  // [B, H, T, E] (or [N, T, E])
   bool causal;
@@ -587,7 +588,8 @@ TEST(CudaAttention, FlashKernelsMatchTheCpu) {
       {{1, 1, 150, 128}, {1, 1, 90, 128}, true, false},
       {{2, 2, 65, 48}, {2, 2, 65, 48}, true, true},
       {{3, 64, 16}, {3, 64, 16}, false, false},
-      {{2, 1, 40, 7}, {2, 1, 50, 7}, true, false},  // rows of 7: element by element loads
+      {{2, 1, 40, 7}, {2, 1, 50, 7}, true, false},      // rows of 7: element by element loads
+      {{1, 2, 40, 160}, {1, 2, 30, 160}, true, false},  // over 128: flash_attention_math
   };
   struct Mode {
     DType dtype;
@@ -597,7 +599,8 @@ TEST(CudaAttention, FlashKernelsMatchTheCpu) {
   const std::vector<Mode> modes = {{kFloat32, false, 2e-4},
                                    {kFloat32, true, 1.5e-2},
                                    {kFloat16, false, 1.5e-2},
-                                   {kBFloat16, false, 5e-2}};
+                                   {kBFloat16, false, 5e-2},
+                                   {kFloat64, false, 1e-10}};  // flash_attention_math
   for (const AttnCase& c : cases) {
     for (const Mode& m : modes) {
       for (bool det : {false, true}) {
@@ -627,7 +630,7 @@ TEST(CudaAttention, FlashKernelsMatchTheCpu) {
         auto [wq, wk, wv] = flash_attention_backward(
             g.to(kFloat64), q64, k64, v64, out.to(Device(kCPU)).to(kFloat64), want_lse, c.causal);
         EXPECT_EQ(out.dtype(), m.dtype);
-        EXPECT_EQ(lse.dtype(), kFloat32);
+        EXPECT_EQ(lse.dtype(), m.dtype == kFloat64 ? kFloat64 : kFloat32);
         EXPECT_TRUE(near(out, want_out, m.tol)) << "out";
         EXPECT_TRUE(near(lse, want_lse, m.tol)) << "logsumexp";
         EXPECT_TRUE(near(dq, wq, m.tol)) << "dq";

@@ -161,7 +161,12 @@ void add_unary_ops(Cases& cs) {
        .special = true,
        .tag = "erf"},
       KILN_PW(gelu), [](auto call, const KArgs& x) { return call(x[0], false); },
-      [](const AArgs& a) { return ATensors{at::gelu(a[0], "none")}; });
+      [](const AArgs& a) {
+        // gelu(+inf) = +inf (libtorch 1.13, and PyTorch on CUDA); libtorch 2.11's vectorised
+        // CPU erf makes it NaN, so the reference pins it.
+        at::Tensor x = a[0];
+        return ATensors{at::where(x.eq(INFINITY), x, at::gelu(x, "none"))};
+      });
   add_pointwise(
       cs,
       {.name = "gelu",

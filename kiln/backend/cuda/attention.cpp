@@ -12,15 +12,9 @@
 namespace kiln::cuda {
 namespace {
 
-void check_supported(const char* op, const Tensor& q) {
-  KILN_CHECK_TYPE(q.dtype() != kFloat64,
-                  "[{}] float64 is not supported on {} (float32, float16 and bfloat16 are; "
-                  "scaled_dot_product_attention takes the math path for float64)",
-                  op, q.device());
-  KILN_CHECK(q.size(-1) <= kMaxAttnHeadDim,
-             "[{}] head dim {} is over {}, the most the {} kernels take "
-             "(scaled_dot_product_attention takes the math path for it)",
-             op, q.size(-1), kMaxAttnHeadDim, q.device());
+// Whether the kernels take q's dtype and head dim; flash_attention_math runs the others.
+bool kernels_take(const Tensor& q) {
+  return q.dtype() != kFloat64 && q.size(-1) <= kMaxAttnHeadDim;
 }
 
 // The stride of t's outer dims (the leading dims but the innermost) read as one dim: the
@@ -76,7 +70,7 @@ TensorPair cuda_flash_attention(const Tensor& q, const Tensor& k, const Tensor& 
                                 double scale) {
   const char* op = "flash_attention";
   TensorSpec s = meta::flash_attention(q, k, v, causal, scale);
-  check_supported(op, q);
+  if (!kernels_take(q)) return detail::flash_attention_math(q, k, v, causal, scale);
   Tensor out = empty_cuda(s.sizes, s.dtype, s.device);
   Tensor lse = empty_cuda(meta::attention_stats_sizes(q), kFloat32, s.device);
   AttnShape sh = shape_of(q, k, causal, scale);
@@ -94,7 +88,8 @@ TensorTriple cuda_flash_attention_backward(const Tensor& g, const Tensor& q, con
                                            bool causal, double scale) {
   const char* op = "flash_attention_backward";
   TensorSpec s = meta::flash_attention_backward(g, q, k, v, out, lse, causal, scale);
-  check_supported(op, q);
+  if (!kernels_take(q))
+    return detail::flash_attention_backward_math(g, q, k, v, out, lse, causal, scale);
   Tensor dq = empty_cuda(q.sizes(), s.dtype, s.device);
   Tensor dk = empty_cuda(k.sizes(), s.dtype, s.device);
   Tensor dv = empty_cuda(v.sizes(), s.dtype, s.device);
