@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   };
   nlohmann::ordered_json j;
   j["empty_launch_us"] = cuda::empty_launch_us(0);
+  j["empty_driver_launch_us"] = cuda::empty_driver_launch_us(0);
   j["empty_graph_node_us"] = cuda::empty_graph_node_us(0);
   j["alloc_free_4096_us"] = timed([&] { empty({4096}, kFloat32, gpu); });
   j["mul_scalar_us"] = timed([&] { mul(x, 1.0001); });

@@ -183,10 +183,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // Note [GELU epilogue]
 // addmm_gelu(bias, mat1, mat2) is (gelu(z, tanh approximation), z) for z = mat1 @ mat2 + bias:
 // mat1 [m, k], mat2 [k, n], bias an n-vector or undefined. On CUDA one cuBLASLt product computes
-// both (epilogue GELU_AUX_BIAS) for float16, bfloat16 and float32 when n is a multiple of 8;
-// elsewhere (and for float64) it is addmm then gelu. The preactivation z is what the backward
-// needs (gelu_backward of z, then addmm's gradients). cuBLASLt's GELU is the tanh form, so this
-// is PyTorch's gelu(approximate="tanh") (GPT-2's), not the exact erf form of gelu(x).
+// both (epilogue GELU_AUX_BIAS) for float16 and bfloat16 when n is a multiple of 8; elsewhere
+// (and for float32, where it measured slower) it is addmm then gelu. The preactivation z is what
+// the backward needs (gelu_backward of z, then addmm's gradients). cuBLASLt's GELU is the tanh
+// form, so this is PyTorch's gelu(approximate="tanh") (GPT-2's), not the exact erf form of gelu(x).
 std::tuple<Tensor, Tensor> addmm_gelu(const Tensor& bias, const Tensor& mat1, const Tensor& mat2);
 // gelu(linear(x, weight, bias), tanh approximation) through addmm_gelu: x [..., in].
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = {});

@@ -62,6 +62,9 @@ size_t empty_cache(int device);
 // The floors under Kiln's own costs on `device` (diagnostics for benchmarks): host microseconds
 // per launch of an empty kernel, and microseconds per node of a replayed graph of empty kernels.
 double empty_launch_us(int device, int iters = 10000);
+// The empty launch through the driver API's cuLaunchKernel instead of the runtime's (-1 where
+// the driver does not hand it out).
+double empty_driver_launch_us(int device, int iters = 10000);
 double empty_graph_node_us(int device, int nodes = 256, int iters = 200);
 
 }  // namespace kiln::cuda

@@ -366,6 +366,9 @@ size_t empty_cache(int index) {
 double empty_launch_us(int index, int iters) {
   return time_empty_launches(current_stream(index), iters);
 }
+double empty_driver_launch_us(int index, int iters) {
+  return time_empty_driver_launches(current_stream(index), iters);
+}
 double empty_graph_node_us(int index, int nodes, int iters) {
   return time_empty_graph_nodes(current_stream(index), nodes, iters);
 }

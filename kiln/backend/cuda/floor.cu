@@ -1,4 +1,6 @@
 // The launch floors that bound what any eager op or graph node can cost (kernels do nothing).
+#include <cuda.h>
+
 #include <chrono>
 
 #include "kiln/backend/cuda/floor.h"
@@ -16,6 +18,28 @@ double time_empty_launches(cudaStream_t stream, int iters) {
   cudaStreamSynchronize(stream);
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) empty_kernel<<<1, 32, 0, stream>>>();
+  cudaStreamSynchronize(stream);
+  return seconds_since(t0) / iters * 1e6;
+}
+
+double time_empty_driver_launches(cudaStream_t stream, int iters) {
+  using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                unsigned, unsigned, CUstream, void**, void**);
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  cudaFunction_t fn = nullptr;
+  if (cudaGetDriverEntryPointByVersion("cuLaunchKernel", &entry, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess ||
+      cudaGetFuncBySymbol(&fn, reinterpret_cast<const void*>(&empty_kernel)) != cudaSuccess)
+    return -1;
+  auto launch = reinterpret_cast<LaunchFn>(entry);
+  auto f = reinterpret_cast<CUfunction>(fn);
+  auto s = reinterpret_cast<CUstream>(stream);
+  launch(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr);
+  cudaStreamSynchronize(stream);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) launch(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr);
   cudaStreamSynchronize(stream);
   return seconds_since(t0) / iters * 1e6;
 }
