@@ -415,6 +415,37 @@ TEST(CudaStreams, EventsOrderTwoStreams) {
   EXPECT_EQ(sum(y).item<double>(), 3.0 * (1 << 20));
 }
 
+// Note [cuBLASLt workspaces]: products on two streams at once each use their own workspace
+// (split-K products of a long inner dim write it), and a made stream's goes with the stream.
+TEST(CudaStreams, ProductsOnTwoStreamsUseTheirOwnWorkspaces) {
+  SKIP_WITHOUT_CUDA();
+  Tensor a = draw({64, 16384}, kFloat32, gpu(), 60), b = draw({16384, 64}, kFloat32, gpu(), 61);
+  Tensor c = draw({64, 16384}, kFloat32, gpu(), 62);
+  Tensor want_ab = mm(a, b), want_cb = mm(c, b);
+  int64_t before = cuda::lt_workspace_count(0);
+  {
+    Stream s1 = Stream::create(gpu()), s2 = Stream::create(gpu());
+    synchronize(gpu());
+    TensorList ab, cb;
+    for (int i = 0; i < 20; ++i) {
+      {
+        StreamGuard g(s1);
+        ab.push_back(mm(a, b));
+      }
+      StreamGuard g(s2);
+      cb.push_back(mm(c, b));
+    }
+    s1.synchronize();
+    s2.synchronize();
+    EXPECT_EQ(cuda::lt_workspace_count(0), before + 2);
+    for (int i = 0; i < 20; ++i) {
+      EXPECT_TRUE(allclose(ab[i], want_ab, 1e-5, 1e-3)) << i;
+      EXPECT_TRUE(allclose(cb[i], want_cb, 1e-5, 1e-3)) << i;
+    }
+  }
+  EXPECT_EQ(cuda::lt_workspace_count(0), before);
+}
+
 TEST(CudaStreams, PoolHandsOutItsStreamsRoundRobin) {
   SKIP_WITHOUT_CUDA();
   std::set<uint64_t> ids;

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
 #include "kiln/backend/cuda/blas.h"
 #include "kiln/backend/cuda/common.h"
+#include "kiln/backend/cuda/cuda.h"
 #include "kiln/ops/ops.h"
 #include "kiln/ops/other_meta.h"
 
@@ -62,7 +64,7 @@ void check_device(const char* op, int index) {
 }
 
 // Guards the handles, the workspaces and the plan cache; held across a matmul's enqueue too,
-// since the cached descriptor's bias pointer is set per call.
+// since the cached descriptor's epilogue pointers are set per call.
 std::mutex& lt_mutex() {
   static std::mutex mu;
   return mu;
@@ -75,12 +77,31 @@ cublasLtHandle_t lt_handle(const char* op, int index) {
   return handles[index];
 }
 
-// The device's 32 MiB workspace, taken once from the caching allocator and kept (never freed:
-// a graph captured after the first product records this address), so no product allocates.
-void* workspace(int index) {
-  static auto* slots = new std::array<Tensor, kMaxDevices>();
-  Tensor& w = (*slots)[index];
-  if (!w.defined()) w = empty_cuda({kWorkspaceBytes}, kUInt8, Device(kCUDA, index));
+// Note [cuBLASLt workspaces]
+// Each (device, stream) has a 32 MiB workspace of its own, so products queued on two streams
+// never write one buffer at the same time. It comes from the caching allocator on the stream's
+// first product, outside any capture: begin_capture reserves the capturing stream's first
+// (reserve_lt_workspace), so a graph records an address that stays valid and no capture
+// allocates one from its private pool; destroy_stream releases it once the device is done
+// (graphs captured on the stream may be running on others).
+// The default stream and the pool's streams keep theirs for the process.
+std::map<std::pair<int, cudaStream_t>, Tensor>& workspaces() {
+  static auto* slots = new std::map<std::pair<int, cudaStream_t>, Tensor>();
+  return *slots;
+}
+// The workspace of (index, stream), made when it has none; lt_mutex held.
+void* workspace(const char* op, int index, cudaStream_t stream) {
+  Tensor& w = workspaces()[{index, stream}];
+  if (!w.defined()) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    KILN_CHECK_DEVICE(status == cudaStreamCaptureStatusNone,
+                      "[{}] stream {} of cuda:{} is capturing and has no cuBLASLt workspace: "
+                      "captures begun through Kiln reserve one (a capture begun outside Kiln "
+                      "must run one product on the stream first)",
+                      op, fmt::ptr(stream), index);
+    w = empty_cuda({kWorkspaceBytes}, kUInt8, Device(kCUDA, index));
+  }
   return w.impl()->data();
 }
 
@@ -355,7 +376,7 @@ void gemm(const char* op, const Tensor& y, const Tensor& a, const Tensor& b, dou
 
   std::lock_guard<std::mutex> lock(lt_mutex());
   cublasLtHandle_t handle = lt_handle(op, index);
-  void* ws = workspace(index);
+  void* ws = workspace(op, index, stream);
   auto& cache = plan_cache();
   auto it = cache.find(key);
   if (it == cache.end()) {
@@ -435,4 +456,25 @@ KILN_CUDA_STRUCTURED(bmm, &bmm_impl);
 KILN_CUDA_KERNELS(backend_kernel(ops::addmm_gelu_op, &addmm_gelu_kernel));
 
 }  // namespace
+
+void reserve_lt_workspace(int device, cudaStream_t stream) {
+  check_device("matmul", device);
+  std::lock_guard<std::mutex> lock(lt_mutex());
+  workspace("matmul", device, stream);
+}
+void release_lt_workspace(int device, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(lt_mutex());
+  auto it = workspaces().find({device, stream});
+  if (it == workspaces().end()) return;
+  // Graphs captured on the stream may have been launched on others and still be running.
+  KILN_CUDA_CHECK(cudaDeviceSynchronize());
+  workspaces().erase(it);
+}
+int64_t lt_workspace_count(int device) {
+  std::lock_guard<std::mutex> lock(lt_mutex());
+  int64_t n = 0;
+  for (const auto& kv : workspaces()) n += kv.first.first == device;
+  return n;
+}
+
 }  // namespace kiln::cuda

@@ -1,6 +1,7 @@
 #pragma once
 // Launchers of the CUDA kernels the matrix products need beside cuBLASLt: integer products
-// (cuBLASLt has no integer GEMM of these types) and the y = beta * y of an empty sum.
+// (cuBLASLt has no integer GEMM of these types) and the y = beta * y of an empty sum; and the
+// per-stream cuBLASLt workspaces.
 // Internal to kiln/backend/cuda.
 #include <cuda_runtime.h>
 
@@ -24,5 +25,10 @@ void launch_int_gemm(Dt dt, const MatArg& a, const MatArg& b, void* y, int64_t b
 // y[i] = y[i] * beta in y's arithmetic type (0 when beta is 0, whatever y holds); y contiguous
 // with n elements, any dtype but bool.
 void launch_scale(Dt dt, void* y, int64_t n, double beta, cudaStream_t stream);
+
+// Note [cuBLASLt workspaces] (blas.cpp): makes the workspace of (device, stream) now, outside a
+// capture (begin_capture calls it); drops it (destroy_stream, after the stream is done).
+void reserve_lt_workspace(int device, cudaStream_t stream);
+void release_lt_workspace(int device, cudaStream_t stream);
 
 }  // namespace kiln::cuda

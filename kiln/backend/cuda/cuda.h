@@ -59,6 +59,10 @@ void reset_peak_memory(int device);
 // Returns cached, unused segments of `device` to CUDA; the bytes released.
 size_t empty_cache(int device);
 
+// How many streams of `device` hold a cuBLASLt workspace of their own (each stream that ran a
+// floating-point product, or was captured; Note [cuBLASLt workspaces]).
+int64_t lt_workspace_count(int device);
+
 // The floors under Kiln's own costs on `device` (diagnostics for benchmarks): host microseconds
 // per launch of an empty kernel, and microseconds per node of a replayed graph of empty kernels.
 double empty_launch_us(int device, int iters = 10000);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/backend/cuda/allocator.h"
+#include "kiln/backend/cuda/blas.h"
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/cuda.h"
 #include "kiln/backend/cuda/floor.h"
@@ -166,6 +167,7 @@ class Interface final : public DeviceInterface {
     KILN_CHECK_DEVICE(id != 0, "[cuda] the default stream of cuda:{} cannot be destroyed", index);
     set_device(index);
     KILN_CUDA_CHECK(cudaStreamSynchronize(as_stream(id)));
+    release_lt_workspace(index, as_stream(id));
     KILN_CUDA_CHECK(cudaStreamDestroy(as_stream(id)));
   }
   uint64_t current_stream(int index) override { return as_id(cuda::current_stream(index)); }
@@ -225,6 +227,7 @@ class Interface final : public DeviceInterface {
                       "(cudaErrorIllegalState)",
                       fmt::ptr(tls_capturing[index]), index);
     set_device(index);
+    reserve_lt_workspace(index, as_stream(s));  // Note [cuBLASLt workspaces]: not from the pool
     state(index).allocator.begin_capture(pool);
     cudaError_t err = cudaStreamBeginCapture(as_stream(s), cudaStreamCaptureModeThreadLocal);
     if (err != cudaSuccess) state(index).allocator.end_capture();
