@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU (and without Debian's libtorch, like the project's GPU
 # machine): build with every core, run the whole test suite (the CUDA tests included), then
-# `kiln bench` on cuda for each workload, and PyTorch's anchor when its script is given.
+# `kiln bench` on cuda for each workload, and PyTorch's anchor when its script is given, then
+# the ratio table (scripts/gpu_ratios.py, also in OUT_DIR/ratios.txt).
 #   bash scripts/gpu.sh [OUT_DIR] [path/to/torch_anchor.py]
 # Logs and JSON land in OUT_DIR (default build/gpu-out). KILN_GPU_QUICK=1 builds only the CUDA
 # tests, the benchmarks and the kiln program and skips the CPU suite (which CI runs), for a
@@ -74,4 +75,5 @@ fi
 if [ -n "$anchor" ] && [ -n "$bench" ]; then
   (cd "$out" && OUT="$PWD" PYTHONUNBUFFERED=1 timeout 300 python3 "$OLDPWD/$anchor" > anchor.log 2>&1)
   tail -3 "$out/anchor.log"
+  python3 scripts/gpu_ratios.py "$out" | tee "$out/ratios.txt"
 fi
