@@ -323,7 +323,7 @@ Plan make_plan(const char* op, cublasLtHandle_t handle, const PlanKey& key, cons
 
 // y (batch, m, n), contiguous in `t`, = alpha * a @ b + beta * y, then the epilogue's bias (an
 // n-vector of dtype `t` on the device; then beta is 0) and GELU (batch 1, k > 0, n a multiple
-// of 8, a floating dtype but float64; its preactivation buffer is like y). a is (batch, m, k)
+// of 8, as addmm_gelu_kernel checks; its preactivation buffer is like y). a is (batch, m, k)
 // and b (batch, k, n), or 2-D with batch 1; both already of dtype `t`.
 void gemm(const char* op, const Tensor& y, const Tensor& a, const Tensor& b, double alpha,
           double beta, const Epilogue& e = {}) {
