@@ -140,6 +140,10 @@ std::tuple<Tensor, Tensor> addmm_gelu(const Tensor& bias, const Tensor& mat1, co
   return addmm_gelu_op(bias, mat1, mat2);
 }
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  KILN_CHECK(!bias.defined() || !weight.defined() || weight.dim() != 2 ||
+                 (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+             "[linear_gelu] bias must be a vector of weight's {} output rows, got {}",
+             weight.size(0), bias.sizes());
   return linear_2d("linear_gelu", x, weight, [&](const Tensor& x2, const Tensor& wt) {
     return std::get<0>(addmm_gelu_op(bias, x2, wt));
   });

@@ -195,8 +195,8 @@ std::vector<Case> cases() {
                },
                true});
   // Note [GELU epilogue]: in float16 and bfloat16 n = 24 takes cuBLASLt's GELU epilogue (with
-  // and without a bias, the weight a transposed view); n = 17, float32 and float64 the unfused
-  // path.
+  // and without a bias, the weight a transposed view); n = 17, a single row, float32 and float64
+  // the unfused path.
   c.push_back({"addmm_gelu",
                {"addmm_gelu"},
                kFloats,
@@ -206,7 +206,14 @@ std::vector<Case> cases() {
                  auto [y, z] = addmm_gelu(bias, a, b);
                  auto [y0, z0] = addmm_gelu(Tensor(), a, b);
                  Tensor x3 = draw({2, 5, 20}, t, d, 44), w17 = draw({17, 20}, t, d, 45);
-                 return {y, z, y0, z0, linear_gelu(x3, w, bias), linear_gelu(a, w17)};
+                 Tensor row = slice(a, 0, 0, 1);  // one row: no epilogue (epilogue_dims)
+                 return {y,
+                         z,
+                         y0,
+                         z0,
+                         linear_gelu(x3, w, bias),
+                         linear_gelu(a, w17),
+                         linear_gelu(row, w, bias)};
                },
                true});
   c.push_back({"norms",

@@ -95,6 +95,8 @@ std::vector<ErrorCase> error_cases() {
           [](const Watch&) { addmm_gelu(ones({6}, kFloat64), f32({3, 4}), f32({4, 6})); }),
       err("linear_gelu_weight_mismatch", K::Value, "linear_gelu", {"4", "[6, 5]"},
           [](const Watch&) { linear_gelu(f32({3, 4}), f32({6, 5})); }),
+      err("linear_gelu_bias_size", K::Value, "linear_gelu", {"6", "[5]"},
+          [](const Watch&) { linear_gelu(f32({3, 4}), f32({6, 4}), f32({5})); }),
       err("foreach_length_mismatch", K::Value, "foreach_add_", {"2", "3"},
           [](const Watch& watch) {
             TensorList a{f32({2}), f32({3})};

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """scripts/gpu_ratios.py on made-up results: each ratio, met and missed targets, PyTorch's best
-gpt_large number, and a clear exit 1 when a result file is missing."""
+gpt_large number, and a clear exit 1 when a result, or a result file, is missing."""
 import json
 import os
 import subprocess
@@ -44,9 +44,9 @@ with tempfile.TemporaryDirectory() as out:
     r = run(out)
     assert r.returncode == 0, r.stderr
     t = r.stdout
-    assert line(t, "chain eager")[-4:] == ["0.500", "<=", "0.33", "MISSED"], t
+    assert line(t, "chain eager")[-4:] == ["0.500", "<=", "1/3", "MISSED"], t
     assert line(t, "chain graph")[-4:] == ["0.800", "<=", "1.0", "met"], t
-    assert line(t, "adamw compiled vs fused")[-4:] == ["0.400", "<=", "0.33", "MISSED"], t
+    assert line(t, "adamw compiled vs fused")[-4:] == ["0.400", "<=", "1/3", "MISSED"], t
     assert line(t, "adamw compiled vs 27")[-4:] == ["4.444", "<=", "4.0", "MISSED"], t
     assert line(t, "mlp eager")[-4:] == ["0.400", "<=", "0.5", "met"], t
     assert line(t, "mlp graph")[-4:] == ["0.500", "<=", "0.8", "met"], t
@@ -55,6 +55,17 @@ with tempfile.TemporaryDirectory() as out:
     # Kiln's best (95) against PyTorch's best of eager, graph and torch.compile (120).
     assert line(t, "gpt_large best")[-4:] == ["0.792", ">=", "0.85", "MISSED"], t
     assert "Test GPU, PyTorch 9.9" in t, t
+
+    with open(os.path.join(out, "kiln_gpt.json"), "w") as f:
+        json.dump({"gpt_eager_us": 2000.0}, f)
+    r = run(out)
+    assert r.returncode == 1 and "'gpt_graph_us' is missing" in r.stderr, r
+    with open(os.path.join(out, "kiln_gpt.json"), "w") as f:
+        json.dump(KILN["gpt"], f)
+    with open(os.path.join(out, "torch_gpt_large.json"), "w") as f:
+        json.dump({}, f)
+    r = run(out)
+    assert r.returncode == 1 and "gpt_large_*_tokens_per_s" in r.stderr, r
 
     os.remove(os.path.join(out, "kiln_mlp.json"))
     r = run(out)

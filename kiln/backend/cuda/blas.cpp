@@ -82,27 +82,30 @@ cublasLtHandle_t lt_handle(const char* op, int index) {
 // never write one buffer at the same time. It comes from the caching allocator on the stream's
 // first product, outside any capture: begin_capture reserves the capturing stream's first
 // (reserve_lt_workspace), so a graph records an address that stays valid and no capture
-// allocates one from its private pool; destroy_stream releases it once the device is done
-// (graphs captured on the stream may be running on others).
+// allocates one from its private pool; destroy_stream releases it once the stream is done
+// (and the device, for a stream that was captured: its graphs may be running on others).
 // The default stream and the pool's streams keep theirs for the process.
-std::map<std::pair<int, cudaStream_t>, Tensor>& workspaces() {
-  static auto* slots = new std::map<std::pair<int, cudaStream_t>, Tensor>();
+struct Workspace {
+  Tensor buffer;
+  bool captured = false;  // a capture began on the stream: graphs may use it on other streams
+};
+std::map<std::pair<int, cudaStream_t>, Workspace>& workspaces() {
+  static auto* slots = new std::map<std::pair<int, cudaStream_t>, Workspace>();
   return *slots;
 }
 // The workspace of (index, stream), made when it has none; lt_mutex held.
-void* workspace(const char* op, int index, cudaStream_t stream) {
-  Tensor& w = workspaces()[{index, stream}];
-  if (!w.defined()) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-    KILN_CHECK_DEVICE(status == cudaStreamCaptureStatusNone,
-                      "[{}] stream {} of cuda:{} is capturing and has no cuBLASLt workspace: "
-                      "captures begun through Kiln reserve one (a capture begun outside Kiln "
-                      "must run one product on the stream first)",
-                      op, fmt::ptr(stream), index);
-    w = empty_cuda({kWorkspaceBytes}, kUInt8, Device(kCUDA, index));
-  }
-  return w.impl()->data();
+Workspace& workspace(const char* op, int index, cudaStream_t stream) {
+  auto it = workspaces().find({index, stream});
+  if (it != workspaces().end()) return it->second;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  KILN_CHECK_DEVICE(status == cudaStreamCaptureStatusNone,
+                    "[{}] stream {} of cuda:{} is capturing and has no cuBLASLt workspace: "
+                    "captures begun through Kiln reserve one (a capture begun outside Kiln "
+                    "must run one product on the stream first)",
+                    op, fmt::ptr(stream), index);
+  Workspace w{empty_cuda({kWorkspaceBytes}, kUInt8, Device(kCUDA, index))};
+  return workspaces().emplace(std::pair{index, stream}, std::move(w)).first->second;
 }
 
 // The largest power of two up to 256 dividing the address (what cuBLASLt's kernels may assume).
@@ -376,7 +379,7 @@ void gemm(const char* op, const Tensor& y, const Tensor& a, const Tensor& b, dou
 
   std::lock_guard<std::mutex> lock(lt_mutex());
   cublasLtHandle_t handle = lt_handle(op, index);
-  void* ws = workspace(op, index, stream);
+  void* ws = workspace(op, index, stream).buffer.impl()->data();
   auto& cache = plan_cache();
   auto it = cache.find(key);
   if (it == cache.end()) {
@@ -400,16 +403,20 @@ void bmm_impl(const Tensor& out, const Tensor& a, const Tensor& b) {
   with_result(out, a.dtype(), true, [&](const Tensor& y) { gemm("bmm", y, a, b, 1.0, 0.0); });
 }
 
+// Whether a product's dims suit cuBLASLt's epilogues: none degenerate or huge (where PyTorch
+// found them unreliable).
+bool epilogue_dims(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kHuge = int64_t{65535} * 32;
+  return m > 1 && n > 1 && k > 1 && m < kHuge && n < kHuge && k < kHuge;
+}
+
 // Whether addmm can add `self` through cuBLASLt's bias epilogue: an n-vector (or (1, n)) of a
-// floating dtype with beta 1, and no degenerate or huge dims (where PyTorch found the epilogue
-// unreliable).
+// floating dtype with beta 1, and epilogue_dims.
 bool bias_epilogue(const Tensor& self, const Tensor& a, const Tensor& b, double beta) {
   int64_t m = a.sizes()[0], k = a.sizes()[1], n = b.sizes()[1];
-  constexpr int64_t kHuge = int64_t{65535} * 32;
   bool vector = (self.dim() == 1 && self.sizes()[0] == n) ||
                 (self.dim() == 2 && self.sizes()[0] == 1 && self.sizes()[1] == n);
-  return vector && beta == 1 && is_floating(a.dtype()) && m > 1 && n > 1 && k > 1 && m < kHuge &&
-         n < kHuge && k < kHuge;
+  return vector && beta == 1 && is_floating(a.dtype()) && epilogue_dims(m, n, k);
 }
 
 void addmm_impl(const Tensor& out, const Tensor& self, const Tensor& a, const Tensor& b,
@@ -431,7 +438,8 @@ void addmm_impl(const Tensor& out, const Tensor& self, const Tensor& a, const Te
 
 // Note [GELU epilogue]: one cuBLASLt product writes gelu_tanh(z) and z (GELU_AUX_BIAS, or
 // GELU_AUX without a bias) for float16 and bfloat16 where cuBLASLt takes it: n a multiple of 8
-// (the preactivation's leading dim must be), k > 0, a bias aligned to 16 bytes. Otherwise
+// (the preactivation's leading dim must be), epilogue_dims, a bias aligned to 16 bytes, and a
+// plan the heuristic finds (a product it refuses writes nothing and falls back). Otherwise
 // addmm (or mm) and then gelu: float32 too, where the epilogue's kernels measured slower than
 // the plain product and a gelu launch on an H100 (a [8192, 768] @ [768, 3072] layer: 220 µs
 // against 182 with TF32, 901 against 858 without; bfloat16 83 against 98).
@@ -440,13 +448,17 @@ TensorPair addmm_gelu_kernel(const Tensor& bias, const Tensor& a, const Tensor& 
   int64_t m = s.sizes[0], k = a.sizes()[1], n = s.sizes[1];
   DType t = s.dtype;
   Tensor bias_t = bias.defined() ? contiguous_as(bias, t) : Tensor();
-  bool fused = (t == kFloat16 || t == kBFloat16) && m > 0 && k > 0 && n % 8 == 0 && n > 0 &&
+  bool fused = (t == kFloat16 || t == kBFloat16) && epilogue_dims(m, n, k) && n % 8 == 0 &&
                (!bias_t.defined() || alignment(bias_t.impl()->data()) >= 16);
   if (!fused) return detail::addmm_gelu_unfused(bias, a, b);
   Tensor out = empty_cuda(s.sizes, t, s.device), pre = empty_cuda(s.sizes, t, s.device);
-  gemm(
-      "addmm_gelu", out, a, b, 1.0, 0.0,
-      {.bias = bias_t.defined() ? bias_t.impl()->data() : nullptr, .gelu_aux = pre.impl()->data()});
+  try {
+    gemm("addmm_gelu", out, a, b, 1.0, 0.0,
+         {.bias = bias_t.defined() ? bias_t.impl()->data() : nullptr,
+          .gelu_aux = pre.impl()->data()});
+  } catch (const DeviceError&) {  // no algorithm for the epilogue: nothing was queued
+    return detail::addmm_gelu_unfused(bias, a, b);
+  }
   return {out, pre};
 }
 
@@ -458,17 +470,22 @@ KILN_CUDA_KERNELS(backend_kernel(ops::addmm_gelu_op, &addmm_gelu_kernel));
 }  // namespace
 
 void reserve_lt_workspace(int device, cudaStream_t stream) {
-  check_device("matmul", device);
+  check_device("begin_capture", device);
   std::lock_guard<std::mutex> lock(lt_mutex());
-  workspace("matmul", device, stream);
+  workspace("begin_capture", device, stream).captured = true;
 }
 void release_lt_workspace(int device, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(lt_mutex());
-  auto it = workspaces().find({device, stream});
-  if (it == workspaces().end()) return;
-  // Graphs captured on the stream may have been launched on others and still be running.
-  KILN_CUDA_CHECK(cudaDeviceSynchronize());
-  workspaces().erase(it);
+  Workspace w;
+  {
+    std::lock_guard<std::mutex> lock(lt_mutex());
+    auto it = workspaces().find({device, stream});
+    if (it == workspaces().end()) return;
+    w = std::move(it->second);
+    workspaces().erase(it);
+  }
+  // The caller has synchronized the stream itself; graphs captured on it may have been
+  // launched on others and still be running (outside the lock: products go on meanwhile).
+  if (w.captured) KILN_CUDA_CHECK(cudaDeviceSynchronize());
 }
 int64_t lt_workspace_count(int device) {
   std::lock_guard<std::mutex> lock(lt_mutex());

@@ -27,7 +27,8 @@ void launch_int_gemm(Dt dt, const MatArg& a, const MatArg& b, void* y, int64_t b
 void launch_scale(Dt dt, void* y, int64_t n, double beta, cudaStream_t stream);
 
 // Note [cuBLASLt workspaces] (blas.cpp): makes the workspace of (device, stream) now, outside a
-// capture (begin_capture calls it); drops it (destroy_stream, after the stream is done).
+// capture, and marks the stream as captured (begin_capture calls it); drops it (destroy_stream,
+// after synchronizing the stream; this synchronizes the device when the stream was captured).
 void reserve_lt_workspace(int device, cudaStream_t stream);
 void release_lt_workspace(int device, cudaStream_t stream);
 
