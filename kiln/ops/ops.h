@@ -224,7 +224,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // flash_attention_backward gives the gradients of q, k and v (the logsumexp output itself
 // carries no gradient). q, k and v are [..., L or S, E] with the same leading dims. On CUDA
 // the kernels take head dims up to 128 in float32 (exact, or with TF32 tensor cores where
-// allow_tf32() is set), float16 and bfloat16 (tensor cores, float32 accumulation).
+// allow_tf32() is set), float16 and bfloat16 (tensor cores, float32 accumulation); float64 and
+// wider heads run a composite of ops there that holds the scores (flash_attention_math).
 std::tuple<Tensor, Tensor> flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                            bool is_causal = false,
                                            std::optional<double> scale = {});
