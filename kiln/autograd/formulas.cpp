@@ -191,12 +191,15 @@ void bmm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   if (c.needs(0)) gi[0] = bmm(g[0], transpose(c.input(1), 1, 2));
   if (c.needs(1)) gi[1] = bmm(transpose(c.input(0), 1, 2), g[0]);
 }
+// The gradients of inputs 1 and 2 of an op computing alpha * (input 1 @ input 2) + ..., from
+// the gradient g of that sum (addmm, addmm_gelu).
+void product_grads(const BackwardCtx& c, const Tensor& g, const Scalar& alpha, Grads& gi) {
+  if (c.needs(1)) gi[1] = scaled(mm(g, t(c.input(2))), alpha);
+  if (c.needs(2)) gi[2] = scaled(mat2_grad(g, c.input(1), c.geometry(2)), alpha);
+}
 void addmm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
-  const Scalar& beta = c.get<Scalar>(3);
-  const Scalar& alpha = c.get<Scalar>(4);
-  if (c.needs(0)) gi[0] = scaled(g[0], beta);
-  if (c.needs(1)) gi[1] = scaled(mm(g[0], t(c.input(2))), alpha);
-  if (c.needs(2)) gi[2] = scaled(mat2_grad(g[0], c.input(1), c.geometry(2)), alpha);
+  if (c.needs(0)) gi[0] = scaled(g[0], c.get<Scalar>(3));
+  product_grads(c, g[0], c.get<Scalar>(4), gi);
 }
 // y = xhat * w + b, xhat = (x - mean) * rstd over the normalised (last) dims.
 // dx in one pass per row (layer_norm_backward); dw from xhat, which is layer_norm unscaled.
@@ -354,8 +357,7 @@ void addmm_gelu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   if (g.size() > 1 && g[1].defined()) dz = dz.defined() ? add(dz, g[1]) : g[1];
   if (!dz.defined()) return;
   if (c.needs(0)) gi[0] = dz;
-  if (c.needs(1)) gi[1] = mm(dz, t(c.input(2)));
-  if (c.needs(2)) gi[2] = mat2_grad(dz, c.input(1), c.geometry(2));
+  product_grads(c, dz, 1, gi);
 }
 
 struct Entry {

@@ -103,9 +103,9 @@ TensorPair detail::addmm_gelu_unfused(const Tensor& bias, const Tensor& mat1, co
   return {gelu_op(pre, true), pre};
 }
 namespace {
-// q k^T * scale in the statistics' dtype, keys after each query at -inf when causal.
-Tensor attention_scores(const Tensor& q, const Tensor& k, bool causal, double scale, DType acc) {
-  Tensor scores = mul(matmul(q.to(acc), transpose(k.to(acc), -2, -1)), scale);
+// q k^T * scale (q and k in the statistics' dtype), keys after each query at -inf when causal.
+Tensor attention_scores(const Tensor& q, const Tensor& k, bool causal, double scale) {
+  Tensor scores = mul(matmul(q, transpose(k, -2, -1)), scale);
   if (!causal) return scores;
   Tensor keep = tril(ones({q.size(-2), k.size(-2)}, kBool, q.device()));
   return where(keep, scores, -INFINITY);
@@ -115,7 +115,7 @@ TensorPair detail::flash_attention_math(const Tensor& q, const Tensor& k, const 
                                         bool causal, double scale) {
   TensorSpec s = meta::flash_attention(q, k, v, causal, scale);
   DType acc = meta::attention_stats_dtype(s.dtype);
-  Tensor scores = attention_scores(q, k, causal, scale, acc);
+  Tensor scores = attention_scores(q.to(acc), k.to(acc), causal, scale);
   Tensor m = amax(scores, {-1}, true);  // finite: every query sees key 0
   Tensor lse = add(m, log(sum(exp(sub(scores, m)), {-1}, true)));
   Tensor out = matmul(exp(sub(scores, lse)), v.to(acc));
@@ -127,12 +127,12 @@ TensorTriple detail::flash_attention_backward_math(const Tensor& grad_out, const
                                                    bool causal, double scale) {
   TensorSpec s = meta::flash_attention_backward(grad_out, q, k, v, out, lse, causal, scale);
   DType acc = meta::attention_stats_dtype(s.dtype);
-  Tensor p = exp(sub(attention_scores(q, k, causal, scale, acc), unsqueeze(lse.to(acc), -1)));
-  Tensor g = grad_out.to(acc);
+  Tensor qa = q.to(acc), ka = k.to(acc), g = grad_out.to(acc);
+  Tensor p = exp(sub(attention_scores(qa, ka, causal, scale), unsqueeze(lse.to(acc), -1)));
   Tensor dv = matmul(transpose(p, -2, -1), g);
   Tensor delta = sum(mul(g, out.to(acc)), {-1}, true);
   Tensor ds = mul(mul(p, sub(matmul(g, transpose(v.to(acc), -2, -1)), delta)), scale);
-  Tensor dq = matmul(ds, k.to(acc)), dk = matmul(transpose(ds, -2, -1), q.to(acc));
+  Tensor dq = matmul(ds, ka), dk = matmul(transpose(ds, -2, -1), qa);
   return {dq.to(s.dtype), dk.to(s.dtype), dv.to(s.dtype)};
 }
 
@@ -140,11 +140,10 @@ std::tuple<Tensor, Tensor> addmm_gelu(const Tensor& bias, const Tensor& mat1, co
   return addmm_gelu_op(bias, mat1, mat2);
 }
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  KILN_CHECK(!bias.defined() || !weight.defined() || weight.dim() != 2 ||
-                 (bias.dim() == 1 && bias.size(0) == weight.size(0)),
-             "[linear_gelu] bias must be a vector of weight's {} output rows, got {}",
-             weight.size(0), bias.sizes());
   return linear_2d("linear_gelu", x, weight, [&](const Tensor& x2, const Tensor& wt) {
+    KILN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == wt.size(1)),
+               "[linear_gelu] bias must be a vector of weight's {} output rows, got {}", wt.size(1),
+               bias.sizes());
     return std::get<0>(addmm_gelu_op(bias, x2, wt));
   });
 }
