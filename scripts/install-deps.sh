@@ -1,9 +1,29 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Kiln builds and tests with; does nothing for those present.
+# Installs the Debian packages Kiln needs; only those missing, with one `apt-get update` and one
+# `apt-get install` when anything is missing, nothing at all otherwise.
+#   scripts/install-deps.sh          building the library and the `kiln` program, with tests and
+#                                    benchmarks off (scripts/demo.sh)
+#   scripts/install-deps.sh --test   that, and what the tests, benchmarks, format check and
+#                                    fuzzing need (scripts/test.sh)
 set -euo pipefail
-pkgs=(cmake ninja-build g++ pkg-config libfmt-dev libcli11-dev nlohmann-json3-dev libopenblas-dev
-      libomp-dev libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev clang-format
-      clang libclang-rt-dev python3)
+
+# What the top-level CMakeLists.txt and tools/kiln find unconditionally: fmt, nlohmann_json,
+# OpenMP (g++'s own libgomp), BLAS and cblas.h (OpenBLAS), CLI11.
+build=(cmake ninja-build g++ libfmt-dev libcli11-dev nlohmann-json3-dev libopenblas-dev)
+# GoogleTest and Google Benchmark (tests/, bench/), libtorch 1.13 (the oracle the tests and
+# benchmarks compare against), clang-format (the format check), clang with its libFuzzer runtime
+# and LLVM's OpenMP (scripts/fuzz.sh builds with clang++), python3 (the safetensors interop test,
+# the fuzz corpus, scripts/gpu_ratios.py's test).
+test=(libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev clang-format clang libclang-rt-dev
+      libomp-dev python3)
+
+pkgs=("${build[@]}")
+case "${1:-}" in
+  "") ;;
+  --test) pkgs+=("${test[@]}") ;;
+  *) echo "usage: scripts/install-deps.sh [--test]" >&2; exit 2 ;;
+esac
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --test
 
 echo "== format"
 files=$(git ls-files '*.h' '*.cpp')
