@@ -4,6 +4,9 @@
 #include <cmath>
 #include <map>
 #include <numbers>
+#include <set>
+
+#include <fmt/format.h>
 
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/core/error.h"
@@ -41,6 +44,70 @@ void Optimizer::zero_grad(bool set_to_none) {
     else
       Tensor(p.grad()).zero_();
   }
+}
+
+// Note [Optimizer state dicts]
+// A checkpoint must let a run continue bitwise as if it had never stopped, so the state dict
+// holds everything a step reads besides the parameters and gradients: the learning rate, the
+// update count and the optimizer's own tensors. The rate is saved as a value read from the
+// 0-d tensor the kernels read (which is what a compiled step replays with), and restored with
+// set_lr, which fills that same tensor. Loading copies into the existing tensors instead of
+// replacing them: a compiled step holds its free tensors by identity, and a replay after a
+// load must read the loaded values. Everything is checked before the first copy, so a bad
+// state dict leaves the optimizer as it was.
+StateDict Optimizer::state_dict() const {
+  StateDict out = {{"lr", scalar_tensor(lr_tensor_.item<double>(), kFloat64)},
+                   {"steps", scalar_tensor(steps_, kInt64)}};
+  for (const auto& [name, t] : named_state()) out.emplace_back(name, t.detach());
+  return out;
+}
+
+void Optimizer::load_state_dict(const StateDict& state) {
+  std::map<std::string, Tensor> given;
+  std::vector<std::string> duplicate, missing, unexpected, mismatched;
+  for (const auto& [name, t] : state) {
+    KILN_CHECK(t.defined(), "[optimizer] load_state_dict: entry '{}' is undefined", name);
+    if (!given.emplace(name, t).second) duplicate.push_back(name);
+  }
+  KILN_CHECK(duplicate.empty(), "[optimizer] load_state_dict: duplicate entries [{}]",
+             fmt::join(duplicate, ", "));
+  std::set<std::string> expected;
+  // The entry `name`, when present with the given sizes; an undefined tensor otherwise.
+  auto take = [&](const std::string& name, IntArrayRef sizes) {
+    expected.insert(name);
+    auto it = given.find(name);
+    if (it == given.end()) {
+      missing.push_back(name);
+      return Tensor();
+    }
+    if (it->second.sizes() != sizes) {
+      mismatched.push_back(fmt::format("{}: state dict has [{}], optimizer has [{}]", name,
+                                       fmt::join(it->second.sizes(), ", "),
+                                       fmt::join(sizes, ", ")));
+      return Tensor();
+    }
+    return it->second;
+  };
+  Tensor lr = take("lr", {}), steps = take("steps", {});
+  std::vector<std::pair<Tensor, Tensor>> copies;  // (destination, source)
+  for (const auto& [name, dst] : named_state())
+    if (Tensor src = take(name, dst.sizes()); src.defined()) copies.emplace_back(dst, src);
+  for (const auto& [name, t] : state)
+    if (!expected.count(name)) unexpected.push_back(name);
+  KILN_CHECK(missing.empty() && unexpected.empty(),
+             "[optimizer] load_state_dict: missing keys [{}]; unexpected keys [{}]",
+             fmt::join(missing, ", "), fmt::join(unexpected, ", "));
+  KILN_CHECK(mismatched.empty(), "[optimizer] load_state_dict: size mismatch for {}",
+             fmt::join(mismatched, "; "));
+  const double lr_value = lr.item<double>(), steps_value = steps.item<double>();
+  KILN_CHECK(lr_value >= 0 && std::isfinite(lr_value),
+             "[optimizer] load_state_dict: invalid learning rate {}", lr_value);
+  KILN_CHECK(steps_value >= 0 && steps_value == std::floor(steps_value) && steps_value < 0x1p62,
+             "[optimizer] load_state_dict: 'steps' must be a count >= 0, got {}", steps_value);
+  autograd::NoGradGuard no_grad;
+  for (auto& [dst, src] : copies) dst.copy_(src);
+  set_lr(lr_value);
+  steps_ = static_cast<int64_t>(steps_value);
 }
 
 SGD::SGD(TensorList params, const SGDOptions& o) : Optimizer(std::move(params), o.lr), o_(o) {
@@ -122,6 +189,16 @@ void AdamW::step() {
   if (p.empty()) return;
   ++steps_;
   foreach_adamw_(p, g, m, v, steps, lr_tensor_, o_.beta1, o_.beta2, o_.eps, o_.weight_decay);
+}
+
+StateDict AdamW::named_state() const {
+  StateDict out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.emplace_back(fmt::format("exp_avg.{}", i), m_[i]);
+    out.emplace_back(fmt::format("exp_avg_sq.{}", i), v_[i]);
+    out.emplace_back(fmt::format("step.{}", i), step_counts_[i]);
+  }
+  return out;
 }
 
 Tensor clip_grad_norm_(const TensorList& params, double max_norm) {

@@ -3,11 +3,16 @@
 // Steps run under NoGradGuard on multi-tensor (foreach) kernels; parameters without a
 // gradient are skipped, as in PyTorch.
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/tensor.h"
 
 namespace kiln::optim {
+
+// Named tensors, in order: the same type as io::StateDict, so a state dict saves as is.
+using StateDict = std::vector<std::pair<std::string, Tensor>>;
 
 class Optimizer {
  public:
@@ -26,7 +31,21 @@ class Optimizer {
   const TensorList& params() const { return params_; }
   int64_t steps() const { return steps_; }
 
+  // What a resumed run needs to continue bitwise as if never stopped: "lr" (0-d float64, the
+  // rate's value), "steps" (0-d int64, the updates taken) and the optimizer's own tensors
+  // (AdamW: "exp_avg.i", "exp_avg_sq.i", "step.i" for parameter i), detached: they share
+  // storage with the optimizer's. See Note [Optimizer state dicts].
+  virtual StateDict state_dict() const;
+  // Copies `state` (as state_dict() wrote it, from any device) into the optimizer in place,
+  // so a compiled step holding its tensors stays valid. Missing, unexpected or duplicate
+  // names, mismatched shapes and a bad lr or step count raise ValueError listing them, before
+  // anything changes.
+  virtual void load_state_dict(const StateDict& state);
+
  protected:
+  // The optimizer's own state tensors, live (not copies), by name; empty for none.
+  virtual StateDict named_state() const { return {}; }
+
   TensorList params_;
   double lr_;
   Tensor lr_tensor_;
@@ -72,6 +91,9 @@ class AdamW : public Optimizer {
   const TensorList& exp_avg_sq() const { return v_; }
   // Per parameter: the updates taken (0-d float64 on the device; bias correction reads them).
   const TensorList& step_counts() const { return step_counts_; }
+
+ protected:
+  StateDict named_state() const override;
 
  private:
   AdamWOptions o_;
