@@ -21,7 +21,9 @@ rm -rf build/install build/consumer
 cmake --install build/release --prefix build/install >/dev/null
 cmake -S examples/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/install" >/dev/null
 cmake --build build/consumer
-./build/consumer/consumer  # as a user runs it: the RUNPATH CMake gave it finds libkiln
+./build/consumer/app  # as a user runs it: the RUNPATH CMake gave it finds libkiln
+# Built where the CUDA plugin is installed (Kiln::kiln_cuda); without a GPU it says so and exits 0.
+if [ -x build/consumer/app_cuda ]; then ./build/consumer/app_cuda; fi
 
 echo "== benchmark smoke run (no timing is checked)"
 ./build/release/bench/kiln_bench --smoke
