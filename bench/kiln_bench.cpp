@@ -156,10 +156,10 @@ int main(int argc, char** argv) {
     auto kernels = [&] {
       const kiln::Tensor* x = &x0;
       for (int i = 0; i < 64; ++i) {
-        ops::mul_out_op.call_at(DispatchKey::CPU, b1, *x, c1);
-        ops::add_out_op.call_at(DispatchKey::CPU, b2, b1, c2, 1);
-        ops::relu_out_op.call_at(DispatchKey::CPU, b3, b2);
-        ops::sub_out_op.call_at(DispatchKey::CPU, b4, b3, c3, 1);
+        ops::op_mul_out.call_at(DispatchKey::CPU, b1, *x, c1);
+        ops::op_add_out.call_at(DispatchKey::CPU, b2, b1, c2, 1);
+        ops::op_relu_out.call_at(DispatchKey::CPU, b3, b2);
+        ops::op_sub_out.call_at(DispatchKey::CPU, b4, b3, c3, 1);
         x = &b4;
       }
     };

@@ -341,7 +341,7 @@ void flash_attention_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
              "scores (logsumexp of q k^T * scale) to differentiate it");
   if (!g[0].defined()) return;
   auto [dq, dk, dv] =
-      ops::flash_attention_backward_op(g[0], c.input(0), c.input(1), c.input(2), c.output(0),
+      ops::op_flash_attention_backward(g[0], c.input(0), c.input(1), c.input(2), c.output(0),
                                        c.output(1), c.get<bool>(3), c.get<double>(4));
   if (c.needs(0)) gi[0] = dq;
   if (c.needs(1)) gi[1] = dk;
@@ -361,7 +361,7 @@ void addmm_gelu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
 }
 
 struct Entry {
-  const char* name;
+  OpDef* op;
   Derivative d;
 };
 constexpr Derivative F(BackwardFn fn, uint32_t in = 0, uint32_t out = 0) {
@@ -371,110 +371,108 @@ constexpr Derivative kNone{Differentiability::None, nullptr, 0, 0};
 
 // Pointwise ops: the same formula serves `name` and `name_`.
 const Entry kPointwise[] = {
-    {"add", F(add_bw)},
-    {"sub", F(sub_bw)},
-    {"mul", F(mul_bw, S(0) | S(1))},
-    {"div", F(div_bw, S(0) | S(1))},
-    {"pow", F(pow_bw, S(0) | S(1), S(0))},
-    {"maximum", F(maximum_bw, S(0) | S(1))},
-    {"minimum", F(minimum_bw, S(0) | S(1))},
-    {"eq", kNone},
-    {"ne", kNone},
-    {"lt", kNone},
-    {"le", kNone},
-    {"gt", kNone},
-    {"ge", kNone},
-    {"logical_and", kNone},
-    {"logical_or", kNone},
-    {"logical_xor", kNone},
-    {"logical_not", kNone},
-    {"neg", F(neg_bw)},
-    {"abs", F(abs_bw, S(0))},
-    {"exp", F(exp_bw, 0, S(0))},
-    {"log", F(log_bw, S(0))},
-    {"sqrt", F(sqrt_bw, 0, S(0))},
-    {"rsqrt", F(rsqrt_bw, 0, S(0))},
-    {"tanh", F(tanh_bw, 0, S(0))},
-    {"sigmoid", F(sigmoid_bw, 0, S(0))},
-    {"relu", F(relu_bw, 0, S(0))},
-    {"silu", F(silu_bw, S(0))},
-    {"sin", F(sin_bw, S(0))},
-    {"cos", F(cos_bw, S(0))},
-    {"gelu", F(gelu_bw, S(0))},
-    {"clamp", F(clamp_bw, S(0))},
-    {"where", F(where_bw, S(0))},
+    {&ops::op_add.def, F(add_bw)},
+    {&ops::op_sub.def, F(sub_bw)},
+    {&ops::op_mul.def, F(mul_bw, S(0) | S(1))},
+    {&ops::op_div.def, F(div_bw, S(0) | S(1))},
+    {&ops::op_pow.def, F(pow_bw, S(0) | S(1), S(0))},
+    {&ops::op_maximum.def, F(maximum_bw, S(0) | S(1))},
+    {&ops::op_minimum.def, F(minimum_bw, S(0) | S(1))},
+    {&ops::op_eq.def, kNone},
+    {&ops::op_ne.def, kNone},
+    {&ops::op_lt.def, kNone},
+    {&ops::op_le.def, kNone},
+    {&ops::op_gt.def, kNone},
+    {&ops::op_ge.def, kNone},
+    {&ops::op_logical_and.def, kNone},
+    {&ops::op_logical_or.def, kNone},
+    {&ops::op_logical_xor.def, kNone},
+    {&ops::op_logical_not.def, kNone},
+    {&ops::op_neg.def, F(neg_bw)},
+    {&ops::op_abs.def, F(abs_bw, S(0))},
+    {&ops::op_exp.def, F(exp_bw, 0, S(0))},
+    {&ops::op_log.def, F(log_bw, S(0))},
+    {&ops::op_sqrt.def, F(sqrt_bw, 0, S(0))},
+    {&ops::op_rsqrt.def, F(rsqrt_bw, 0, S(0))},
+    {&ops::op_tanh.def, F(tanh_bw, 0, S(0))},
+    {&ops::op_sigmoid.def, F(sigmoid_bw, 0, S(0))},
+    {&ops::op_relu.def, F(relu_bw, 0, S(0))},
+    {&ops::op_silu.def, F(silu_bw, S(0))},
+    {&ops::op_sin.def, F(sin_bw, S(0))},
+    {&ops::op_cos.def, F(cos_bw, S(0))},
+    {&ops::op_gelu.def, F(gelu_bw, S(0))},
+    {&ops::op_clamp.def, F(clamp_bw, S(0))},
+    {&ops::op_where.def, F(where_bw, S(0))},
 };
 
 const Entry kOthers[] = {
-    {"sum", F(sum_bw)},
-    {"mean", F(mean_bw)},
-    {"var", F(var_bw, S(0))},
-    {"amax", F(amax_amin_bw, S(0), S(0))},
-    {"amin", F(amax_amin_bw, S(0), S(0))},
-    {"all", kNone},
-    {"any", kNone},
-    {"argmax", kNone},
-    {"argmin", kNone},
-    {"softmax", F(softmax_bw, 0, S(0))},
-    {"log_softmax", F(log_softmax_bw, 0, S(0))},
-    {"mm", F(mm_bw, S(0) | S(1))},
-    {"bmm", F(bmm_bw, S(0) | S(1))},
-    {"addmm", F(addmm_bw, S(1) | S(2))},
-    {"addmm_gelu", F(addmm_gelu_bw, S(1) | S(2), S(1))},
-    {"layer_norm", F(layer_norm_bw, S(0) | S(1))},
-    {"rms_norm", F(rms_norm_bw, S(0) | S(1))},
-    {"embedding", F(embedding_bw, S(1))},
-    {"nll_loss", F(nll_loss_bw, S(1))},
-    {"cat", F(cat_bw)},
-    {"index_select", F(index_select_bw, S(1))},
-    {"gather", F(gather_bw, S(1))},
-    {"scatter_add", F(scatter_add_bw, S(1))},
-    {"index_add", F(index_add_bw, S(1))},
-    {"triu", F(triu_bw)},
-    {"tril", F(tril_bw)},
-    {"one_hot", kNone},
-    {"view", F(reshape_bw)},
-    {"as_strided", F(as_strided_bw)},
-    {"permute", F(permute_bw)},
-    {"transpose", F(transpose_bw)},
-    {"slice", F(slice_bw)},
-    {"select", F(select_bw)},
-    {"expand", F(identity_bw)},
-    {"squeeze", F(reshape_bw)},
-    {"unsqueeze", F(reshape_bw)},
-    {"alias", F(identity_bw)},
-    {"detach", kNone},
-    {"empty", kNone},
-    {"full", kNone},
-    {"arange", kNone},
-    {"linspace", kNone},
-    {"rand", kNone},
-    {"randn", kNone},
-    {"randint", kNone},
-    {"copy_", F(copy_bw)},
-    {"fill_", F(fill_bw)},
-    {"to_copy", F(identity_bw)},
-    {"max_dim", F(max_min_dim_bw, 0, S(1))},
-    {"min_dim", F(max_min_dim_bw, 0, S(1))},
-    {"native_dropout", F(dropout_bw, 0, S(1))},
-    {"flash_attention", F(flash_attention_bw, kSaveAll, S(0) | S(1))},
+    {&ops::op_sum.def, F(sum_bw)},
+    {&ops::op_mean.def, F(mean_bw)},
+    {&ops::op_var.def, F(var_bw, S(0))},
+    {&ops::op_amax.def, F(amax_amin_bw, S(0), S(0))},
+    {&ops::op_amin.def, F(amax_amin_bw, S(0), S(0))},
+    {&ops::op_all.def, kNone},
+    {&ops::op_any.def, kNone},
+    {&ops::op_argmax.def, kNone},
+    {&ops::op_argmin.def, kNone},
+    {&ops::op_softmax.def, F(softmax_bw, 0, S(0))},
+    {&ops::op_log_softmax.def, F(log_softmax_bw, 0, S(0))},
+    {&ops::op_mm.def, F(mm_bw, S(0) | S(1))},
+    {&ops::op_bmm.def, F(bmm_bw, S(0) | S(1))},
+    {&ops::op_addmm.def, F(addmm_bw, S(1) | S(2))},
+    {&ops::op_addmm_gelu.def, F(addmm_gelu_bw, S(1) | S(2), S(1))},
+    {&ops::op_layer_norm.def, F(layer_norm_bw, S(0) | S(1))},
+    {&ops::op_rms_norm.def, F(rms_norm_bw, S(0) | S(1))},
+    {&ops::op_embedding.def, F(embedding_bw, S(1))},
+    {&ops::op_nll_loss.def, F(nll_loss_bw, S(1))},
+    {&ops::op_cat.def, F(cat_bw)},
+    {&ops::op_index_select.def, F(index_select_bw, S(1))},
+    {&ops::op_gather.def, F(gather_bw, S(1))},
+    {&ops::op_scatter_add.def, F(scatter_add_bw, S(1))},
+    {&ops::op_index_add.def, F(index_add_bw, S(1))},
+    {&ops::op_triu.def, F(triu_bw)},
+    {&ops::op_tril.def, F(tril_bw)},
+    {&ops::op_one_hot.def, kNone},
+    {&ops::op_view.def, F(reshape_bw)},
+    {&ops::op_as_strided.def, F(as_strided_bw)},
+    {&ops::op_permute.def, F(permute_bw)},
+    {&ops::op_transpose.def, F(transpose_bw)},
+    {&ops::op_slice.def, F(slice_bw)},
+    {&ops::op_select.def, F(select_bw)},
+    {&ops::op_expand.def, F(identity_bw)},
+    {&ops::op_squeeze.def, F(reshape_bw)},
+    {&ops::op_unsqueeze.def, F(reshape_bw)},
+    {&ops::op_alias.def, F(identity_bw)},
+    {&ops::op_detach.def, kNone},
+    {&ops::op_empty.def, kNone},
+    {&ops::op_full.def, kNone},
+    {&ops::op_arange.def, kNone},
+    {&ops::op_linspace.def, kNone},
+    {&ops::op_rand.def, kNone},
+    {&ops::op_randn.def, kNone},
+    {&ops::op_randint.def, kNone},
+    {&ops::op_copy_.def, F(copy_bw)},
+    {&ops::op_fill_.def, F(fill_bw)},
+    {&ops::op_to_copy.def, F(identity_bw)},
+    {&ops::op_max_dim.def, F(max_min_dim_bw, 0, S(1))},
+    {&ops::op_min_dim.def, F(max_min_dim_bw, 0, S(1))},
+    {&ops::op_native_dropout.def, F(dropout_bw, 0, S(1))},
+    {&ops::op_flash_attention.def, F(flash_attention_bw, kSaveAll, S(0) | S(1))},
 };
 
-void set_derivative(std::string_view name, const Derivative& d) {
-  const OpDef* op = ops::find_op(name);
-  KILN_ASSERT(op, "backward formula for unknown op {}", name);
-  KILN_ASSERT(!op->derivative(), "two backward formulas for {}", name);
+void set_derivative(const OpDef* op, const Derivative& d) {
+  KILN_ASSERT(!op->derivative(), "two backward formulas for {}", op->name());
   const_cast<OpDef*>(op)->set_derivative(&d);
 }
 
 const bool registered = [] {
   for (const Entry& e : kPointwise) {
-    set_derivative(e.name, e.d);
+    set_derivative(e.op, e.d);
     // where_ writes into its bool condition: it can never carry a gradient.
-    bool writes_bool = std::string_view(e.name) == "where";
-    set_derivative(std::string(e.name) + "_", writes_bool ? kNone : e.d);
+    bool writes_bool = e.op == &ops::op_where.def;
+    set_derivative(e.op->inplace_variant(), writes_bool ? kNone : e.d);
   }
-  for (const Entry& e : kOthers) set_derivative(e.name, e.d);
+  for (const Entry& e : kOthers) set_derivative(e.op, e.d);
   return true;
 }();
 

@@ -12,6 +12,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -177,7 +178,7 @@ DeviceType register_backend(const BackendSpec& spec) {
   for (const BackendKernel& k : spec.kernels) {
     KILN_CHECK(k.op && k.fn, "[register_backend] '{}': a kernel without an op or a function",
                spec.name);
-    KILN_CHECK(ops::find_op(k.op->name()) == k.op,
+    KILN_CHECK(std::ranges::find(ops::all_ops(), k.op) != ops::all_ops().end(),
                "[register_backend] '{}': kernel for '{}', which is not a registered op", spec.name,
                k.op->name());
   }

@@ -167,7 +167,8 @@ void Executable::setup_graphs() {
       // kernel on the cpu; without it the copy fails its capture (the device says why) and a
       // cpu kernel is refused at capture (it would run once, while capturing, never again).
       bool host_copy = false;
-      if (st.name == "copy_" || st.name == "to_copy") {
+      if (const OpDef* op = g.nodes[st.node].op;
+          op == &ops::op_copy_.def || op == &ops::op_to_copy.def) {
         for (const Arg& a : g.nodes[st.node].args)
           if (a.kind == Arg::Kind::Value && a.value >= 0)
             host_copy = host_copy || g.values[a.value].device.is_cpu();
@@ -226,7 +227,6 @@ void Executable::build() {
       how[i] = Lowering::HostRead;
       continue;
     }
-    std::string_view name = n.op->name();
     switch (n.op->kind()) {
       case OpKind::View:
         how[i] = Lowering::Skip;
@@ -243,14 +243,13 @@ void Executable::build() {
               own_buffers && g.buffers[g.values[o].buffer].producer == static_cast<int>(i);
         if (!own_buffers) {
           how[i] = Lowering::Skip;
-        } else if (name == "empty") {
+        } else if (n.op == &ops::op_empty.def) {
           how[i] = Lowering::Skip;
-        } else if (name == "full") {
+        } else if (n.op == &ops::op_full.def) {
           how[i] = Lowering::Fill;
-        } else if (name == "to_copy") {
+        } else if (n.op == &ops::op_to_copy.def) {
           how[i] = Lowering::Copy;
-        } else if (const OpDef* o =
-                       n.random ? nullptr : ops::find_op(fmt::format("{}_out", name))) {
+        } else if (const OpDef* o = n.random ? nullptr : n.op->out_variant()) {
           how[i] = Lowering::Out;
           out_op[i] = o;
         } else {
@@ -382,13 +381,13 @@ void Executable::build() {
       case Lowering::Fill: {
         // full(size, value, dtype, device) -> fill_(out, value)
         Stack s{slots_[n.outputs.at(0)], n.args.at(1).attr};
-        step->call = bind(ops::fill__op.def, s);
+        step->call = bind(ops::op_fill_.def, s);
         step->name = "fill_";
         break;
       }
       case Lowering::Copy: {
         Stack s{slots_[n.outputs.at(0)], slots_[n.args.at(0).value]};
-        step->call = bind(ops::copy__op.def, s);
+        step->call = bind(ops::op_copy_.def, s);
         step->name = "copy_";
         break;
       }
@@ -648,7 +647,7 @@ void Executable::run_graphs(std::span<const Tensor> inputs, TensorList& outputs)
     gr.iface->launch(index, s.exec, gr.iface->current_stream(index));
     if (profiling) profiler::record("graph launch", "replay", t0, profiler::now_ns());
   }
-  for (int i : gr.copy_back) ops::copy__op(inputs[i], slots_[graph_.inputs[i]]);
+  for (int i : gr.copy_back) ops::op_copy_(inputs[i], slots_[graph_.inputs[i]]);
   outputs.clear();
   for (int v : graph_.outputs) {
     const Value& x = graph_.values[v];

@@ -80,6 +80,43 @@ class BoundCall {
   Stack results;
 };
 
+// Note [Op variants]
+// A pointwise op such as `add` is three ops: `add` (returns a new tensor), `add_` (in place on
+// its first argument) and `add_out` (writes into a given `out`, its first argument); a
+// structured op such as `sum` has `sum` and `sum_out`. Each form knows the others through
+// pointers fixed at compile time by the X-macros of kiln/ops/op_list.cpp, so a layer that
+// lowers one form to another (compile's executable, sim's graph nodes, autograd's formulas)
+// follows a pointer, never a name. Ops outside those families have no variants (all null).
+struct OpVariants {
+  const OpDef* functional = nullptr;
+  const OpDef* inplace = nullptr;
+  const OpDef* out = nullptr;
+};
+
+// Note [Op record fields for later layers]
+// Besides its schema, meta function, kernels and backward formula, every op will carry a
+// sharding rule (kiln/dtensor: how placements propagate), a mixed-precision policy (the
+// Autocast key: how inputs are cast) and how it is exposed to Python (the bindings and .pyi
+// stubs are generated from the op list). The fields exist now, unset, each with a coverage
+// test in tests/ops/op_registry_test.cpp (OpCoverage.*) that requires every op to set the field
+// (or be listed as exempt, with a reason) from the first op that sets it on.
+//
+// How autocast treats an op's floating inputs (DESIGN.md "Mixed precision").
+enum class AutocastPolicy : uint8_t {
+  Unset,           // not decided yet
+  LowerPrecision,  // cast to the autocast dtype (products, convolutions, attention)
+  Float32,         // cast 16-bit inputs up to float32 (reductions, norms, softmax, losses)
+  Promote,         // cast every input to their widest floating dtype (cat, where, ...)
+  Passthrough,     // leave inputs as they are (views, copies, factories, integer ops)
+};
+// How the Python module exposes an op.
+enum class PythonExposure : uint8_t {
+  Unset,              // not decided yet
+  FunctionAndMethod,  // kiln.name(t, ...) and t.name(...)
+  Function,           // kiln.name(...) only (factories, ops over lists)
+  Internal,           // not bound (backward helpers reached only through autograd)
+};
+
 // One op: its schema, its meta function, and its kernels per dispatch key.
 class OpDef {
  public:
@@ -89,12 +126,21 @@ class OpDef {
   using Binder = std::unique_ptr<BoundCall> (*)(void* fn, Stack& stack);
 
   constexpr OpDef(std::string_view name, std::string_view schema, OpKind kind, BoxedCaller caller,
-                  Binder binder)
-      : name_(name), schema_(schema), kind_(kind), caller_(caller), binder_(binder) {}
+                  Binder binder, OpVariants variants = {})
+      : name_(name),
+        schema_(schema),
+        kind_(kind),
+        caller_(caller),
+        binder_(binder),
+        variants_(variants) {}
 
   std::string_view name() const { return name_; }
   std::string_view schema() const { return schema_; }
   OpKind kind() const { return kind_; }
+  // The op's other forms (Note [Op variants]); null where there is none.
+  const OpDef* functional_variant() const { return variants_.functional; }
+  const OpDef* inplace_variant() const { return variants_.inplace; }
+  const OpDef* out_variant() const { return variants_.out; }
   bool has_kernel(DispatchKey k) const { return unboxed_[static_cast<int>(k)] != nullptr; }
   bool has_meta() const { return meta_ != nullptr; }
   void* unboxed(DispatchKey k) const { return unboxed_[static_cast<int>(k)]; }
@@ -113,6 +159,14 @@ class OpDef {
   // The op's backward formula (a kiln::autograd::Derivative, owned by kiln/autograd).
   void set_derivative(const void* d) { derivative_ = d; }
   const void* derivative() const { return derivative_; }
+  // Reserved for the layers to come (Note [Op record fields for later layers]).
+  // The op's sharding rule (a kiln::dtensor rule, owned by kiln/dtensor).
+  void set_sharding_rule(const void* r) { sharding_rule_ = r; }
+  const void* sharding_rule() const { return sharding_rule_; }
+  void set_autocast_policy(AutocastPolicy p) { autocast_ = p; }
+  AutocastPolicy autocast_policy() const { return autocast_; }
+  void set_python_exposure(PythonExposure e) { python_ = e; }
+  PythonExposure python_exposure() const { return python_; }
 
   // Where the fast path found no kernel: walks down `ks` to the first key with a kernel or a
   // boxed fallback (layers above the backends fall through; a backend without either throws).
@@ -125,8 +179,12 @@ class OpDef {
   OpKind kind_;
   BoxedCaller caller_;
   Binder binder_;
+  OpVariants variants_;
   void* meta_ = nullptr;
   const void* derivative_ = nullptr;
+  const void* sharding_rule_ = nullptr;
+  AutocastPolicy autocast_ = AutocastPolicy::Unset;
+  PythonExposure python_ = PythonExposure::Unset;
   void* unboxed_[kNumDispatchKeys] = {};
 };
 
@@ -236,9 +294,10 @@ template <class R, class... A>
 class TypedOp<R(A...)> {
  public:
   using Sig = R(A...);
-  constexpr TypedOp(std::string_view name, std::string_view schema, OpKind kind)
-      : def(name, schema, kind, &detail::BoxedCallerFor<Sig>::call, &detail::BinderFor<Sig>::bind) {
-  }
+  constexpr TypedOp(std::string_view name, std::string_view schema, OpKind kind,
+                    OpVariants variants = {})
+      : def(name, schema, kind, &detail::BoxedCallerFor<Sig>::call, &detail::BinderFor<Sig>::bind,
+            variants) {}
 
   R operator()(A... args) const {
     const LocalDispatchState& tls = local_dispatch_state();

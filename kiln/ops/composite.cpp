@@ -13,11 +13,11 @@ namespace kiln {
 using namespace ops;  // NOLINT: the *_op handles
 
 // ---------------------------------------------------------------- linear algebra
-Tensor mm(const Tensor& a, const Tensor& b) { return mm_op(a, b); }
-Tensor bmm(const Tensor& a, const Tensor& b) { return bmm_op(a, b); }
+Tensor mm(const Tensor& a, const Tensor& b) { return op_mm(a, b); }
+Tensor bmm(const Tensor& a, const Tensor& b) { return op_bmm(a, b); }
 Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta,
              const Scalar& alpha) {
-  return addmm_op(self, a, b, beta, alpha);
+  return op_addmm(self, a, b, beta, alpha);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
@@ -28,16 +28,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (da == 1 && db == 1) {
     KILN_CHECK(a.size(0) == b.size(0), "[matmul] size mismatch: a is [{}], b is [{}]", a.size(0),
                b.size(0));
-    return mm_op(a.view({1, a.size(0)}), b.view({b.size(0), 1})).view({});
+    return op_mm(a.view({1, a.size(0)}), b.view({b.size(0), 1})).view({});
   }
-  if (da == 2 && db == 1) return squeeze(mm_op(a, unsqueeze(b, 1)), -1);
-  if (da == 1 && db == 2) return squeeze(mm_op(unsqueeze(a, 0), b), 0);
-  if (da == 2 && db == 2) return mm_op(a, b);
+  if (da == 2 && db == 1) return squeeze(op_mm(a, unsqueeze(b, 1)), -1);
+  if (da == 1 && db == 2) return squeeze(op_mm(unsqueeze(a, 0), b), 0);
+  if (da == 2 && db == 2) return op_mm(a, b);
   if (da >= 3 && db <= 2) {
     // Fold the batch into rows: [..., n, m] @ [m, p] is one mm.
     Tensor b2 = db == 1 ? unsqueeze(b, 1) : b;
     Shape out(a.sizes());
-    Tensor r = mm_op(reshape(a, {-1, a.size(-1)}), b2);
+    Tensor r = op_mm(reshape(a, {-1, a.size(-1)}), b2);
     out.back() = b2.size(1);
     if (db == 1) out.erase(out.size() - 1);
     return r.reshape(out);
@@ -66,7 +66,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   ea.push_back(m);
   eb.push_back(m);
   eb.push_back(p);
-  Tensor r = bmm_op(expand(a2, ea).reshape({nbatch, n, m}), expand(b2, eb).reshape({nbatch, m, p}));
+  Tensor r = op_bmm(expand(a2, ea).reshape({nbatch, n, m}), expand(b2, eb).reshape({nbatch, m, p}));
   Shape out(batch);
   if (da > 1) out.push_back(n);
   if (db > 1) out.push_back(p);
@@ -94,13 +94,13 @@ Tensor linear_2d(const char* op, const Tensor& x, const Tensor& weight, Product 
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return linear_2d("linear", x, weight, [&](const Tensor& x2, const Tensor& wt) {
-    return bias.defined() ? addmm_op(bias, x2, wt, 1, 1) : mm_op(x2, wt);
+    return bias.defined() ? op_addmm(bias, x2, wt, 1, 1) : op_mm(x2, wt);
   });
 }
 TensorPair detail::addmm_gelu_unfused(const Tensor& bias, const Tensor& mat1, const Tensor& mat2) {
   meta::addmm_gelu(bias, mat1, mat2);
-  Tensor pre = bias.defined() ? addmm_op(bias, mat1, mat2, 1, 1) : mm_op(mat1, mat2);
-  return {gelu_op(pre, true), pre};
+  Tensor pre = bias.defined() ? op_addmm(bias, mat1, mat2, 1, 1) : op_mm(mat1, mat2);
+  return {op_gelu(pre, true), pre};
 }
 namespace {
 // q k^T * scale (q and k in the statistics' dtype), keys after each query at -inf when causal.
@@ -137,40 +137,40 @@ TensorTriple detail::flash_attention_backward_math(const Tensor& grad_out, const
 }
 
 std::tuple<Tensor, Tensor> addmm_gelu(const Tensor& bias, const Tensor& mat1, const Tensor& mat2) {
-  return addmm_gelu_op(bias, mat1, mat2);
+  return op_addmm_gelu(bias, mat1, mat2);
 }
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return linear_2d("linear_gelu", x, weight, [&](const Tensor& x2, const Tensor& wt) {
     KILN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == wt.size(1)),
                "[linear_gelu] bias must be a vector of weight's {} output rows, got {}", wt.size(1),
                bias.sizes());
-    return std::get<0>(addmm_gelu_op(bias, x2, wt));
+    return std::get<0>(op_addmm_gelu(bias, x2, wt));
   });
 }
 
 // ---------------------------------------------------------------- neural-net functions
 Tensor layer_norm(const Tensor& x, IntArrayRef shape, const Tensor& w, const Tensor& b,
                   double eps) {
-  return layer_norm_op(x, shape, w, b, eps);
+  return op_layer_norm(x, shape, w, b, eps);
 }
 Tensor rms_norm(const Tensor& x, IntArrayRef shape, const Tensor& w, double eps) {
-  return rms_norm_op(x, shape, w, eps);
+  return op_rms_norm(x, shape, w, eps);
 }
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  return embedding_op(weight, indices);
+  return op_embedding(weight, indices);
 }
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index) {
-  return nll_loss_op(log_probs, target, ignore_index);
+  return op_nll_loss(log_probs, target, ignore_index);
 }
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index) {
   KILN_CHECK(logits.defined() && (logits.dim() == 1 || logits.dim() == 2),
              "[cross_entropy] expected logits of shape [N, C] or [C]");
-  return nll_loss_op(log_softmax_op(logits, -1), target, ignore_index);
+  return op_nll_loss(op_log_softmax(logits, -1), target, ignore_index);
 }
 Tensor dropout(const Tensor& x, double p, bool train, Generator* gen) {
   KILN_CHECK(p >= 0 && p <= 1, "[dropout] probability has to be between 0 and 1, but got {}", p);
   if (!train || p == 0) return x;
-  return std::get<0>(native_dropout_op(x, p, gen));
+  return std::get<0>(op_native_dropout(x, p, gen));
 }
 
 namespace {
@@ -182,8 +182,8 @@ bool fused_attention_applies(const Tensor& q, const Tensor& k, const Tensor& v,
     return false;
   // Only where the backend has kernels of its own (CUDA): the CPU and the backends served by a
   // generic fallback (sim) keep the math path, and so stay bitwise equal to each other.
-  if (!flash_attention_op.def.has_kernel(q.device().dispatch_key()) ||
-      !flash_attention_backward_op.def.has_kernel(q.device().dispatch_key()))
+  if (!op_flash_attention.def.has_kernel(q.device().dispatch_key()) ||
+      !op_flash_attention_backward.def.has_kernel(q.device().dispatch_key()))
     return false;
   DType t = q.dtype();
   if ((t != kFloat32 && t != kFloat16 && t != kBFloat16) || k.dtype() != t || v.dtype() != t)
@@ -214,7 +214,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
              "[{}] pass either attn_mask or is_causal, not both", op);
   double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   if (fused_attention_applies(q, k, v, attn_mask))
-    return std::get<0>(flash_attention_op(q, k, v, is_causal, s));
+    return std::get<0>(op_flash_attention(q, k, v, is_causal, s));
   Tensor scores = matmul(q, transpose(k, -2, -1)) * s;  // [..., L, S]
   int64_t L = q.size(-2), S = k.size(-2);
   if (is_causal) {
@@ -226,23 +226,23 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     else
       scores = scores + attn_mask;
   }
-  return matmul(softmax_op(scores, -1), v);
+  return matmul(op_softmax(scores, -1), v);
 }
 
 // ---------------------------------------------------------------- views and shapes
-Tensor view(const Tensor& t, IntArrayRef sizes) { return view_op(t, sizes); }
+Tensor view(const Tensor& t, IntArrayRef sizes) { return op_view(t, sizes); }
 Tensor reshape(const Tensor& t, IntArrayRef sizes) {
   KILN_CHECK(t.defined(), "[reshape] undefined tensor");
   Shape shape = detail::infer_size("reshape", sizes, t.numel());
-  if (detail::view_strides(t.sizes(), t.strides(), shape)) return view_op(t, shape);
-  return view_op(contiguous(t), shape);
+  if (detail::view_strides(t.sizes(), t.strides(), shape)) return op_view(t, shape);
+  return op_view(contiguous(t), shape);
 }
-Tensor permute(const Tensor& t, IntArrayRef dims) { return permute_op(t, dims); }
-Tensor transpose(const Tensor& t, int64_t d0, int64_t d1) { return transpose_op(t, d0, d1); }
+Tensor permute(const Tensor& t, IntArrayRef dims) { return op_permute(t, dims); }
+Tensor transpose(const Tensor& t, int64_t d0, int64_t d1) { return op_transpose(t, d0, d1); }
 Tensor t(const Tensor& x) {
   KILN_CHECK(x.defined() && x.dim() <= 2, "[t] expects a tensor with <= 2 dimensions, but got {}D",
              x.defined() ? x.dim() : -1);
-  return x.dim() < 2 ? alias_op(x) : transpose_op(x, 0, 1);
+  return x.dim() < 2 ? op_alias(x) : op_transpose(x, 0, 1);
 }
 Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   KILN_CHECK(t.defined() && t.dim() > 0, "[narrow] cannot be applied to a 0-dim tensor");
@@ -254,19 +254,19 @@ Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   KILN_CHECK_INDEX(length >= 0 && length <= n - start,
                    "[narrow] start ({}) + length ({}) exceeds dimension size ({})", start, length,
                    n);
-  return slice_op(t, d, start, start + length, 1);
+  return op_slice(t, d, start, start + length, 1);
 }
 Tensor slice(const Tensor& t, int64_t dim, int64_t start, int64_t end, int64_t step) {
-  return slice_op(t, dim, start, end, step);
+  return op_slice(t, dim, start, end, step);
 }
-Tensor select(const Tensor& t, int64_t dim, int64_t index) { return select_op(t, dim, index); }
-Tensor expand(const Tensor& t, IntArrayRef sizes) { return expand_op(t, sizes); }
+Tensor select(const Tensor& t, int64_t dim, int64_t index) { return op_select(t, dim, index); }
+Tensor expand(const Tensor& t, IntArrayRef sizes) { return op_expand(t, sizes); }
 Tensor expand_as(const Tensor& t, const Tensor& other) {
   meta::check_defined("expand_as", other, "other");
-  return expand_op(t, other.sizes());
+  return op_expand(t, other.sizes());
 }
-Tensor squeeze(const Tensor& t, std::optional<int64_t> dim) { return squeeze_op(t, dim); }
-Tensor unsqueeze(const Tensor& t, int64_t dim) { return unsqueeze_op(t, dim); }
+Tensor squeeze(const Tensor& t, std::optional<int64_t> dim) { return op_squeeze(t, dim); }
+Tensor unsqueeze(const Tensor& t, int64_t dim) { return op_unsqueeze(t, dim); }
 Tensor flatten(const Tensor& t, int64_t start_dim, int64_t end_dim) {
   KILN_CHECK(t.defined(), "[flatten] undefined tensor");
   if (t.dim() == 0) return reshape(t, {1});
@@ -282,12 +282,12 @@ Tensor flatten(const Tensor& t, int64_t start_dim, int64_t end_dim) {
 }
 Tensor as_strided(const Tensor& t, IntArrayRef sizes, IntArrayRef strides,
                   std::optional<int64_t> offset) {
-  return as_strided_op(t, sizes, strides, offset ? *offset : t.storage_offset());
+  return op_as_strided(t, sizes, strides, offset ? *offset : t.storage_offset());
 }
-Tensor detach(const Tensor& t) { return detach_op(t); }
+Tensor detach(const Tensor& t) { return op_detach(t); }
 Tensor contiguous(const Tensor& t) { return t.is_contiguous() ? t : clone(t); }
-Tensor clone(const Tensor& t) { return to_copy_op(t, t.dtype(), t.device()); }
-Tensor cat(const TensorList& tensors, int64_t dim) { return cat_op(tensors, dim); }
+Tensor clone(const Tensor& t) { return op_to_copy(t, t.dtype(), t.device()); }
+Tensor cat(const TensorList& tensors, int64_t dim) { return op_cat(tensors, dim); }
 Tensor stack(const TensorList& tensors, int64_t dim) {
   KILN_CHECK(!tensors.empty(), "[stack] expected a non-empty list of tensors");
   for (const Tensor& x : tensors) meta::check_defined("stack", x, "tensors");
@@ -299,8 +299,8 @@ Tensor stack(const TensorList& tensors, int64_t dim) {
   int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
   TensorList u;
   u.reserve(tensors.size());
-  for (const auto& x : tensors) u.push_back(unsqueeze_op(x, d));
-  return cat_op(u, d);
+  for (const auto& x : tensors) u.push_back(op_unsqueeze(x, d));
+  return op_cat(u, d);
 }
 std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim) {
   KILN_CHECK(t.defined() && t.dim() > 0, "[split] expects at least a 1-dimensional tensor");
@@ -311,7 +311,7 @@ std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim) {
   std::vector<Tensor> out;
   if (n == 0) return {t};
   for (int64_t s = 0; s < n; s += split_size)
-    out.push_back(slice_op(t, d, s, std::min(n, s + split_size), 1));
+    out.push_back(op_slice(t, d, s, std::min(n, s + split_size), 1));
   return out;
 }
 std::vector<Tensor> split(const Tensor& t, IntArrayRef sizes, int64_t dim) {
@@ -328,7 +328,7 @@ std::vector<Tensor> split(const Tensor& t, IntArrayRef sizes, int64_t dim) {
   std::vector<Tensor> out;
   int64_t start = 0;
   for (int64_t s : sizes) {
-    out.push_back(slice_op(t, d, start, start + s, 1));
+    out.push_back(op_slice(t, d, start, start + s, 1));
     start += s;
   }
   return out;

@@ -4,26 +4,35 @@
 
 namespace kiln::ops {
 
-#define KILN_DEFINE_POINTWISE(name, ARGS, schema)                                           \
-  constinit TypedOp<Tensor ARGS> name##_op{#name, schema " -> Tensor", OpKind::Functional}; \
-  constinit TypedOp<void ARGS> name##__op{#name "_", schema " -> ()", OpKind::InPlace};     \
-  constinit TypedOp<void(const Tensor&, KILN_EXPAND ARGS)> name##_out_op{                   \
-      #name "_out", "out=" schema " -> ()", OpKind::Out};
-#define KILN_DEFINE_STRUCTURED(name, ARGS, schema)                                          \
-  constinit TypedOp<Tensor ARGS> name##_op{#name, schema " -> Tensor", OpKind::Functional}; \
-  constinit TypedOp<void(const Tensor&, KILN_EXPAND ARGS)> name##_out_op{                   \
-      #name "_out", "out=" schema " -> ()", OpKind::Out};
+// Each form points at its siblings (Note [Op variants] in kiln/dispatch/op.h).
+#define KILN_POINTWISE_VARIANTS(name) \
+  { &op_##name.def, &op_##name##_.def, &op_##name##_out.def }
+#define KILN_STRUCTURED_VARIANTS(name) \
+  { &op_##name.def, nullptr, &op_##name##_out.def }
+#define KILN_DEFINE_POINTWISE(name, ARGS, schema)                                          \
+  constinit TypedOp<Tensor ARGS> op_##name{#name, schema " -> Tensor", OpKind::Functional, \
+                                           KILN_POINTWISE_VARIANTS(name)};                 \
+  constinit TypedOp<void ARGS> op_##name##_{#name "_", schema " -> ()", OpKind::InPlace,   \
+                                            KILN_POINTWISE_VARIANTS(name)};                \
+  constinit TypedOp<void(const Tensor&, KILN_EXPAND ARGS)> op_##name##_out{                \
+      #name "_out", "out=" schema " -> ()", OpKind::Out, KILN_POINTWISE_VARIANTS(name)};
+#define KILN_DEFINE_STRUCTURED(name, ARGS, schema)                                         \
+  constinit TypedOp<Tensor ARGS> op_##name{#name, schema " -> Tensor", OpKind::Functional, \
+                                           KILN_STRUCTURED_VARIANTS(name)};                \
+  constinit TypedOp<void(const Tensor&, KILN_EXPAND ARGS)> op_##name##_out{                \
+      #name "_out", "out=" schema " -> ()", OpKind::Out, KILN_STRUCTURED_VARIANTS(name)};
 #define KILN_DEFINE_OTHER(name, kind, sig, schema) \
-  constinit TypedOp<sig> name##_op{#name, schema, OpKind::kind};
+  constinit TypedOp<sig> op_##name{#name, schema, OpKind::kind};
 
 KILN_FORALL_POINTWISE(KILN_DEFINE_POINTWISE)
 KILN_FORALL_STRUCTURED(KILN_DEFINE_STRUCTURED)
 KILN_FORALL_OTHER_OPS(KILN_DEFINE_OTHER)
 
 std::span<OpDef* const> all_ops() {
-#define KILN_LIST_POINTWISE(name, ARGS, schema) &name##_op.def, &name##__op.def, &name##_out_op.def,
-#define KILN_LIST_STRUCTURED(name, ARGS, schema) &name##_op.def, &name##_out_op.def,
-#define KILN_LIST_OTHER(name, kind, sig, schema) &name##_op.def,
+#define KILN_LIST_POINTWISE(name, ARGS, schema) \
+  &op_##name.def, &op_##name##_.def, &op_##name##_out.def,
+#define KILN_LIST_STRUCTURED(name, ARGS, schema) &op_##name.def, &op_##name##_out.def,
+#define KILN_LIST_OTHER(name, kind, sig, schema) &op_##name.def,
   static OpDef* const ops[] = {KILN_FORALL_POINTWISE(KILN_LIST_POINTWISE) KILN_FORALL_STRUCTURED(
       KILN_LIST_STRUCTURED) KILN_FORALL_OTHER_OPS(KILN_LIST_OTHER)};
   return ops;

@@ -54,7 +54,7 @@ namespace kiln::ops {
   _(sin, (const Tensor&), "sin(Tensor self)")                                              \
   _(cos, (const Tensor&), "cos(Tensor self)")                                              \
   _(logical_not, (const Tensor&), "logical_not(Tensor self)")                              \
-  _(gelu, (const Tensor&, bool), "gelu(Tensor self, bool tanh_approximation=False)")       \
+  _(gelu, (const Tensor&, bool), "gelu(Tensor self, bool approximate_tanh=False)")         \
   _(clamp, (const Tensor&, const OptScalar&, const OptScalar&),                            \
     "clamp(Tensor self, Scalar? min=None, Scalar? max=None)")                              \
   _(where, (const Tensor&, const Tensor&, const Tensor&),                                  \
@@ -103,7 +103,7 @@ namespace kiln::ops {
   _(tril, (const Tensor&, int64_t), "tril(Tensor self, int diagonal=0)")                           \
   _(one_hot, (const Tensor&, int64_t), "one_hot(Tensor self, int num_classes)")                    \
   _(gelu_backward, (const Tensor&, const Tensor&, bool),                                           \
-    "gelu_backward(Tensor grad_output, Tensor self, bool tanh_approximation=False)")               \
+    "gelu_backward(Tensor grad_output, Tensor self, bool approximate_tanh=False)")                 \
   _(layer_norm_backward, (const Tensor&, const Tensor&, IntArrayRef, const Tensor&, double),       \
     "layer_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor? "       \
     "weight, "                                                                                     \
@@ -111,41 +111,49 @@ namespace kiln::ops {
 
 #define KILN_FORALL_OTHER_OPS(_)                                                                   \
   /* views: share storage, no kernel work; one kernel serves every backend */                      \
-  _(view, View, Tensor(const Tensor&, IntArrayRef), "view(Tensor(a) self, int[] size)")            \
+  _(view, View, Tensor(const Tensor&, IntArrayRef),                                                \
+    "view(Tensor(a) self, int[] size) -> Tensor(a)")                                               \
   _(as_strided, View, Tensor(const Tensor&, IntArrayRef, IntArrayRef, int64_t),                    \
-    "as_strided(Tensor(a) self, int[] size, int[] stride, int storage_offset)")                    \
-  _(permute, View, Tensor(const Tensor&, IntArrayRef), "permute(Tensor(a) self, int[] dims)")      \
+    "as_strided(Tensor(a) self, int[] size, int[] stride, int storage_offset) -> Tensor(a)")       \
+  _(permute, View, Tensor(const Tensor&, IntArrayRef),                                             \
+    "permute(Tensor(a) self, int[] dims) -> Tensor(a)")                                            \
   _(transpose, View, Tensor(const Tensor&, int64_t, int64_t),                                      \
-    "transpose(Tensor(a) self, int dim0, int dim1)")                                               \
+    "transpose(Tensor(a) self, int dim0, int dim1) -> Tensor(a)")                                  \
   _(slice, View, Tensor(const Tensor&, int64_t, int64_t, int64_t, int64_t),                        \
-    "slice(Tensor(a) self, int dim, int start, int end, int step=1)")                              \
+    "slice(Tensor(a) self, int dim, int start, int end, int step=1) -> Tensor(a)")                 \
   _(select, View, Tensor(const Tensor&, int64_t, int64_t),                                         \
-    "select(Tensor(a) self, int dim, int index)")                                                  \
-  _(expand, View, Tensor(const Tensor&, IntArrayRef), "expand(Tensor(a) self, int[] size)")        \
-  _(squeeze, View, Tensor(const Tensor&, const OptInt&), "squeeze(Tensor(a) self, int? dim=None)") \
-  _(unsqueeze, View, Tensor(const Tensor&, int64_t), "unsqueeze(Tensor(a) self, int dim)")         \
-  _(alias, View, Tensor(const Tensor&), "alias(Tensor(a) self)")                                   \
-  _(detach, View, Tensor(const Tensor&), "detach(Tensor(a) self)")                                 \
+    "select(Tensor(a) self, int dim, int index) -> Tensor(a)")                                     \
+  _(expand, View, Tensor(const Tensor&, IntArrayRef),                                              \
+    "expand(Tensor(a) self, int[] size) -> Tensor(a)")                                             \
+  _(squeeze, View, Tensor(const Tensor&, const OptInt&),                                           \
+    "squeeze(Tensor(a) self, int? dim=None) -> Tensor(a)")                                         \
+  _(unsqueeze, View, Tensor(const Tensor&, int64_t),                                               \
+    "unsqueeze(Tensor(a) self, int dim) -> Tensor(a)")                                             \
+  _(alias, View, Tensor(const Tensor&), "alias(Tensor(a) self) -> Tensor(a)")                      \
+  _(detach, View, Tensor(const Tensor&), "detach(Tensor(a) self) -> Tensor(a)")                    \
   /* factories: dispatch on the device argument */                                                 \
   _(empty, Factory, Tensor(IntArrayRef, DType, Device),                                            \
-    "empty(int[] size, DType dtype, Device device)")                                               \
+    "empty(int[] size, DType dtype, Device device) -> Tensor")                                     \
   _(full, Factory, Tensor(IntArrayRef, const Scalar&, DType, Device),                              \
-    "full(int[] size, Scalar fill_value, DType dtype, Device device)")                             \
+    "full(int[] size, Scalar fill_value, DType dtype, Device device) -> Tensor")                   \
   _(arange, Factory, Tensor(const Scalar&, const Scalar&, const Scalar&, DType, Device),           \
-    "arange(Scalar start, Scalar end, Scalar step, DType dtype, Device device)")                   \
+    "arange(Scalar start, Scalar end, Scalar step, DType dtype, Device device) -> Tensor")         \
   _(linspace, Factory, Tensor(const Scalar&, const Scalar&, int64_t, DType, Device),               \
-    "linspace(Scalar start, Scalar end, int steps, DType dtype, Device device)")                   \
+    "linspace(Scalar start, Scalar end, int steps, DType dtype, Device device) -> Tensor")         \
   _(rand, Factory, Tensor(IntArrayRef, Generator*, DType, Device),                                 \
-    "rand(int[] size, Generator? generator, DType dtype, Device device)")                          \
+    "rand(int[] size, Generator? generator, DType dtype, Device device) -> Tensor")                \
   _(randn, Factory, Tensor(IntArrayRef, Generator*, DType, Device),                                \
-    "randn(int[] size, Generator? generator, DType dtype, Device device)")                         \
+    "randn(int[] size, Generator? generator, DType dtype, Device device) -> Tensor")               \
   _(randint, Factory, Tensor(int64_t, int64_t, IntArrayRef, Generator*, DType, Device),            \
-    "randint(int low, int high, int[] size, Generator? generator, DType dtype, Device device)")    \
+    "randint(int low, int high, int[] size, Generator? generator, DType dtype, Device device) -> " \
+    "Tensor")                                                                                      \
   /* copies and fills */                                                                           \
-  _(copy_, InPlace, void(const Tensor&, const Tensor&), "copy_(Tensor(a!) self, Tensor src)")      \
-  _(fill_, InPlace, void(const Tensor&, const Scalar&), "fill_(Tensor(a!) self, Scalar value)")    \
+  _(copy_, InPlace, void(const Tensor&, const Tensor&),                                            \
+    "copy_(Tensor(a!) self, Tensor src) -> ()")                                                    \
+  _(fill_, InPlace, void(const Tensor&, const Scalar&),                                            \
+    "fill_(Tensor(a!) self, Scalar value) -> ()")                                                  \
   _(to_copy, Functional, Tensor(const Tensor&, DType, Device),                                     \
-    "to_copy(Tensor self, DType dtype, Device device)")                                            \
+    "to_copy(Tensor self, DType dtype, Device device) -> Tensor")                                  \
   /* ops with several outputs */                                                                   \
   _(max_dim, Functional, TensorPair(const Tensor&, int64_t, bool),                                 \
     "max_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
@@ -169,39 +177,41 @@ namespace kiln::ops {
     "addmm_gelu(Tensor? bias, Tensor mat1, Tensor mat2) -> (Tensor out, Tensor preactivation)")    \
   /* multi-tensor (foreach) updates for optimizers */                                              \
   _(foreach_add_, InPlace, void(const TensorList&, const TensorList&, const Scalar&),              \
-    "foreach_add_(Tensor(a!)[] self, Tensor[] other, Scalar alpha=1)")                             \
+    "foreach_add_(Tensor(a!)[] self, Tensor[] other, Scalar alpha=1) -> ()")                       \
   _(foreach_mul_, InPlace, void(const TensorList&, const Scalar&),                                 \
-    "foreach_mul_(Tensor(a!)[] self, Scalar scalar)")                                              \
+    "foreach_mul_(Tensor(a!)[] self, Scalar scalar) -> ()")                                        \
   _(foreach_mul_list_, InPlace, void(const TensorList&, const TensorList&),                        \
-    "foreach_mul_list_(Tensor(a!)[] self, Tensor[] other)")                                        \
+    "foreach_mul_list_(Tensor(a!)[] self, Tensor[] other) -> ()")                                  \
   _(foreach_lerp_, InPlace, void(const TensorList&, const TensorList&, const Scalar&),             \
-    "foreach_lerp_(Tensor(a!)[] self, Tensor[] end, Scalar weight)")                               \
+    "foreach_lerp_(Tensor(a!)[] self, Tensor[] end, Scalar weight) -> ()")                         \
   _(foreach_addcmul_, InPlace,                                                                     \
     void(const TensorList&, const TensorList&, const TensorList&, const Scalar&),                  \
-    "foreach_addcmul_(Tensor(a!)[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1)")     \
+    "foreach_addcmul_(Tensor(a!)[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1) -> "  \
+    "()")                                                                                          \
   _(foreach_addcdiv_, InPlace,                                                                     \
     void(const TensorList&, const TensorList&, const TensorList&, const Scalar&),                  \
-    "foreach_addcdiv_(Tensor(a!)[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1)")     \
+    "foreach_addcdiv_(Tensor(a!)[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1) -> "  \
+    "()")                                                                                          \
   _(foreach_sqrt, Functional, TensorList(const TensorList&),                                       \
     "foreach_sqrt(Tensor[] self) -> Tensor[]")                                                     \
-  _(foreach_sqrt_, InPlace, void(const TensorList&), "foreach_sqrt_(Tensor(a!)[] self)")           \
+  _(foreach_sqrt_, InPlace, void(const TensorList&), "foreach_sqrt_(Tensor(a!)[] self) -> ()")     \
   _(foreach_adamw_, InPlace,                                                                       \
     void(const TensorList&, const TensorList&, const TensorList&, const TensorList&,               \
          const TensorList&, const Tensor&, double, double, double, double),                        \
     "foreach_adamw_(Tensor(a!)[] self, Tensor[] grads, Tensor(b!)[] exp_avg, "                     \
     "Tensor(c!)[] exp_avg_sq, Tensor(d!)[] steps, Tensor lr, float beta1, float beta2, "           \
-    "float eps, float weight_decay)")
+    "float eps, float weight_decay) -> ()")
 
 #define KILN_EXPAND(...) __VA_ARGS__
 
 #define KILN_DECLARE_POINTWISE(name, ARGS, schema) \
-  extern TypedOp<Tensor ARGS> name##_op;           \
-  extern TypedOp<void ARGS> name##__op;            \
-  extern TypedOp<void(const Tensor&, KILN_EXPAND ARGS)> name##_out_op;
+  extern TypedOp<Tensor ARGS> op_##name;           \
+  extern TypedOp<void ARGS> op_##name##_;          \
+  extern TypedOp<void(const Tensor&, KILN_EXPAND ARGS)> op_##name##_out;
 #define KILN_DECLARE_STRUCTURED(name, ARGS, schema) \
-  extern TypedOp<Tensor ARGS> name##_op;            \
-  extern TypedOp<void(const Tensor&, KILN_EXPAND ARGS)> name##_out_op;
-#define KILN_DECLARE_OTHER(name, kind, sig, schema) extern TypedOp<sig> name##_op;
+  extern TypedOp<Tensor ARGS> op_##name;            \
+  extern TypedOp<void(const Tensor&, KILN_EXPAND ARGS)> op_##name##_out;
+#define KILN_DECLARE_OTHER(name, kind, sig, schema) extern TypedOp<sig> op_##name;
 
 KILN_FORALL_POINTWISE(KILN_DECLARE_POINTWISE)
 KILN_FORALL_STRUCTURED(KILN_DECLARE_STRUCTURED)

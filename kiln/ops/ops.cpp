@@ -38,24 +38,24 @@ Device device_or(std::optional<Device> d) { return d ? *d : default_device(); }
 
 // ---------------------------------------------------------------- factories
 Tensor empty(IntArrayRef sizes, std::optional<DType> dtype, std::optional<Device> device) {
-  return empty_op(sizes, float_or(dtype), device_or(device));
+  return op_empty(sizes, float_or(dtype), device_or(device));
 }
 Tensor zeros(IntArrayRef sizes, std::optional<DType> dtype, std::optional<Device> device) {
-  return full_op(sizes, 0, float_or(dtype), device_or(device));
+  return op_full(sizes, 0, float_or(dtype), device_or(device));
 }
 Tensor ones(IntArrayRef sizes, std::optional<DType> dtype, std::optional<Device> device) {
-  return full_op(sizes, 1, float_or(dtype), device_or(device));
+  return op_full(sizes, 1, float_or(dtype), device_or(device));
 }
 Tensor full(IntArrayRef sizes, const Scalar& value, std::optional<DType> dtype,
             std::optional<Device> device) {
   DType d = dtype ? *dtype : value.is_floating() ? default_dtype() : value.dtype();
-  return full_op(sizes, value, d, device_or(device));
+  return op_full(sizes, value, d, device_or(device));
 }
-Tensor empty_like(const Tensor& t) { return empty_op(t.sizes(), t.dtype(), t.device()); }
-Tensor zeros_like(const Tensor& t) { return full_op(t.sizes(), 0, t.dtype(), t.device()); }
-Tensor ones_like(const Tensor& t) { return full_op(t.sizes(), 1, t.dtype(), t.device()); }
+Tensor empty_like(const Tensor& t) { return op_empty(t.sizes(), t.dtype(), t.device()); }
+Tensor zeros_like(const Tensor& t) { return op_full(t.sizes(), 0, t.dtype(), t.device()); }
+Tensor ones_like(const Tensor& t) { return op_full(t.sizes(), 1, t.dtype(), t.device()); }
 Tensor full_like(const Tensor& t, const Scalar& v) {
-  return full_op(t.sizes(), v, t.dtype(), t.device());
+  return op_full(t.sizes(), v, t.dtype(), t.device());
 }
 Tensor arange(const Scalar& end, std::optional<DType> dtype, std::optional<Device> device) {
   return arange(0, end, 1, dtype, device);
@@ -64,29 +64,29 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step,
               std::optional<DType> dtype, std::optional<Device> device) {
   bool floating = start.is_floating() || end.is_floating() || step.is_floating();
   DType d = dtype ? *dtype : floating ? default_dtype() : kInt64;
-  return arange_op(start, end, step, d, device_or(device));
+  return op_arange(start, end, step, d, device_or(device));
 }
 Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps, std::optional<DType> dtype,
                 std::optional<Device> device) {
-  return linspace_op(start, end, steps, float_or(dtype), device_or(device));
+  return op_linspace(start, end, steps, float_or(dtype), device_or(device));
 }
 Tensor rand(IntArrayRef sizes, Generator* gen, std::optional<DType> dtype,
             std::optional<Device> device) {
-  return rand_op(sizes, gen, float_or(dtype), device_or(device));
+  return op_rand(sizes, gen, float_or(dtype), device_or(device));
 }
 Tensor randn(IntArrayRef sizes, Generator* gen, std::optional<DType> dtype,
              std::optional<Device> device) {
-  return randn_op(sizes, gen, float_or(dtype), device_or(device));
+  return op_randn(sizes, gen, float_or(dtype), device_or(device));
 }
 Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, Generator* gen,
                std::optional<DType> dtype, std::optional<Device> device) {
-  return randint_op(low, high, sizes, gen, dtype ? *dtype : kInt64, device_or(device));
+  return op_randint(low, high, sizes, gen, dtype ? *dtype : kInt64, device_or(device));
 }
 Tensor rand_like(const Tensor& t, Generator* gen) {
-  return rand_op(t.sizes(), gen, t.dtype(), t.device());
+  return op_rand(t.sizes(), gen, t.dtype(), t.device());
 }
 Tensor randn_like(const Tensor& t, Generator* gen) {
-  return randn_op(t.sizes(), gen, t.dtype(), t.device());
+  return op_randn(t.sizes(), gen, t.dtype(), t.device());
 }
 template <class T>
 Tensor from_vector(const std::vector<T>& values, IntArrayRef sizes, std::optional<Device> device) {
@@ -126,17 +126,17 @@ Tensor scalar_tensor(const Scalar& value, std::optional<DType> dtype,
 }
 
 // ---------------------------------------------------------------- pointwise
-Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) { return add_op(a, b, alpha); }
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) { return op_add(a, b, alpha); }
 Tensor add(const Tensor& a, const Scalar& b, const Scalar& alpha) {
-  return add_op(a, wrap(b), alpha);
+  return op_add(a, wrap(b), alpha);
 }
-Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) { return sub_op(a, b, alpha); }
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) { return op_sub(a, b, alpha); }
 Tensor sub(const Tensor& a, const Scalar& b, const Scalar& alpha) {
-  return sub_op(a, wrap(b), alpha);
+  return op_sub(a, wrap(b), alpha);
 }
 #define KILN_BINARY_WRAPPERS(name)                                          \
-  Tensor name(const Tensor& a, const Tensor& b) { return name##_op(a, b); } \
-  Tensor name(const Tensor& a, const Scalar& b) { return name##_op(a, wrap(b)); }
+  Tensor name(const Tensor& a, const Tensor& b) { return op_##name(a, b); } \
+  Tensor name(const Tensor& a, const Scalar& b) { return op_##name(a, wrap(b)); }
 KILN_BINARY_WRAPPERS(mul)
 KILN_BINARY_WRAPPERS(div)
 KILN_BINARY_WRAPPERS(pow)
@@ -147,13 +147,13 @@ KILN_BINARY_WRAPPERS(le)
 KILN_BINARY_WRAPPERS(gt)
 KILN_BINARY_WRAPPERS(ge)
 #undef KILN_BINARY_WRAPPERS
-Tensor maximum(const Tensor& a, const Tensor& b) { return maximum_op(a, b); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return minimum_op(a, b); }
-Tensor logical_and(const Tensor& a, const Tensor& b) { return logical_and_op(a, b); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return logical_or_op(a, b); }
-Tensor logical_xor(const Tensor& a, const Tensor& b) { return logical_xor_op(a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return op_maximum(a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return op_minimum(a, b); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return op_logical_and(a, b); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return op_logical_or(a, b); }
+Tensor logical_xor(const Tensor& a, const Tensor& b) { return op_logical_xor(a, b); }
 #define KILN_UNARY_WRAPPER(name) \
-  Tensor name(const Tensor& a) { return name##_op(a); }
+  Tensor name(const Tensor& a) { return op_##name(a); }
 KILN_UNARY_WRAPPER(logical_not)
 KILN_UNARY_WRAPPER(neg)
 KILN_UNARY_WRAPPER(abs)
@@ -168,10 +168,10 @@ KILN_UNARY_WRAPPER(silu)
 KILN_UNARY_WRAPPER(sin)
 KILN_UNARY_WRAPPER(cos)
 #undef KILN_UNARY_WRAPPER
-Tensor gelu(const Tensor& a, bool approximate_tanh) { return gelu_op(a, approximate_tanh); }
+Tensor gelu(const Tensor& a, bool approximate_tanh) { return op_gelu(a, approximate_tanh); }
 Tensor layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef normalized_shape,
                            const Tensor& weight, double eps) {
-  return layer_norm_backward_op(grad, x, normalized_shape, weight, eps);
+  return op_layer_norm_backward(grad, x, normalized_shape, weight, eps);
 }
 namespace {
 double attention_scale(const Tensor& q, std::optional<double> scale) {
@@ -183,76 +183,96 @@ double attention_scale(const Tensor& q, std::optional<double> scale) {
 }  // namespace
 std::tuple<Tensor, Tensor> flash_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                            bool is_causal, std::optional<double> scale) {
-  return flash_attention_op(q, k, v, is_causal, attention_scale(q, scale));
+  return op_flash_attention(q, k, v, is_causal, attention_scale(q, scale));
 }
 std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& grad_out, const Tensor& q,
                                                             const Tensor& k, const Tensor& v,
                                                             const Tensor& out,
                                                             const Tensor& logsumexp, bool is_causal,
                                                             std::optional<double> scale) {
-  return flash_attention_backward_op(grad_out, q, k, v, out, logsumexp, is_causal,
+  return op_flash_attention_backward(grad_out, q, k, v, out, logsumexp, is_causal,
                                      attention_scale(q, scale));
 }
 Tensor gelu_backward(const Tensor& grad, const Tensor& self, bool approximate_tanh) {
-  return gelu_backward_op(grad, self, approximate_tanh);
+  return op_gelu_backward(grad, self, approximate_tanh);
 }
 Tensor clamp(const Tensor& a, std::optional<Scalar> lo, std::optional<Scalar> hi) {
-  return clamp_op(a, lo, hi);
+  return op_clamp(a, lo, hi);
 }
-Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) { return where_op(c, a, b); }
-Tensor where(const Tensor& c, const Tensor& a, const Scalar& b) { return where_op(c, a, wrap(b)); }
+Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) { return op_where(c, a, b); }
+Tensor where(const Tensor& c, const Tensor& a, const Scalar& b) { return op_where(c, a, wrap(b)); }
 Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value) {
   meta::check_defined("masked_fill", a, "self");
-  return where_op(mask, scalar_tensor(value, a.dtype(), Device(kCPU)), a);
+  return op_where(mask, scalar_tensor(value, a.dtype(), Device(kCPU)), a);
 }
 Tensor cast(const Tensor& t, DType dtype) { return t.to(dtype); }
 
-Tensor& add_(Tensor& self, const Tensor& b, const Scalar& alpha) {
-  add__op(self, b, alpha);
+// The public in-place forms: each runs the op's in-place variant and hands back self.
+Tensor& add_(Tensor& self, const Tensor& other, const Scalar& alpha) {
+  op_add_(self, other, alpha);
   return self;
 }
-Tensor& add_(Tensor& self, const Scalar& b, const Scalar& alpha) {
-  add__op(self, wrap(b), alpha);
+Tensor& add_(Tensor& self, const Scalar& other, const Scalar& alpha) {
+  op_add_(self, wrap(other), alpha);
   return self;
 }
-Tensor& sub_(Tensor& self, const Tensor& b, const Scalar& alpha) {
-  sub__op(self, b, alpha);
+Tensor& sub_(Tensor& self, const Tensor& other, const Scalar& alpha) {
+  op_sub_(self, other, alpha);
   return self;
 }
-Tensor& mul_(Tensor& self, const Tensor& b) {
-  mul__op(self, b);
+Tensor& sub_(Tensor& self, const Scalar& other, const Scalar& alpha) {
+  op_sub_(self, wrap(other), alpha);
   return self;
 }
-Tensor& mul_(Tensor& self, const Scalar& b) {
-  mul__op(self, wrap(b));
+#define KILN_INPLACE_BINARY(name, Other, pass) \
+  Tensor& name##_(Tensor& self, Other other) { \
+    op_##name##_(self, pass);                  \
+    return self;                               \
+  }
+#define KILN_INPLACE_BINARY_AND_SCALAR(name)      \
+  KILN_INPLACE_BINARY(name, const Tensor&, other) \
+  KILN_INPLACE_BINARY(name, const Scalar&, wrap(other))
+KILN_INPLACE_BINARY_AND_SCALAR(mul)
+KILN_INPLACE_BINARY_AND_SCALAR(div)
+KILN_INPLACE_BINARY_AND_SCALAR(pow)
+KILN_INPLACE_BINARY_AND_SCALAR(eq)
+KILN_INPLACE_BINARY_AND_SCALAR(ne)
+KILN_INPLACE_BINARY_AND_SCALAR(lt)
+KILN_INPLACE_BINARY_AND_SCALAR(le)
+KILN_INPLACE_BINARY_AND_SCALAR(gt)
+KILN_INPLACE_BINARY_AND_SCALAR(ge)
+KILN_INPLACE_BINARY(maximum, const Tensor&, other)
+KILN_INPLACE_BINARY(minimum, const Tensor&, other)
+KILN_INPLACE_BINARY(logical_and, const Tensor&, other)
+KILN_INPLACE_BINARY(logical_or, const Tensor&, other)
+KILN_INPLACE_BINARY(logical_xor, const Tensor&, other)
+#undef KILN_INPLACE_BINARY_AND_SCALAR
+#undef KILN_INPLACE_BINARY
+#define KILN_INPLACE_UNARY(name)  \
+  Tensor& name##_(Tensor& self) { \
+    op_##name##_(self);           \
+    return self;                  \
+  }
+KILN_INPLACE_UNARY(logical_not)
+KILN_INPLACE_UNARY(neg)
+KILN_INPLACE_UNARY(abs)
+KILN_INPLACE_UNARY(exp)
+KILN_INPLACE_UNARY(log)
+KILN_INPLACE_UNARY(sqrt)
+KILN_INPLACE_UNARY(rsqrt)
+KILN_INPLACE_UNARY(tanh)
+KILN_INPLACE_UNARY(sigmoid)
+KILN_INPLACE_UNARY(relu)
+KILN_INPLACE_UNARY(silu)
+KILN_INPLACE_UNARY(sin)
+KILN_INPLACE_UNARY(cos)
+#undef KILN_INPLACE_UNARY
+Tensor& gelu_(Tensor& self, bool approximate_tanh) {
+  op_gelu_(self, approximate_tanh);
   return self;
 }
-Tensor& div_(Tensor& self, const Tensor& b) {
-  div__op(self, b);
-  return self;
-}
-Tensor& div_(Tensor& self, const Scalar& b) {
-  div__op(self, wrap(b));
-  return self;
-}
-Tensor& clamp_(Tensor& self, std::optional<Scalar> lo, std::optional<Scalar> hi) {
-  clamp__op(self, lo, hi);
-  return self;
-}
-Tensor& relu_(Tensor& self) {
-  relu__op(self);
-  return self;
-}
-Tensor& sqrt_(Tensor& self) {
-  sqrt__op(self);
-  return self;
-}
-Tensor& neg_(Tensor& self) {
-  neg__op(self);
-  return self;
-}
-Tensor& exp_(Tensor& self) {
-  exp__op(self);
+Tensor& clamp_(Tensor& self, std::optional<Scalar> min, std::optional<Scalar> max) {
+  op_clamp_(self, min, max);
   return self;
 }
 namespace {
@@ -261,92 +281,92 @@ Tensor broadcast_to_self(const char* op, const Tensor& self, const Tensor& t) {
   meta::check_defined(op, self, "self");
   meta::check_defined(op, t, "tensor");
   meta::check_broadcasts_to(op, "an operand", t.sizes(), self.sizes());
-  return expand_op(t, self.sizes());
+  return op_expand(t, self.sizes());
 }
 }  // namespace
 Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
-  foreach_addcmul__op({self}, {broadcast_to_self("addcmul_", self, t1)},
+  op_foreach_addcmul_({self}, {broadcast_to_self("addcmul_", self, t1)},
                       {broadcast_to_self("addcmul_", self, t2)}, value);
   return self;
 }
 Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
-  foreach_addcdiv__op({self}, {broadcast_to_self("addcdiv_", self, t1)},
+  op_foreach_addcdiv_({self}, {broadcast_to_self("addcdiv_", self, t1)},
                       {broadcast_to_self("addcdiv_", self, t2)}, value);
   return self;
 }
 Tensor& lerp_(Tensor& self, const Tensor& end, const Scalar& weight) {
-  foreach_lerp__op({self}, {broadcast_to_self("lerp_", self, end)}, weight);
+  op_foreach_lerp_({self}, {broadcast_to_self("lerp_", self, end)}, weight);
   return self;
 }
 Tensor& add_out(Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  add_out_op(out, a, b, alpha);
+  op_add_out(out, a, b, alpha);
   return out;
 }
 Tensor& sub_out(Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  sub_out_op(out, a, b, alpha);
+  op_sub_out(out, a, b, alpha);
   return out;
 }
 Tensor& mul_out(Tensor& out, const Tensor& a, const Tensor& b) {
-  mul_out_op(out, a, b);
+  op_mul_out(out, a, b);
   return out;
 }
 Tensor& div_out(Tensor& out, const Tensor& a, const Tensor& b) {
-  div_out_op(out, a, b);
+  op_div_out(out, a, b);
   return out;
 }
 Tensor& mm_out(Tensor& out, const Tensor& a, const Tensor& b) {
-  mm_out_op(out, a, b);
+  op_mm_out(out, a, b);
   return out;
 }
 Tensor& sum_out(Tensor& out, const Tensor& a, IntArrayRef dims, bool keepdim) {
-  sum_out_op(out, a, dims, keepdim, std::nullopt);
+  op_sum_out(out, a, dims, keepdim, std::nullopt);
   return out;
 }
 
 // ---------------------------------------------------------------- reductions
 Tensor sum(const Tensor& a, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
-  return sum_op(a, dims, keepdim, dtype);
+  return op_sum(a, dims, keepdim, dtype);
 }
 Tensor mean(const Tensor& a, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
-  return mean_op(a, dims, keepdim, dtype);
+  return op_mean(a, dims, keepdim, dtype);
 }
 Tensor var(const Tensor& a, IntArrayRef dims, int64_t correction, bool keepdim) {
-  return var_op(a, dims, correction, keepdim);
+  return op_var(a, dims, correction, keepdim);
 }
-Tensor amax(const Tensor& a, IntArrayRef dims, bool keepdim) { return amax_op(a, dims, keepdim); }
-Tensor amin(const Tensor& a, IntArrayRef dims, bool keepdim) { return amin_op(a, dims, keepdim); }
-Tensor max(const Tensor& a) { return amax_op(a, {}, false); }
-Tensor min(const Tensor& a) { return amin_op(a, {}, false); }
+Tensor amax(const Tensor& a, IntArrayRef dims, bool keepdim) { return op_amax(a, dims, keepdim); }
+Tensor amin(const Tensor& a, IntArrayRef dims, bool keepdim) { return op_amin(a, dims, keepdim); }
+Tensor max(const Tensor& a) { return op_amax(a, {}, false); }
+Tensor min(const Tensor& a) { return op_amin(a, {}, false); }
 std::tuple<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim) {
-  return max_dim_op(a, dim, keepdim);
+  return op_max_dim(a, dim, keepdim);
 }
 std::tuple<Tensor, Tensor> min(const Tensor& a, int64_t dim, bool keepdim) {
-  return min_dim_op(a, dim, keepdim);
+  return op_min_dim(a, dim, keepdim);
 }
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
-  return argmax_op(a, dim, keepdim);
+  return op_argmax(a, dim, keepdim);
 }
 Tensor argmin(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
-  return argmin_op(a, dim, keepdim);
+  return op_argmin(a, dim, keepdim);
 }
-Tensor all(const Tensor& a, IntArrayRef dims, bool keepdim) { return all_op(a, dims, keepdim); }
-Tensor any(const Tensor& a, IntArrayRef dims, bool keepdim) { return any_op(a, dims, keepdim); }
-Tensor softmax(const Tensor& a, int64_t dim) { return softmax_op(a, dim); }
-Tensor log_softmax(const Tensor& a, int64_t dim) { return log_softmax_op(a, dim); }
+Tensor all(const Tensor& a, IntArrayRef dims, bool keepdim) { return op_all(a, dims, keepdim); }
+Tensor any(const Tensor& a, IntArrayRef dims, bool keepdim) { return op_any(a, dims, keepdim); }
+Tensor softmax(const Tensor& a, int64_t dim) { return op_softmax(a, dim); }
+Tensor log_softmax(const Tensor& a, int64_t dim) { return op_log_softmax(a, dim); }
 
 // ---------------------------------------------------------------- indexing
 Tensor index_select(const Tensor& t, int64_t dim, const Tensor& index) {
-  return index_select_op(t, dim, index);
+  return op_index_select(t, dim, index);
 }
 Tensor gather(const Tensor& t, int64_t dim, const Tensor& index) {
-  return gather_op(t, dim, index);
+  return op_gather(t, dim, index);
 }
 Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  return scatter_add_op(self, dim, index, src);
+  return op_scatter_add(self, dim, index, src);
 }
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
                  const Scalar& alpha) {
-  return index_add_op(self, dim, index, source, alpha);
+  return op_index_add(self, dim, index, source, alpha);
 }
 // The in-place forms run as out= into self (which computes through a temporary, as out
 // shares self's storage). out= is not differentiable, so with autograd they copy a result.
@@ -355,52 +375,52 @@ static bool records_grad(const Tensor& a, const Tensor& b) {
          !local_dispatch_state().excluded.has(DispatchKey::Autograd);
 }
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  if (records_grad(self, src)) return self.copy_(scatter_add_op(self, dim, index, src));
-  scatter_add_out_op(self, self, dim, index, src);
+  if (records_grad(self, src)) return self.copy_(op_scatter_add(self, dim, index, src));
+  op_scatter_add_out(self, self, dim, index, src);
   return self;
 }
 Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
                    const Scalar& alpha) {
-  if (records_grad(self, source)) return self.copy_(index_add_op(self, dim, index, source, alpha));
-  index_add_out_op(self, self, dim, index, source, alpha);
+  if (records_grad(self, source)) return self.copy_(op_index_add(self, dim, index, source, alpha));
+  op_index_add_out(self, self, dim, index, source, alpha);
   return self;
 }
-Tensor triu(const Tensor& t, int64_t diagonal) { return triu_op(t, diagonal); }
-Tensor tril(const Tensor& t, int64_t diagonal) { return tril_op(t, diagonal); }
+Tensor triu(const Tensor& t, int64_t diagonal) { return op_triu(t, diagonal); }
+Tensor tril(const Tensor& t, int64_t diagonal) { return op_tril(t, diagonal); }
 Tensor one_hot(const Tensor& t, int64_t num_classes) {
   if (num_classes == -1) {
     KILN_CHECK(t.numel() > 0, "[one_hot] cannot infer num_classes from an empty tensor");
     num_classes = amax(t).item<int64_t>() + 1;
   }
-  return one_hot_op(t, num_classes);
+  return op_one_hot(t, num_classes);
 }
 
 // ---------------------------------------------------------------- multi-tensor updates
 void foreach_add_(const TensorList& self, const TensorList& other, const Scalar& alpha) {
-  foreach_add__op(self, other, alpha);
+  op_foreach_add_(self, other, alpha);
 }
-void foreach_mul_(const TensorList& self, const Scalar& s) { foreach_mul__op(self, s); }
+void foreach_mul_(const TensorList& self, const Scalar& s) { op_foreach_mul_(self, s); }
 void foreach_mul_(const TensorList& self, const TensorList& other) {
-  foreach_mul_list__op(self, other);
+  op_foreach_mul_list_(self, other);
 }
 void foreach_adamw_(const TensorList& p, const TensorList& g, const TensorList& m,
                     const TensorList& v, const TensorList& steps, const Tensor& lr, double beta1,
                     double beta2, double eps, double weight_decay) {
-  foreach_adamw__op(p, g, m, v, steps, lr, beta1, beta2, eps, weight_decay);
+  op_foreach_adamw_(p, g, m, v, steps, lr, beta1, beta2, eps, weight_decay);
 }
 void foreach_lerp_(const TensorList& self, const TensorList& end, const Scalar& w) {
-  foreach_lerp__op(self, end, w);
+  op_foreach_lerp_(self, end, w);
 }
 void foreach_addcmul_(const TensorList& self, const TensorList& t1, const TensorList& t2,
                       const Scalar& v) {
-  foreach_addcmul__op(self, t1, t2, v);
+  op_foreach_addcmul_(self, t1, t2, v);
 }
 void foreach_addcdiv_(const TensorList& self, const TensorList& t1, const TensorList& t2,
                       const Scalar& v) {
-  foreach_addcdiv__op(self, t1, t2, v);
+  op_foreach_addcdiv_(self, t1, t2, v);
 }
-TensorList foreach_sqrt(const TensorList& self) { return foreach_sqrt_op(self); }
-void foreach_sqrt_(const TensorList& self) { foreach_sqrt__op(self); }
+TensorList foreach_sqrt(const TensorList& self) { return op_foreach_sqrt(self); }
+void foreach_sqrt_(const TensorList& self) { op_foreach_sqrt_(self); }
 
 // ---------------------------------------------------------------- operators
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -408,13 +428,13 @@ Tensor operator+(const Tensor& a, const Scalar& b) { return add(a, b); }
 Tensor operator+(const Scalar& a, const Tensor& b) { return add(b, a); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, b); }
-Tensor operator-(const Scalar& a, const Tensor& b) { return sub_op(wrap(a), b, 1); }
+Tensor operator-(const Scalar& a, const Tensor& b) { return op_sub(wrap(a), b, 1); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, b); }
 Tensor operator*(const Scalar& a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, b); }
-Tensor operator/(const Scalar& a, const Tensor& b) { return div_op(wrap(a), b); }
+Tensor operator/(const Scalar& a, const Tensor& b) { return op_div(wrap(a), b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {

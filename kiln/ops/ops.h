@@ -62,7 +62,8 @@ Tensor randn_like(const Tensor& t, Generator* gen = nullptr);
 template <class T>
 Tensor from_vector(const std::vector<T>& values, IntArrayRef sizes = {},
                    std::optional<Device> device = {});
-// A 0-d tensor; `wrapped` marks it as a C++ number for type promotion.
+// A 0-d tensor holding `value`: of `dtype` (default: the default dtype for a floating value,
+// else the value's own type), on `device` (default: the default device).
 Tensor scalar_tensor(const Scalar& value, std::optional<DType> dtype = {},
                      std::optional<Device> device = {});
 
@@ -119,19 +120,52 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value);
 // Cast (same as t.to(dtype)).
 Tensor cast(const Tensor& t, DType dtype);
 
-// In place on `self` (returned). The result must have self's shape and a castable dtype.
-Tensor& add_(Tensor& self, const Tensor& b, const Scalar& alpha = 1);
-Tensor& add_(Tensor& self, const Scalar& b, const Scalar& alpha = 1);
-Tensor& sub_(Tensor& self, const Tensor& b, const Scalar& alpha = 1);
-Tensor& mul_(Tensor& self, const Tensor& b);
-Tensor& mul_(Tensor& self, const Scalar& b);
-Tensor& div_(Tensor& self, const Tensor& b);
-Tensor& div_(Tensor& self, const Scalar& b);
-Tensor& clamp_(Tensor& self, std::optional<Scalar> min, std::optional<Scalar> max = {});
-Tensor& relu_(Tensor& self);
-Tensor& sqrt_(Tensor& self);
+// In place on `self` (returned): one for every pointwise op of kiln/ops/op_list.h but where
+// (whose in-place op writes into its bool condition), checked by tests/ops/inplace_api_test.cpp.
+// The result must have self's shape and a dtype that casts to self's.
+Tensor& add_(Tensor& self, const Tensor& other, const Scalar& alpha = 1);
+Tensor& add_(Tensor& self, const Scalar& other, const Scalar& alpha = 1);
+Tensor& sub_(Tensor& self, const Tensor& other, const Scalar& alpha = 1);
+Tensor& sub_(Tensor& self, const Scalar& other, const Scalar& alpha = 1);
+Tensor& mul_(Tensor& self, const Tensor& other);
+Tensor& mul_(Tensor& self, const Scalar& other);
+Tensor& div_(Tensor& self, const Tensor& other);
+Tensor& div_(Tensor& self, const Scalar& other);
+Tensor& pow_(Tensor& self, const Tensor& exponent);
+Tensor& pow_(Tensor& self, const Scalar& exponent);
+Tensor& maximum_(Tensor& self, const Tensor& other);
+Tensor& minimum_(Tensor& self, const Tensor& other);
+// Comparisons in place write 1 or 0 in self's dtype.
+Tensor& eq_(Tensor& self, const Tensor& other);
+Tensor& eq_(Tensor& self, const Scalar& other);
+Tensor& ne_(Tensor& self, const Tensor& other);
+Tensor& ne_(Tensor& self, const Scalar& other);
+Tensor& lt_(Tensor& self, const Tensor& other);
+Tensor& lt_(Tensor& self, const Scalar& other);
+Tensor& le_(Tensor& self, const Tensor& other);
+Tensor& le_(Tensor& self, const Scalar& other);
+Tensor& gt_(Tensor& self, const Tensor& other);
+Tensor& gt_(Tensor& self, const Scalar& other);
+Tensor& ge_(Tensor& self, const Tensor& other);
+Tensor& ge_(Tensor& self, const Scalar& other);
+Tensor& logical_and_(Tensor& self, const Tensor& other);
+Tensor& logical_or_(Tensor& self, const Tensor& other);
+Tensor& logical_xor_(Tensor& self, const Tensor& other);
+Tensor& logical_not_(Tensor& self);
 Tensor& neg_(Tensor& self);
+Tensor& abs_(Tensor& self);
 Tensor& exp_(Tensor& self);
+Tensor& log_(Tensor& self);
+Tensor& sqrt_(Tensor& self);
+Tensor& rsqrt_(Tensor& self);
+Tensor& tanh_(Tensor& self);
+Tensor& sigmoid_(Tensor& self);
+Tensor& relu_(Tensor& self);
+Tensor& silu_(Tensor& self);
+Tensor& sin_(Tensor& self);
+Tensor& cos_(Tensor& self);
+Tensor& gelu_(Tensor& self, bool approximate_tanh = false);
+Tensor& clamp_(Tensor& self, std::optional<Scalar> min, std::optional<Scalar> max = {});
 // self += value * t1 * t2 and self += value * t1 / t2.
 Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value = 1);
 Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value = 1);

@@ -63,7 +63,7 @@ struct Structured<Tensor(A...)> {
     if (!Elementwise && meta::shares_storage(out, inputs.span())) {
       Tensor tmp = empty_tensor(s.sizes, s.dtype, s.device);
       Impl(tmp, a...);
-      ops::copy__op(out, tmp);
+      ops::op_copy_(out, tmp);
       return;
     }
     Impl(out, a...);
@@ -81,20 +81,20 @@ struct Structured<Tensor(A...)> {
 // Registers backend `KEY`'s kernels for a pointwise op (functional, in-place, out=).
 #define KILN_REGISTER_POINTWISE(name, KEY, impl)                                       \
   static const bool KILN_CONCAT(kiln_reg_##name##_, __LINE__) = [] {                   \
-    using S = ::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>;       \
-    ::kiln::ops::name##_op.set_kernel(KEY, &S::functional<&::kiln::meta::name, impl>); \
-    ::kiln::ops::name##__op.set_kernel(                                                \
-        KEY, &S::inplace<::kiln::ops::name##__op, &::kiln::meta::name, impl>);         \
-    ::kiln::ops::name##_out_op.set_kernel(                                             \
-        KEY, &S::out<::kiln::ops::name##_out_op, &::kiln::meta::name, impl, true>);    \
+    using S = ::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>;       \
+    ::kiln::ops::op_##name.set_kernel(KEY, &S::functional<&::kiln::meta::name, impl>); \
+    ::kiln::ops::op_##name##_.set_kernel(                                                \
+        KEY, &S::inplace<::kiln::ops::op_##name##_, &::kiln::meta::name, impl>);         \
+    ::kiln::ops::op_##name##_out.set_kernel(                                             \
+        KEY, &S::out<::kiln::ops::op_##name##_out, &::kiln::meta::name, impl, true>);    \
     return true;                                                                       \
   }()
 // Same for a structured op (functional and out=).
 #define KILN_REGISTER_STRUCTURED(name, KEY, impl)                                      \
   static const bool KILN_CONCAT(kiln_reg_##name##_, __LINE__) = [] {                   \
-    using S = ::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>;       \
-    ::kiln::ops::name##_op.set_kernel(KEY, &S::functional<&::kiln::meta::name, impl>); \
-    ::kiln::ops::name##_out_op.set_kernel(                                             \
-        KEY, &S::out<::kiln::ops::name##_out_op, &::kiln::meta::name, impl>);          \
+    using S = ::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>;       \
+    ::kiln::ops::op_##name.set_kernel(KEY, &S::functional<&::kiln::meta::name, impl>); \
+    ::kiln::ops::op_##name##_out.set_kernel(                                             \
+        KEY, &S::out<::kiln::ops::op_##name##_out, &::kiln::meta::name, impl>);          \
     return true;                                                                       \
   }()

@@ -28,26 +28,26 @@ Scalar Tensor::item() const {
 
 Tensor Tensor::to(DType dtype, bool copy) const {
   if (!copy && dtype == this->dtype()) return *this;
-  return to_copy_op(*this, dtype, device());
+  return op_to_copy(*this, dtype, device());
 }
 Tensor Tensor::to(Device device, bool copy) const {
   if (!copy && device == this->device()) return *this;
-  return to_copy_op(*this, dtype(), device);
+  return op_to_copy(*this, dtype(), device);
 }
 Tensor Tensor::contiguous() const { return kiln::contiguous(*this); }
 Tensor Tensor::clone() const { return kiln::clone(*this); }
 Tensor& Tensor::copy_(const Tensor& src) {
-  copy__op(*this, src);
+  op_copy_(*this, src);
   return *this;
 }
 Tensor& Tensor::fill_(const Scalar& value) {
-  fill__op(*this, value);
+  op_fill_(*this, value);
   return *this;
 }
 Tensor& Tensor::zero_() { return fill_(0); }
-Tensor Tensor::view(IntArrayRef sizes) const { return view_op(*this, sizes); }
+Tensor Tensor::view(IntArrayRef sizes) const { return op_view(*this, sizes); }
 Tensor Tensor::reshape(IntArrayRef sizes) const { return kiln::reshape(*this, sizes); }
-Tensor Tensor::detach() const { return detach_op(*this); }
+Tensor Tensor::detach() const { return op_detach(*this); }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {

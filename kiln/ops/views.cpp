@@ -271,17 +271,17 @@ void register_view(TypedOp<Sig>& op, Sig* fn) {
 }
 
 const bool registered = [] {
-  register_view(ops::view_op, &view_kernel);
-  register_view(ops::as_strided_op, &as_strided_kernel);
-  register_view(ops::permute_op, &permute_kernel);
-  register_view(ops::transpose_op, &transpose_kernel);
-  register_view(ops::slice_op, &slice_kernel);
-  register_view(ops::select_op, &select_kernel);
-  register_view(ops::expand_op, &expand_kernel);
-  register_view(ops::squeeze_op, &squeeze_kernel);
-  register_view(ops::unsqueeze_op, &unsqueeze_kernel);
-  register_view(ops::alias_op, &alias_kernel);
-  register_view(ops::detach_op, &detach_kernel);
+  register_view(ops::op_view, &view_kernel);
+  register_view(ops::op_as_strided, &as_strided_kernel);
+  register_view(ops::op_permute, &permute_kernel);
+  register_view(ops::op_transpose, &transpose_kernel);
+  register_view(ops::op_slice, &slice_kernel);
+  register_view(ops::op_select, &select_kernel);
+  register_view(ops::op_expand, &expand_kernel);
+  register_view(ops::op_squeeze, &squeeze_kernel);
+  register_view(ops::op_unsqueeze, &unsqueeze_kernel);
+  register_view(ops::op_alias, &alias_kernel);
+  register_view(ops::op_detach, &detach_kernel);
   return true;
 }();
 }  // namespace

@@ -103,7 +103,7 @@ TEST(AutogradErrors, SavedOutputModifiedByARecordedInPlaceOp) {
   Tensor x = leaf({1, 2, 3});
   Tensor y = exp(x);
   Tensor z = sum(y * 2.0);
-  ops::sigmoid__op(y);  // recorded, but ExpBackward's saved output is gone
+  ops::op_sigmoid_(y);  // recorded, but ExpBackward's saved output is gone
   expect_error<ValueError>([&] { z.backward(); }, {"ExpBackward", "version"});
 }
 

@@ -191,30 +191,30 @@ Cases pointwise_cases() {
   using namespace ops;  // NOLINT: the *_op handles for in-place variants without a wrapper
   add_binary(
       cs, "add", [](const Tensor& a, const Tensor& b) { return add(a, b, 2.5); },
-      [](const Tensor& a, const Tensor& b) { add__op(a, b, -1.5); }, any_in(), any_in());
+      [](const Tensor& a, const Tensor& b) { op_add_(a, b, -1.5); }, any_in(), any_in());
   add_binary(
       cs, "sub", [](const Tensor& a, const Tensor& b) { return sub(a, b, -1.5); },
-      [](const Tensor& a, const Tensor& b) { sub__op(a, b, 0.5); }, any_in(), any_in());
+      [](const Tensor& a, const Tensor& b) { op_sub_(a, b, 0.5); }, any_in(), any_in());
   add_binary(
       cs, "mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); },
-      [](const Tensor& a, const Tensor& b) { mul__op(a, b); }, any_in(), any_in());
+      [](const Tensor& a, const Tensor& b) { op_mul_(a, b); }, any_in(), any_in());
   add_binary(
       cs, "div", [](const Tensor& a, const Tensor& b) { return div(a, b); },
-      [](const Tensor& a, const Tensor& b) { div__op(a, b); }, any_in(),
+      [](const Tensor& a, const Tensor& b) { op_div_(a, b); }, any_in(),
       [](Draw& d, const Dims& s) { return d.away(s, 0.5); });
   add_binary(
       cs, "pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
-      [](const Tensor& a, const Tensor& b) { pow__op(a, b); },
+      [](const Tensor& a, const Tensor& b) { op_pow_(a, b); },
       [](Draw& d, const Dims& s) { return d.pos(s); },
       [](Draw& d, const Dims& s) { return d.var(s, -1.5, 1.5); });
   auto grid_a = [](Draw& d, const Dims& s) { return d.grid(s, 0.1); };
   auto grid_b = [](Draw& d, const Dims& s) { return d.grid(s, 0.35); };
   add_binary(
       cs, "maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); },
-      [](const Tensor& a, const Tensor& b) { maximum__op(a, b); }, grid_a, grid_b);
+      [](const Tensor& a, const Tensor& b) { op_maximum_(a, b); }, grid_a, grid_b);
   add_binary(
       cs, "minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); },
-      [](const Tensor& a, const Tensor& b) { minimum__op(a, b); }, grid_a, grid_b);
+      [](const Tensor& a, const Tensor& b) { op_minimum_(a, b); }, grid_a, grid_b);
   // A Scalar operand is a wrapped 0-d tensor that does not require grad.
   cs.push_back({"add_scalar_alpha",
                 {"add"},
@@ -245,57 +245,57 @@ Cases pointwise_cases() {
   auto away = [](Draw& d, const Dims& s) { return d.away(s); };
   auto pos = [](Draw& d, const Dims& s) { return d.pos(s); };
   add_unary(
-      cs, "neg", "neg", [](const Tensor& a) { return neg(a); }, [](const Tensor& a) { neg__op(a); },
+      cs, "neg", "neg", [](const Tensor& a) { return neg(a); }, [](const Tensor& a) { op_neg_(a); },
       any1);
   add_unary(
-      cs, "abs", "abs", [](const Tensor& a) { return abs(a); }, [](const Tensor& a) { abs__op(a); },
+      cs, "abs", "abs", [](const Tensor& a) { return abs(a); }, [](const Tensor& a) { op_abs_(a); },
       away);
   add_unary(
-      cs, "exp", "exp", [](const Tensor& a) { return exp(a); }, [](const Tensor& a) { exp__op(a); },
+      cs, "exp", "exp", [](const Tensor& a) { return exp(a); }, [](const Tensor& a) { op_exp_(a); },
       any1);
   add_unary(
-      cs, "log", "log", [](const Tensor& a) { return log(a); }, [](const Tensor& a) { log__op(a); },
+      cs, "log", "log", [](const Tensor& a) { return log(a); }, [](const Tensor& a) { op_log_(a); },
       pos);
   add_unary(
       cs, "sqrt", "sqrt", [](const Tensor& a) { return sqrt(a); },
-      [](const Tensor& a) { sqrt__op(a); }, pos);
+      [](const Tensor& a) { op_sqrt_(a); }, pos);
   add_unary(
       cs, "rsqrt", "rsqrt", [](const Tensor& a) { return rsqrt(a); },
-      [](const Tensor& a) { rsqrt__op(a); }, pos);
+      [](const Tensor& a) { op_rsqrt_(a); }, pos);
   add_unary(
       cs, "tanh", "tanh", [](const Tensor& a) { return tanh(a); },
-      [](const Tensor& a) { tanh__op(a); }, any1);
+      [](const Tensor& a) { op_tanh_(a); }, any1);
   add_unary(
       cs, "sigmoid", "sigmoid", [](const Tensor& a) { return sigmoid(a); },
-      [](const Tensor& a) { sigmoid__op(a); }, any1);
+      [](const Tensor& a) { op_sigmoid_(a); }, any1);
   add_unary(
       cs, "relu", "relu", [](const Tensor& a) { return relu(a); },
-      [](const Tensor& a) { relu__op(a); }, away);
+      [](const Tensor& a) { op_relu_(a); }, away);
   add_unary(
       cs, "silu", "silu", [](const Tensor& a) { return silu(a); },
-      [](const Tensor& a) { silu__op(a); }, any1);
+      [](const Tensor& a) { op_silu_(a); }, any1);
   add_unary(
-      cs, "sin", "sin", [](const Tensor& a) { return sin(a); }, [](const Tensor& a) { sin__op(a); },
+      cs, "sin", "sin", [](const Tensor& a) { return sin(a); }, [](const Tensor& a) { op_sin_(a); },
       any1);
   add_unary(
-      cs, "cos", "cos", [](const Tensor& a) { return cos(a); }, [](const Tensor& a) { cos__op(a); },
+      cs, "cos", "cos", [](const Tensor& a) { return cos(a); }, [](const Tensor& a) { op_cos_(a); },
       any1);
   add_unary(
       cs, "gelu_erf", "gelu", [](const Tensor& a) { return gelu(a, false); },
-      [](const Tensor& a) { gelu__op(a, false); }, any1);
+      [](const Tensor& a) { op_gelu_(a, false); }, any1);
   add_unary(
       cs, "gelu_tanh", "gelu", [](const Tensor& a) { return gelu(a, true); },
-      [](const Tensor& a) { gelu__op(a, true); }, any1);
+      [](const Tensor& a) { op_gelu_(a, true); }, any1);
   auto away_bounds = [](Draw& d, const Dims& s) { return d.avoiding(s, {-0.5, 0.75}); };
   add_unary(
       cs, "clamp_min", "clamp", [](const Tensor& a) { return clamp(a, -0.5); },
-      [](const Tensor& a) { clamp__op(a, Scalar(-0.5), std::nullopt); }, away_bounds);
+      [](const Tensor& a) { op_clamp_(a, Scalar(-0.5), std::nullopt); }, away_bounds);
   add_unary(
       cs, "clamp_max", "clamp", [](const Tensor& a) { return clamp(a, std::nullopt, 0.75); },
-      [](const Tensor& a) { clamp__op(a, std::nullopt, Scalar(0.75)); }, away_bounds);
+      [](const Tensor& a) { op_clamp_(a, std::nullopt, Scalar(0.75)); }, away_bounds);
   add_unary(
       cs, "clamp_both", "clamp", [](const Tensor& a) { return clamp(a, -0.5, 0.75); },
-      [](const Tensor& a) { clamp__op(a, Scalar(-0.5), Scalar(0.75)); }, away_bounds);
+      [](const Tensor& a) { op_clamp_(a, Scalar(-0.5), Scalar(0.75)); }, away_bounds);
 
   // where: the condition broadcasts too.
   const std::vector<std::tuple<const char*, Dims, Dims, Dims>> where_shapes = {
@@ -572,7 +572,7 @@ Cases linalg_nn_cases() {
                 [](const TensorList& x) {
                   static Generator gen;
                   gen.set_seed(99);
-                  auto [out, mask] = ops::native_dropout_op(x[0], 0.25, &gen);
+                  auto [out, mask] = ops::op_native_dropout(x[0], 0.25, &gen);
                   return TensorList{out, mask};
                 }});
   auto qkv = [](Draw& d) {
@@ -969,7 +969,7 @@ Cases view_cases() {
                   Tensor b = nonleaf(x[0]);
                   mul_(b, x[1]);
                   add_(b, x[1], -1);
-                  ops::sigmoid__op(b);
+                  ops::op_sigmoid_(b);
                   return TensorList{b};
                 }});
   return cs;

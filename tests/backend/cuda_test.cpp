@@ -147,9 +147,9 @@ std::vector<Case> cases() {
                [](Device d, DType t) -> TensorList {
                  Tensor a = draw({6, 4}, t, d, 9);
                  Tensor dst = full({4, 6}, 0.0, t, d);
-                 ops::copy__op(dst, kiln::t(a));
+                 ops::op_copy_(dst, kiln::t(a));
                  Tensor f = empty({3}, t, d);
-                 ops::fill__op(f, 1.5);
+                 ops::op_fill_(f, 1.5);
                  return {
                      clamp(a, -0.5, 0.5), clamp(a, {}, 0.1), a.to(kFloat64), a.to(kInt32), dst, f,
                      full({2}, 2.0, t, d)};
@@ -171,8 +171,8 @@ std::vector<Case> cases() {
                {kFloat32},
                [](Device d, DType t) -> TensorList {
                  Tensor a = draw({4, 9}, t, d, 11);
-                 auto [mx, ix] = ops::max_dim_op(a, 1, false);
-                 auto [mn, in] = ops::min_dim_op(a, 0, true);
+                 auto [mx, ix] = ops::op_max_dim(a, 1, false);
+                 auto [mn, in] = ops::op_min_dim(a, 0, true);
                  return {all(gt(a, -1.5), {1}), any(gt(a, 1.9), {0}), mx, ix, mn, in};
                }});
   c.push_back({"softmax",
@@ -273,13 +273,13 @@ std::vector<Case> cases() {
                    steps.push_back(full({}, double(i), kFloat64, d));
                  }
                  Tensor lr = full({}, 1e-3, kFloat64, d);
-                 ops::foreach_adamw__op(p, g, m, v, steps, lr, 0.9, 0.999, 1e-8, 0.01);
-                 ops::foreach_add__op(m, g, 0.5);
-                 ops::foreach_mul__op(m, 0.9);
-                 ops::foreach_lerp__op(v, g, 0.25);
-                 ops::foreach_addcmul__op(m, g, v, 2.0);
-                 ops::foreach_addcdiv__op(m, g, v, 0.1);
-                 TensorList r = ops::foreach_sqrt_op(v);
+                 ops::op_foreach_adamw_(p, g, m, v, steps, lr, 0.9, 0.999, 1e-8, 0.01);
+                 ops::op_foreach_add_(m, g, 0.5);
+                 ops::op_foreach_mul_(m, 0.9);
+                 ops::op_foreach_lerp_(v, g, 0.25);
+                 ops::op_foreach_addcmul_(m, g, v, 2.0);
+                 ops::op_foreach_addcdiv_(m, g, v, 0.1);
+                 TensorList r = ops::op_foreach_sqrt(v);
                  TensorList out = p;
                  out.insert(out.end(), m.begin(), m.end());
                  out.insert(out.end(), steps.begin(), steps.end());
@@ -340,7 +340,7 @@ TEST(CudaOps, RandomDrawsHaveTheRightDistribution) {
   EXPECT_FALSE(equal(u.to(Device(kCPU)), u2.to(Device(kCPU))));  // the offset advanced
   manual_seed(1);
   EXPECT_TRUE(equal(u.to(Device(kCPU)), rand({100000}, nullptr, kFloat32, gpu()).to(Device(kCPU))));
-  auto [out, mask] = ops::native_dropout_op(ones({10000}, kFloat32, gpu()), 0.25, nullptr);
+  auto [out, mask] = ops::op_native_dropout(ones({10000}, kFloat32, gpu()), 0.25, nullptr);
   EXPECT_NEAR(mean(mask.to(kFloat32)).item<double>(), 0.75, 0.02);
 }
 

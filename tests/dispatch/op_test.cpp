@@ -260,7 +260,7 @@ TEST_F(ProfileFallbackTest, FallbackReceivesItsOwnKeyWhenAHigherLayerFallsThroug
   IncludeKeyGuard profile(K::Profile);
   add(a, a);  // unboxed entry
   Stack stack{a, a, Scalar(1)};
-  ops::add_op.def.call_boxed(stack);  // boxed entry
+  ops::op_add.def.call_boxed(stack);  // boxed entry
   ASSERT_EQ(g_log.calls, 2);
   EXPECT_EQ(g_log.keys[0], K::Profile) << "unboxed call passed " << key_name(g_log.keys[0]);
   EXPECT_EQ(g_log.keys[1], K::Profile) << "boxed call passed " << key_name(g_log.keys[1]);
@@ -269,7 +269,7 @@ TEST_F(ProfileFallbackTest, FallbackReceivesItsOwnKeyWhenAHigherLayerFallsThroug
 TEST_F(ProfileFallbackTest, CallBoxedAtUsesTheFallback) {
   Tensor a = meta_tensor({2, 2});
   Stack stack{a, a};
-  ops::mul_op.def.call_boxed_at(K::Profile, stack);
+  ops::op_mul.def.call_boxed_at(K::Profile, stack);
   ASSERT_EQ(stack.size(), 1u);
   EXPECT_EQ(g_log.ops, (std::vector<std::string>{"mul"}));
   EXPECT_TRUE(std::get<Tensor>(stack[0]).device().is_meta());
@@ -292,23 +292,23 @@ TEST_F(ProfileFallbackTest, UnregisteringStopsIt) {
 TEST(BoxedCallTest, FromAHandBuiltStack) {
   Tensor a = arange(6.0).view({2, 3}), b = full({3}, 2.0);
   Stack stack{a, b, Scalar(3)};
-  ops::add_op.def.call_boxed(stack);
+  ops::op_add.def.call_boxed(stack);
   ASSERT_EQ(stack.size(), 1u);
   EXPECT_TRUE(equal(std::get<Tensor>(stack[0]), add(a, b, 3)));
 
   Stack s2{a, Shape{1}, true, std::monostate{}};  // sum(a, [1], keepdim=True, dtype=None)
-  ops::sum_op.def.call_boxed(s2);
+  ops::op_sum.def.call_boxed(s2);
   ASSERT_EQ(s2.size(), 1u);
   EXPECT_TRUE(equal(std::get<Tensor>(s2[0]), sum(a, {1}, true)));
 
   Stack s3{a, int64_t{0}, false};
-  ops::max_dim_op.def.call_boxed(s3);
+  ops::op_max_dim.def.call_boxed(s3);
   ASSERT_EQ(s3.size(), 2u);  // values, indices
   EXPECT_TRUE(equal(std::get<Tensor>(s3[0]), std::get<0>(max(a, 0))));
   EXPECT_TRUE(equal(std::get<Tensor>(s3[1]), std::get<1>(max(a, 0))));
 
   Stack s4{TensorList{a, a}, int64_t{0}};
-  ops::cat_op.def.call_boxed(s4);
+  ops::op_cat.def.call_boxed(s4);
   ASSERT_EQ(s4.size(), 1u);
   EXPECT_EQ(vec(std::get<Tensor>(s4[0]).sizes()), (std::vector<int64_t>{4, 3}));
 }
@@ -316,14 +316,14 @@ TEST(BoxedCallTest, FromAHandBuiltStack) {
 TEST(BoxedCallTest, VoidOpsLeaveAnEmptyStack) {
   Tensor t = zeros({3});
   Stack stack{t, Scalar(7)};
-  ops::fill__op.def.call_boxed(stack);
+  ops::op_fill_.def.call_boxed(stack);
   EXPECT_TRUE(stack.empty());
   EXPECT_EQ(t.to_vector<float>(), std::vector<float>(3, 7.0f));
 }
 
 TEST(BoxedCallTest, FactoriesDispatchOnTheirDevice) {
   Stack stack{Shape{2, 3}, kFloat16, Device("meta")};
-  ops::empty_op.def.call_boxed(stack);
+  ops::op_empty.def.call_boxed(stack);
   ASSERT_EQ(stack.size(), 1u);
   Tensor t = std::get<Tensor>(stack[0]);
   EXPECT_TRUE(t.device().is_meta());
@@ -334,7 +334,7 @@ TEST(BoxedCallTest, FactoriesDispatchOnTheirDevice) {
 TEST(BoxedCallTest, CallBoxedAtRunsThatKeysKernel) {
   Tensor a = meta_tensor({2, 2});
   Stack stack{a, a, Scalar(1)};
-  ops::add_op.def.call_boxed_at(K::Meta, stack);
+  ops::op_add.def.call_boxed_at(K::Meta, stack);
   ASSERT_EQ(stack.size(), 1u);
   EXPECT_TRUE(std::get<Tensor>(stack[0]).device().is_meta());
 }
@@ -342,7 +342,7 @@ TEST(BoxedCallTest, CallBoxedAtRunsThatKeysKernel) {
 TEST(BoxedCallTest, WrongArgumentCountIsAnError) {
   Tensor a = meta_tensor({2});
   Stack stack{a};
-  EXPECT_THROW(ops::add_op.def.call_boxed(stack), Error);
+  EXPECT_THROW(ops::op_add.def.call_boxed(stack), Error);
 }
 
 TEST(BoxedCallTest, CustomOp) {
@@ -358,18 +358,18 @@ TEST(BoxedCallTest, CustomOp) {
 // ---------------------------------------------------------------- op definitions
 
 TEST(OpDefTest, NamesKindsAndSchemas) {
-  EXPECT_EQ(ops::add_op.def.name(), "add");
-  EXPECT_EQ(ops::add_op.def.kind(), OpKind::Functional);
-  EXPECT_TRUE(ops::add_op.def.schema().starts_with("add(Tensor self, Tensor other"));
-  EXPECT_EQ(ops::add__op.def.name(), "add_");
-  EXPECT_EQ(ops::add__op.def.kind(), OpKind::InPlace);
-  EXPECT_EQ(ops::add_out_op.def.name(), "add_out");
-  EXPECT_EQ(ops::add_out_op.def.kind(), OpKind::Out);
-  EXPECT_EQ(ops::view_op.def.kind(), OpKind::View);
-  EXPECT_EQ(ops::empty_op.def.kind(), OpKind::Factory);
-  EXPECT_EQ(ops::max_dim_op.def.name(), "max_dim");
-  EXPECT_EQ(ops::find_op("add"), &ops::add_op.def);
-  EXPECT_EQ(ops::find_op("cat"), &ops::cat_op.def);
+  EXPECT_EQ(ops::op_add.def.name(), "add");
+  EXPECT_EQ(ops::op_add.def.kind(), OpKind::Functional);
+  EXPECT_TRUE(ops::op_add.def.schema().starts_with("add(Tensor self, Tensor other"));
+  EXPECT_EQ(ops::op_add_.def.name(), "add_");
+  EXPECT_EQ(ops::op_add_.def.kind(), OpKind::InPlace);
+  EXPECT_EQ(ops::op_add_out.def.name(), "add_out");
+  EXPECT_EQ(ops::op_add_out.def.kind(), OpKind::Out);
+  EXPECT_EQ(ops::op_view.def.kind(), OpKind::View);
+  EXPECT_EQ(ops::op_empty.def.kind(), OpKind::Factory);
+  EXPECT_EQ(ops::op_max_dim.def.name(), "max_dim");
+  EXPECT_EQ(ops::find_op("add"), &ops::op_add.def);
+  EXPECT_EQ(ops::find_op("cat"), &ops::op_cat.def);
   EXPECT_EQ(ops::find_op("no_such_op"), nullptr);
 }
 
@@ -388,7 +388,7 @@ TEST(MissingKernelTest, BackendKeyWithoutKernelNamesTheOp) {
                       "[add] no kernel for dispatch key PrivateUse2");
   EXPECT_THROW_PREFIX(relu(p), NotImplementedError, "[relu]");
   Stack stack{p, p, Scalar(1)};
-  EXPECT_THROW_PREFIX(ops::add_op.def.call_boxed(stack), NotImplementedError, "[add]");
+  EXPECT_THROW_PREFIX(ops::op_add.def.call_boxed(stack), NotImplementedError, "[add]");
   // View ops serve every backend with one kernel.
   EXPECT_EQ(vec(transpose(p, 0, 1).sizes()), (std::vector<int64_t>{2, 2}));
 }
@@ -403,7 +403,7 @@ TEST(MissingKernelTest, CustomOpWithOnlyACpuKernel) {
   EXPECT_THROW_PREFIX(test_identity_op.def.call_boxed_at(K::PrivateUse1, stack),
                       NotImplementedError,
                       "[test_identity] no kernel for dispatch key PrivateUse1");
-  EXPECT_THROW_PREFIX(ops::add_op.call_at(K::CUDA, c, c, 1), NotImplementedError,
+  EXPECT_THROW_PREFIX(ops::op_add.call_at(K::CUDA, c, c, 1), NotImplementedError,
                       "[add] no kernel for dispatch key CUDA");
 }
 

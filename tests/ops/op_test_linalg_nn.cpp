@@ -80,7 +80,7 @@ void add_mm(Cases& cs) {
     cs.push_back(row);
     if (std::string(label) == "contig")
       cs.push_back(out_variant(row, "bmm_out", [](const KArgs& x) {
-        ops::bmm_out_op(x.out, x[0], x[1]);
+        ops::op_bmm_out(x.out, x[0], x[1]);
         return KTensors{x.out};
       }));
   }
@@ -122,7 +122,7 @@ void add_mm(Cases& cs) {
     cs.push_back(row);
     if (std::string(c.label) == "bias_row")
       cs.push_back(out_variant(row, "addmm_out", [](const KArgs& x) {
-        ops::addmm_out_op(x.out, x[0], x[1], x[2], 1, 1);
+        ops::op_addmm_out(x.out, x[0], x[1], x[2], 1, 1);
         return KTensors{x.out};
       }));
   }
@@ -294,15 +294,15 @@ void add_norms(Cases& cs) {
     cs.push_back(rms);
     if (std::string(c.label) == "affine") {
       cs.push_back(out_variant(ln, "layer_norm_out", [ns](const KArgs& x) {
-        ops::layer_norm_out_op(x.out, x[0], ns, x[1], x[2], 1e-5);
+        ops::op_layer_norm_out(x.out, x[0], ns, x[1], x[2], 1e-5);
         return KTensors{x.out};
       }));
       cs.push_back(out_variant(lnb, "layer_norm_backward_out", [ns](const KArgs& x) {
-        ops::layer_norm_backward_out_op(x.out, x[0], x[1], ns, x[2], 1e-5);
+        ops::op_layer_norm_backward_out(x.out, x[0], x[1], ns, x[2], 1e-5);
         return KTensors{x.out};
       }));
       cs.push_back(out_variant(rms, "rms_norm_out", [ns](const KArgs& x) {
-        ops::rms_norm_out_op(x.out, x[0], ns, x[1], 1e-6);
+        ops::op_rms_norm_out(x.out, x[0], ns, x[1], 1e-6);
         return KTensors{x.out};
       }));
     }
@@ -339,7 +339,7 @@ void add_embedding_losses(Cases& cs) {
     cs.push_back(row);
     if (std::string(c.label) == "2d_index")
       cs.push_back(out_variant(row, "embedding_out", [](const KArgs& x) {
-        ops::embedding_out_op(x.out, x[0], x[1]);
+        ops::op_embedding_out(x.out, x[0], x[1]);
         return KTensors{x.out};
       }));
   }
@@ -381,7 +381,7 @@ void add_embedding_losses(Cases& cs) {
     cs.push_back(nll);
     if (std::string(c.label) == "ignored")
       cs.push_back(out_variant(nll, "nll_loss_out", [ignore](const KArgs& x) {
-        ops::nll_loss_out_op(x.out, x[0], x[1], ignore);
+        ops::op_nll_loss_out(x.out, x[0], x[1], ignore);
         return KTensors{x.out};
       }));
     cs.push_back(

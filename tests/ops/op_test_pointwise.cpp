@@ -6,7 +6,7 @@ namespace kiln::test {
 namespace {
 
 // The three dispatched forms of a pointwise op, for add_pointwise.
-#define KILN_PW(name) ops::name##_op, ops::name##__op, ops::name##_out_op
+#define KILN_PW(name) ops::op_##name, ops::op_##name##_, ops::op_##name##_out
 
 // A 0-d ATen tensor that promotes like a C++ number, as Kiln's Scalar overloads do.
 at::Tensor wrapped(const at::Scalar& s) {
@@ -190,7 +190,7 @@ void add_unary_ops(Cases& cs) {
     cs.push_back(row);
     if (!tanh)
       cs.push_back(out_variant(row, "gelu_backward_out", [](const KArgs& x) {
-        ops::gelu_backward_out_op(x.out, x[0], x[1], false);
+        ops::op_gelu_backward_out(x.out, x[0], x[1], false);
         return KTensors{x.out};
       }));
   }

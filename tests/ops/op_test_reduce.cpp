@@ -107,11 +107,11 @@ void add_reductions(Cases& cs) {
   const auto nonempty = nonempty_configs(false);
   const auto small = nonempty_configs(true);
   add_reduction(
-      cs, "sum", ops::sum_op, ops::sum_out_op, kAllDTypes, draw_any(), all,
+      cs, "sum", ops::op_sum, ops::op_sum_out, kAllDTypes, draw_any(), all,
       [](auto call, const Tensor& x, IntArrayRef d, bool k) { return call(x, d, k, OptDType{}); },
       [](const at::Tensor& x, std::vector<int64_t> d, bool k) { return at::sum(x, d, k); });
   add_reduction(
-      cs, "sum", ops::sum_op, ops::sum_out_op, kAllDTypes, draw_any(), small,
+      cs, "sum", ops::op_sum, ops::op_sum_out, kAllDTypes, draw_any(), small,
       [](auto call, const Tensor& x, IntArrayRef d, bool k) {
         return call(x, d, k, OptDType{kFloat64});
       },
@@ -120,11 +120,11 @@ void add_reductions(Cases& cs) {
       },
       "to_f64");
   add_reduction(
-      cs, "mean", ops::mean_op, ops::mean_out_op, kFloatDTypes, draw_any(), all,
+      cs, "mean", ops::op_mean, ops::op_mean_out, kFloatDTypes, draw_any(), all,
       [](auto call, const Tensor& x, IntArrayRef d, bool k) { return call(x, d, k, OptDType{}); },
       [](const at::Tensor& x, std::vector<int64_t> d, bool k) { return at::mean(x, d, k); });
   add_reduction(
-      cs, "mean", ops::mean_op, ops::mean_out_op, kAllDTypes, draw_any(), small,
+      cs, "mean", ops::op_mean, ops::op_mean_out, kAllDTypes, draw_any(), small,
       [](auto call, const Tensor& x, IntArrayRef d, bool k) {
         return call(x, d, k, OptDType{kFloat32});
       },
@@ -134,7 +134,7 @@ void add_reductions(Cases& cs) {
       "to_f32");
   for (int64_t corr : {0, 1, 2}) {
     add_reduction(
-        cs, "var", ops::var_op, ops::var_out_op, kFloatDTypes, draw_any(), corr == 1 ? all : small,
+        cs, "var", ops::op_var, ops::op_var_out, kFloatDTypes, draw_any(), corr == 1 ? all : small,
         [corr](auto call, const Tensor& x, IntArrayRef d, bool k) { return call(x, d, corr, k); },
         [corr](const at::Tensor& x, std::vector<int64_t> d, bool k) {
           return at::var(x, at::OptionalIntArrayRef(d), c10::optional<int64_t>(corr), k);
@@ -142,21 +142,21 @@ void add_reductions(Cases& cs) {
         "corr" + std::to_string(corr));
   }
   add_reduction(
-      cs, "amax", ops::amax_op, ops::amax_out_op, kAllDTypes, draw_any(), nonempty,
+      cs, "amax", ops::op_amax, ops::op_amax_out, kAllDTypes, draw_any(), nonempty,
       [](auto call, const Tensor& x, IntArrayRef d, bool k) { return call(x, d, k); },
       [](const at::Tensor& x, std::vector<int64_t> d, bool k) { return at::amax(x, d, k); });
   add_reduction(
-      cs, "amin", ops::amin_op, ops::amin_out_op, kAllDTypes, draw_any(), nonempty,
+      cs, "amin", ops::op_amin, ops::op_amin_out, kAllDTypes, draw_any(), nonempty,
       [](auto call, const Tensor& x, IntArrayRef d, bool k) { return call(x, d, k); },
       [](const at::Tensor& x, std::vector<int64_t> d, bool k) { return at::amin(x, d, k); });
   add_reduction(
-      cs, "all", ops::all_op, ops::all_out_op, kAllDTypes, draw_sparse(), all,
+      cs, "all", ops::op_all, ops::op_all_out, kAllDTypes, draw_sparse(), all,
       [](auto call, const Tensor& x, IntArrayRef d, bool k) { return call(x, d, k); },
       [](const at::Tensor& x, std::vector<int64_t> d, bool k) {
         return aten_all_any(true, x, d, k);
       });
   add_reduction(
-      cs, "any", ops::any_op, ops::any_out_op, kAllDTypes, draw_sparse(), all,
+      cs, "any", ops::op_any, ops::op_any_out, kAllDTypes, draw_sparse(), all,
       [](auto call, const Tensor& x, IntArrayRef d, bool k) { return call(x, d, k); },
       [](const at::Tensor& x, std::vector<int64_t> d, bool k) {
         return aten_all_any(false, x, d, k);
@@ -280,11 +280,11 @@ void add_index_reductions(Cases& cs) {
     cs.push_back(an);
     if (label == "dim1" || label == "flat") {
       cs.push_back(out_variant(am, "argmax_out", [dim, keep](const KArgs& x) {
-        ops::argmax_out_op(x.out, x[0], dim, keep);
+        ops::op_argmax_out(x.out, x[0], dim, keep);
         return KTensors{x.out};
       }));
       cs.push_back(out_variant(an, "argmin_out", [dim, keep](const KArgs& x) {
-        ops::argmin_out_op(x.out, x[0], dim, keep);
+        ops::op_argmin_out(x.out, x[0], dim, keep);
         return KTensors{x.out};
       }));
     }
@@ -359,9 +359,9 @@ void add_softmax(Cases& cs) {
             row, op + "_out",
             [log, d](const KArgs& x) {
               if (log)
-                ops::log_softmax_out_op(x.out, x[0], d);
+                ops::op_log_softmax_out(x.out, x[0], d);
               else
-                ops::softmax_out_op(x.out, x[0], d);
+                ops::op_softmax_out(x.out, x[0], d);
               return KTensors{x.out};
             },
             std::string("_") + c.label, c.in.layout));

@@ -267,7 +267,7 @@ void add_cat_stack(Cases& cs) {
       cs.push_back(out_variant(
           row, "cat_out",
           [dim](const KArgs& x) {
-            ops::cat_out_op(x.out, x.in, dim);
+            ops::op_cat_out(x.out, x.in, dim);
             return KTensors{x.out};
           },
           std::string("_") + c.label, std::string(c.label) == "dim0" ? C : T));
@@ -318,7 +318,7 @@ void add_indexing(Cases& cs) {
     cs.push_back(row);
     if (std::string(c.label) == "dim0")
       cs.push_back(out_variant(row, "index_select_out", [dim](const KArgs& x) {
-        ops::index_select_out_op(x.out, x[0], dim, x[1]);
+        ops::op_index_select_out(x.out, x[0], dim, x[1]);
         return KTensors{x.out};
       }));
   }
@@ -380,11 +380,11 @@ void add_indexing(Cases& cs) {
     cs.push_back(inplace);
     if (std::string(c.label) == "dim1") {
       cs.push_back(out_variant(gather_row, "gather_out", [dim](const KArgs& x) {
-        ops::gather_out_op(x.out, x[0], dim, x[1]);
+        ops::op_gather_out(x.out, x[0], dim, x[1]);
         return KTensors{x.out};
       }));
       cs.push_back(out_variant(scatter, "scatter_add_out", [dim](const KArgs& x) {
-        ops::scatter_add_out_op(x.out, x[0], dim, x[1], x[2]);
+        ops::op_scatter_add_out(x.out, x[0], dim, x[1], x[2]);
         return KTensors{x.out};
       }));
     }
@@ -461,9 +461,9 @@ void add_indexing(Cases& cs) {
             row, op + "_out",
             [upper, d](const KArgs& x) {
               if (upper)
-                ops::triu_out_op(x.out, x[0], d);
+                ops::op_triu_out(x.out, x[0], d);
               else
-                ops::tril_out_op(x.out, x[0], d);
+                ops::op_tril_out(x.out, x[0], d);
               return KTensors{x.out};
             },
             "", T));
@@ -488,7 +488,7 @@ void add_indexing(Cases& cs) {
     cs.push_back(row);
     if (std::string(label) == "2d")
       cs.push_back(out_variant(row, "one_hot_out", [n](const KArgs& x) {
-        ops::one_hot_out_op(x.out, x[0], n);
+        ops::op_one_hot_out(x.out, x[0], n);
         return KTensors{x.out};
       }));
   }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 namespace kiln::test {
 
@@ -128,6 +129,58 @@ Tensor Gen::values(const std::vector<double>& v, IntArrayRef shape, std::optiona
 
 Tensor to_device(const Tensor& t, Device d) { return t.defined() ? t.to(d) : t; }
 
+// ---------------------------------------------------------------- GradGen
+
+Tensor GradGen::make(const Dims& shape, const std::function<double()>& f) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  std::vector<double> v(static_cast<size_t>(n));
+  for (double& x : v) x = f();
+  return from_vector(v, IntArrayRef({n})).reshape(shape);
+}
+Tensor GradGen::var(const Dims& shape, double lo, double hi) {
+  return make(shape, [&] { return real(lo, hi); }).requires_grad_();
+}
+Tensor GradGen::away(const Dims& shape, double gap) {
+  return make(shape, [&] { return (real(0, 1) < 0.5 ? -1 : 1) * real(gap, 2); }).requires_grad_();
+}
+Tensor GradGen::grid(const Dims& shape, double offset) {
+  return make(shape, [&] { return offset + 0.5 * static_cast<double>(integer(-4, 4)); })
+      .requires_grad_();
+}
+Tensor GradGen::avoiding(const Dims& shape, std::vector<double> avoid, double lo, double hi) {
+  return make(shape,
+              [&] {
+                for (;;) {
+                  double x = real(lo, hi);
+                  bool ok = true;
+                  for (double a : avoid) ok = ok && std::abs(x - a) >= 0.1;
+                  if (ok) return x;
+                }
+              })
+      .requires_grad_();
+}
+Tensor GradGen::fixed(const Dims& shape) {
+  return make(shape, [&] { return real(-2, 2); });
+}
+Tensor GradGen::mask(const Dims& shape) {
+  return make(shape, [&] { return real(0, 1) < 0.5 ? 1.0 : 0.0; }).to(kBool);
+}
+
+Tensor grad_values(const std::vector<double>& v, const Dims& shape, bool grad) {
+  Tensor t = from_vector(v, IntArrayRef({static_cast<int64_t>(v.size())})).reshape(shape);
+  return grad ? t.requires_grad_() : t;
+}
+Tensor grad_indices(const std::vector<int64_t>& v, const Dims& shape) {
+  return from_vector(v, IntArrayRef({static_cast<int64_t>(v.size())})).reshape(shape);
+}
+
+OpCase& head(Cases& cs, const std::string& op) {
+  for (OpCase& c : cs)
+    if (!c.ops.empty() && c.ops[0] == op) return c;
+  throw std::logic_error("the op table has no row for " + op);
+}
+
 // ---------------------------------------------------------------- comparison
 
 std::pair<double, double> tolerance(Tol tol, DType dtype, Where where) {
@@ -234,6 +287,15 @@ constexpr auto T = Layout::Transposed;
 constexpr auto S = Layout::Strided;
 constexpr auto E = Layout::Expanded;
 }  // namespace
+
+bool grad_config(const ShapeConfig& c) {
+  for (const Spec& s : c.in) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    if (n > 64) return false;
+  }
+  return true;
+}
 
 // Sizes are small except `large`, which has more elements than the CPU backend's grain size
 // (32768) so that its parallel path runs too.

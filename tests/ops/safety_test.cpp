@@ -25,14 +25,14 @@ TEST(SafetyTest, MmOutAliasingAnInputComputesThroughATemporary) {
 TEST(SafetyTest, IndexSelectOutAliasingSelf) {
   Tensor x = arange(6, kFloat32).view({2, 3});
   Tensor ref = index_select(x, 0, from_vector<int64_t>({1, 0}));
-  ops::index_select_out_op(x, x, 0, from_vector<int64_t>({1, 0}));
+  ops::op_index_select_out(x, x, 0, from_vector<int64_t>({1, 0}));
   EXPECT_TRUE(equal(x, ref));
 }
 
 TEST(SafetyTest, CatOutOverlappingAnInputIsRejected) {
   Tensor x = arange(8, kFloat32);
   Tensor before = x.clone();
-  EXPECT_THROW(ops::cat_out_op(slice(x, 0, 2, 6), {slice(x, 0, 0, 2), slice(x, 0, 4, 6)}, 0),
+  EXPECT_THROW(ops::op_cat_out(slice(x, 0, 2, 6), {slice(x, 0, 0, 2), slice(x, 0, 4, 6)}, 0),
                ValueError);
   EXPECT_TRUE(equal(x, before));
 }

@@ -16,10 +16,15 @@ namespace {
 struct Dims {
   int64_t n, l, s, e;
 };
-Dims dims_of(const Tensor& q, const Tensor& k) {
+// See Note [Debug asserts] in kiln/core/error.h: the meta function made q [..., l, e] and k and
+// v [..., s, e] with the same leading dims, which the loops index as flat [n, l or s, e].
+Dims dims_of(const Tensor& q, const Tensor& k, const Tensor& v) {
   int64_t n = 1;
   for (int64_t d = 0; d < q.dim() - 2; ++d) n *= q.size(d);
-  return {n, q.size(-2), k.size(-2), q.size(-1)};
+  Dims r{n, q.size(-2), k.size(-2), q.size(-1)};
+  KILN_DEBUG_ASSERT(q.dim() >= 2 && k.numel() == r.n * r.s * r.e && v.numel() == k.numel(),
+                    "[flash_attention] q {}, k {}, v {}", q.sizes(), k.sizes(), v.sizes());
+  return r;
 }
 // Keys a query sees: all, or (causal) those at or before its own position.
 int64_t keys_seen(bool causal, int64_t row, int64_t s) { return causal ? std::min(row + 1, s) : s; }
@@ -46,7 +51,7 @@ TensorPair flash_attention_kernel(const Tensor& q, const Tensor& k, const Tensor
   Tensor lse = empty_cpu(meta::attention_stats_sizes(q), st);
   Tensor cq = contiguous_as(q, q.dtype()), ck = contiguous_as(k, q.dtype()),
          cv = contiguous_as(v, q.dtype());
-  Dims d = dims_of(q, k);
+  Dims d = dims_of(q, k, v);
   KILN_DISPATCH_FLOAT_TYPES(q.dtype(), "flash_attention", [&] {
     using T = scalar_t;
     const T *pq = data_of<T>(cq), *pk = data_of<T>(ck), *pv = data_of<T>(cv);
@@ -94,7 +99,7 @@ TensorTriple flash_attention_backward_kernel(const Tensor& g, const Tensor& q, c
   Tensor cg = contiguous_as(g, t), cq = contiguous_as(q, t), ck = contiguous_as(k, t),
          cv = contiguous_as(v, t), co = contiguous_as(out, t);
   Tensor cl = contiguous_as(lse, kFloat64);
-  Dims d = dims_of(q, k);
+  Dims d = dims_of(q, k, v);
   KILN_DISPATCH_FLOAT_TYPES(t, "flash_attention_backward", [&] {
     using T = scalar_t;
     const T *pg = data_of<T>(cg), *pq = data_of<T>(cq), *pk = data_of<T>(ck), *pv = data_of<T>(cv),
@@ -137,8 +142,8 @@ TensorTriple flash_attention_backward_kernel(const Tensor& g, const Tensor& q, c
 }
 
 const bool registered = [] {
-  ops::flash_attention_op.set_kernel(DispatchKey::CPU, &flash_attention_kernel);
-  ops::flash_attention_backward_op.set_kernel(DispatchKey::CPU, &flash_attention_backward_kernel);
+  ops::op_flash_attention.set_kernel(DispatchKey::CPU, &flash_attention_kernel);
+  ops::op_flash_attention_backward.set_kernel(DispatchKey::CPU, &flash_attention_backward_kernel);
   return true;
 }();
 

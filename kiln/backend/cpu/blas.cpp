@@ -43,6 +43,14 @@ void sync_blas_threads() {
 
 // y[n, p] = alpha * a[n, m] @ b[m, p] + beta * y (y contiguous; beta 0 ignores y's contents).
 void gemm(const Tensor& y, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  // See Note [Debug asserts] in kiln/core/error.h: mm's meta function checked the shapes.
+  KILN_DEBUG_ASSERT(a.dim() == 2 && b.dim() == 2 && y.dim() == 2,
+                    "[mm] gemm takes matrices, got {}, {} -> {}", a.sizes(), b.sizes(), y.sizes());
+  KILN_DEBUG_ASSERT(
+      a.sizes()[1] == b.sizes()[0] && y.sizes()[0] == a.sizes()[0] && y.sizes()[1] == b.sizes()[1],
+      "[mm] gemm of {} and {} into {}", a.sizes(), b.sizes(), y.sizes());
+  KILN_DEBUG_ASSERT(y.is_contiguous(), "[mm] gemm writes a contiguous y, got strides {}",
+                    y.strides());
   int64_t n = a.sizes()[0], m = a.sizes()[1], p = b.sizes()[1];
   if (n == 0 || p == 0) return;
   sync_blas_threads();
@@ -111,7 +119,7 @@ void addmm_impl(const Tensor& out, const Tensor& self, const Tensor& a, const Te
 void bmm_impl(const Tensor& out, const Tensor& a, const Tensor& b) {
   with_contiguous_result(out, a.dtype(), [&](const Tensor& y) {
     for (int64_t i = 0; i < a.sizes()[0]; ++i)
-      gemm(ops::select_op(y, 0, i), ops::select_op(a, 0, i), ops::select_op(b, 0, i), 1.0, 0.0);
+      gemm(ops::op_select(y, 0, i), ops::op_select(a, 0, i), ops::op_select(b, 0, i), 1.0, 0.0);
   });
 }
 
@@ -120,7 +128,7 @@ KILN_REGISTER_STRUCTURED(mm, K, &mm_impl);
 KILN_REGISTER_STRUCTURED(addmm, K, &addmm_impl);
 KILN_REGISTER_STRUCTURED(bmm, K, &bmm_impl);
 const bool registered = [] {
-  ops::addmm_gelu_op.set_kernel(K, &detail::addmm_gelu_unfused);
+  ops::op_addmm_gelu.set_kernel(K, &detail::addmm_gelu_unfused);
   return true;
 }();
 

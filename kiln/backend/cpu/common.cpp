@@ -263,16 +263,16 @@ Tensor cpu_randint(int64_t low, int64_t high, IntArrayRef sizes, Generator* gen,
 
 const bool registered = [] {
   constexpr auto K = DispatchKey::CPU;
-  ops::copy__op.set_kernel(K, &cpu_copy_);
-  ops::fill__op.set_kernel(K, &cpu_fill_);
-  ops::to_copy_op.set_kernel(K, &cpu_to_copy);
-  ops::empty_op.set_kernel(K, &cpu_empty);
-  ops::full_op.set_kernel(K, &cpu_full);
-  ops::arange_op.set_kernel(K, &cpu_arange);
-  ops::linspace_op.set_kernel(K, &cpu_linspace);
-  ops::rand_op.set_kernel(K, &cpu_rand);
-  ops::randn_op.set_kernel(K, &cpu_randn);
-  ops::randint_op.set_kernel(K, &cpu_randint);
+  ops::op_copy_.set_kernel(K, &cpu_copy_);
+  ops::op_fill_.set_kernel(K, &cpu_fill_);
+  ops::op_to_copy.set_kernel(K, &cpu_to_copy);
+  ops::op_empty.set_kernel(K, &cpu_empty);
+  ops::op_full.set_kernel(K, &cpu_full);
+  ops::op_arange.set_kernel(K, &cpu_arange);
+  ops::op_linspace.set_kernel(K, &cpu_linspace);
+  ops::op_rand.set_kernel(K, &cpu_rand);
+  ops::op_randn.set_kernel(K, &cpu_randn);
+  ops::op_randint.set_kernel(K, &cpu_randint);
   return true;
 }();
 

@@ -151,7 +151,7 @@ TensorList sqrt(const TensorList& self) {
   meta::foreach_lists("foreach_sqrt", {&self});
   TensorList out;
   out.reserve(self.size());
-  for (const Tensor& t : self) out.push_back(ops::sqrt_op(t));
+  for (const Tensor& t : self) out.push_back(ops::op_sqrt(t));
   return out;
 }
 
@@ -237,15 +237,15 @@ void adamw_(const TensorList& p, const TensorList& g, const TensorList& m, const
 
 const bool registered = [] {
   constexpr auto K = DispatchKey::CPU;
-  ops::foreach_adamw__op.set_kernel(K, &adamw_);
-  ops::foreach_add__op.set_kernel(K, &add_);
-  ops::foreach_mul__op.set_kernel(K, &mul_);
-  ops::foreach_mul_list__op.set_kernel(K, &mul_list_);
-  ops::foreach_lerp__op.set_kernel(K, &lerp_);
-  ops::foreach_addcmul__op.set_kernel(K, &addcmul_);
-  ops::foreach_addcdiv__op.set_kernel(K, &addcdiv_);
-  ops::foreach_sqrt__op.set_kernel(K, &sqrt_);
-  ops::foreach_sqrt_op.set_kernel(K, &sqrt);
+  ops::op_foreach_adamw_.set_kernel(K, &adamw_);
+  ops::op_foreach_add_.set_kernel(K, &add_);
+  ops::op_foreach_mul_.set_kernel(K, &mul_);
+  ops::op_foreach_mul_list_.set_kernel(K, &mul_list_);
+  ops::op_foreach_lerp_.set_kernel(K, &lerp_);
+  ops::op_foreach_addcmul_.set_kernel(K, &addcmul_);
+  ops::op_foreach_addcdiv_.set_kernel(K, &addcdiv_);
+  ops::op_foreach_sqrt_.set_kernel(K, &sqrt_);
+  ops::op_foreach_sqrt.set_kernel(K, &sqrt);
   return true;
 }();
 

@@ -13,9 +13,11 @@ void cat_impl(const Tensor& out, const TensorList& ts, int64_t dim) {
   for (const Tensor& t : ts) {
     if (t.dim() == 1 && t.numel() == 0) continue;
     int64_t n = t.sizes()[d];
-    copy_kernel(ops::slice_op(out, d, offset, offset + n, 1), t);
+    copy_kernel(ops::op_slice(out, d, offset, offset + n, 1), t);
     offset += n;
   }
+  KILN_DEBUG_ASSERT(offset == out.sizes()[d], "[cat] the inputs fill {} of out's {} along dim {}",
+                    offset, out.sizes()[d], d);
 }
 
 void index_select_impl(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index) {
@@ -27,7 +29,7 @@ void index_select_impl(const Tensor& out, const Tensor& self, int64_t dim, const
   int64_t d = wrap_dim(dim, self.dim(), "index_select");
   std::vector<int64_t> idx = checked_indices("index_select", index, self.sizes()[d], "dimension");
   for (size_t i = 0; i < idx.size(); ++i)
-    copy_kernel(ops::select_op(out, d, static_cast<int64_t>(i)), ops::select_op(self, d, idx[i]));
+    copy_kernel(ops::op_select(out, d, static_cast<int64_t>(i)), ops::op_select(self, d, idx[i]));
 }
 
 // Visits every element of a contiguous tensor of `sizes`, giving its flat position and the
@@ -37,6 +39,9 @@ template <class F>
 void for_each_indexed(IntArrayRef sizes, IntArrayRef strides, int64_t d,
                       const std::vector<int64_t>& idx, F f) {
   int64_t nd = static_cast<int64_t>(sizes.size());
+  // See Note [Debug asserts] in kiln/core/error.h: one index value per position.
+  KILN_DEBUG_ASSERT(static_cast<int64_t>(idx.size()) == checked_numel(sizes, "index"),
+                    "[index] {} index values for sizes {}", idx.size(), sizes);
   Shape coord(static_cast<size_t>(nd), 0);
   for (size_t p = 0; p < idx.size(); ++p) {
     int64_t off = 0;
@@ -51,10 +56,13 @@ void for_each_indexed(IntArrayRef sizes, IntArrayRef strides, int64_t d,
 
 void gather_impl(const Tensor& out, const Tensor& self_in, int64_t dim, const Tensor& index_in) {
   // 0-d operands act as 1-d of size 1, as in PyTorch.
-  Tensor self = self_in.dim() == 0 ? ops::view_op(self_in, {1}) : self_in;
-  Tensor index = index_in.dim() == 0 ? ops::view_op(index_in, {1}) : index_in;
+  Tensor self = self_in.dim() == 0 ? ops::op_view(self_in, {1}) : self_in;
+  Tensor index = index_in.dim() == 0 ? ops::op_view(index_in, {1}) : index_in;
   int64_t d = wrap_dim(dim, self.dim(), "gather");
   std::vector<int64_t> idx = checked_indices("gather", index, self.sizes()[d], "dimension");
+  KILN_DEBUG_ASSERT(out.numel() == index.numel() && index.dim() == self.dim(),
+                    "[gather] out {} for index {} of self {}", out.sizes(), index.sizes(),
+                    self.sizes());
   Tensor src = contiguous_as(self, self.dtype());
   Shape st = contiguous_strides(self.sizes());
   with_contiguous_result(out, self.dtype(), [&](const Tensor& y) {
@@ -75,7 +83,7 @@ void scatter_add_impl(const Tensor& out, const Tensor& self, int64_t dim, const 
   copy_kernel(acc, self);
   // src is read at the index's coordinates: slice it down to the index's shape first.
   Tensor s = src;
-  for (int64_t k = 0; k < index.dim(); ++k) s = ops::slice_op(s, k, 0, index.sizes()[k], 1);
+  for (int64_t k = 0; k < index.dim(); ++k) s = ops::op_slice(s, k, 0, index.sizes()[k], 1);
   Tensor cs = contiguous_as(s, self.dtype());
   Shape st = contiguous_strides(self.sizes());
   KILN_DISPATCH_TYPES(self.dtype(), "scatter_add", [&] {
@@ -98,7 +106,7 @@ void index_add_impl(const Tensor& out, const Tensor& self, int64_t dim, const Te
     Tensor flat = reshape(source, {-1});
     for (size_t i = 0; i < idx.size(); ++i) {
       Tensor sum = empty_cpu({}, self.dtype());
-      ops::add_out_op(sum, acc, ops::select_op(flat, 0, static_cast<int64_t>(i)), alpha);
+      ops::op_add_out(sum, acc, ops::op_select(flat, 0, static_cast<int64_t>(i)), alpha);
       copy_kernel(acc, sum);
     }
     copy_kernel(out, acc);
@@ -107,16 +115,17 @@ void index_add_impl(const Tensor& out, const Tensor& self, int64_t dim, const Te
   int64_t d = wrap_dim(dim, self.dim(), "index_add");
   std::vector<int64_t> idx = checked_indices("index_add", index, self.sizes()[d], "dimension");
   for (size_t i = 0; i < idx.size(); ++i) {
-    Tensor dst = ops::select_op(acc, d, idx[i]);
+    Tensor dst = ops::op_select(acc, d, idx[i]);
     // dst += alpha * source[i]; a temporary keeps the update free of aliasing.
     Tensor upd = empty_cpu(dst.sizes(), self.dtype());
-    ops::add_out_op(upd, dst, ops::select_op(source, d, static_cast<int64_t>(i)), alpha);
+    ops::op_add_out(upd, dst, ops::op_select(source, d, static_cast<int64_t>(i)), alpha);
     copy_kernel(dst, upd);
   }
   copy_kernel(out, acc);
 }
 
 void tri_common(const Tensor& out, const Tensor& self, int64_t k, bool upper) {
+  KILN_DEBUG_ASSERT(self.dim() >= 2, "[{}] self is {}-d", upper ? "triu" : "tril", self.dim());
   Tensor y = empty_cpu(self.sizes(), self.dtype());
   copy_kernel(y, self);
   int64_t R = self.sizes()[self.dim() - 2], C = self.sizes()[self.dim() - 1];
@@ -138,6 +147,9 @@ void tril_impl(const Tensor& out, const Tensor& self, int64_t k) {
 
 void one_hot_impl(const Tensor& out, const Tensor& self, int64_t num_classes) {
   std::vector<int64_t> idx = checked_indices("one_hot", self, num_classes, "num_classes");
+  KILN_DEBUG_ASSERT(out.numel() == static_cast<int64_t>(idx.size()) * num_classes,
+                    "[one_hot] out {} for {} indices of {} classes", out.sizes(), idx.size(),
+                    num_classes);
   Tensor y = empty_cpu(out.sizes(), kInt64);
   int64_t* p = static_cast<int64_t*>(y.impl()->data());
   std::fill(p, p + y.numel(), 0);

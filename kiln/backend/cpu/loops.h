@@ -26,9 +26,24 @@ struct Loop {
   std::array<char*, N> data{};
 };
 
+// Whether `t` broadcasts to out's shape: what a meta function guarantees a loop's inputs.
+inline bool broadcasts_to(const Tensor& t, const Tensor& out) {
+  if (t.dim() > out.dim()) return false;
+  for (int64_t d = 1; d <= t.dim(); ++d) {
+    int64_t s = t.sizes()[t.dim() - d];
+    if (s != 1 && s != out.sizes()[out.dim() - d]) return false;
+  }
+  return true;
+}
+
 // Builds the loop for writing `out` from `inputs` (each broadcastable to out's shape).
 template <int N>
 Loop<N> make_loop(const Tensor& out, const std::array<const Tensor*, N - 1>& inputs) {
+  // See Note [Debug asserts] in kiln/core/error.h.
+  for (const Tensor* t : inputs)
+    KILN_DEBUG_ASSERT(broadcasts_to(*t, out),
+                      "[elementwise] an input of shape {} does not broadcast to out's shape {}",
+                      t->sizes(), out.sizes());
   Loop<N> l;
   int nd = static_cast<int>(out.dim());
   KILN_CHECK(nd <= kMaxLoopDims,
@@ -87,6 +102,8 @@ int omp_thread();
 // [begin, end) of the loop, in order.
 template <int N, class Inner>
 void loop_range(const Loop<N>& l, int64_t begin, int64_t end, Inner&& inner) {
+  KILN_DEBUG_ASSERT(0 <= begin && end <= l.numel,
+                    "[elementwise] range [{}, {}) of a {}-element loop", begin, end, l.numel);
   if (begin >= end) return;
   if (l.ndim == 0) {
     if (begin < end) {
@@ -179,7 +196,21 @@ KILN_AVX2_CLONES void run_scalar_left(Out* o, const F& f, int64_t n, A a, const 
 template <class Out, class... In, class F>
 void elementwise(const Tensor& out, const std::array<const Tensor*, sizeof...(In)>& inputs, F f) {
   constexpr int N = sizeof...(In) + 1;
+  // See Note [Debug asserts] in kiln/core/error.h: the element types are the operands' own
+  // (callers cast first), and every operand has bytes.
+  constexpr std::array<size_t, sizeof...(In)> in_bytes{sizeof(In)...};
+  KILN_DEBUG_ASSERT(out.itemsize() == sizeof(Out),
+                    "[elementwise] out is {}, but the kernel writes {}-byte elements", out.dtype(),
+                    sizeof(Out));
+  for (size_t k = 0; k < inputs.size(); ++k)
+    KILN_DEBUG_ASSERT(inputs[k]->itemsize() == in_bytes[k],
+                      "[elementwise] input {} is {}, but the kernel reads {}-byte elements", k,
+                      inputs[k]->dtype(), in_bytes[k]);
   if (out.numel() == 0) return;
+  KILN_DEBUG_ASSERT(out.impl()->data() != nullptr, "[elementwise] out has no data");
+  for (size_t k = 0; k < inputs.size(); ++k)
+    KILN_DEBUG_ASSERT(inputs[k]->impl()->data() != nullptr, "[elementwise] input {} has no data",
+                      k);
   // Fast path: every operand contiguous with out's shape, so one flat loop does it.
   bool flat = out.is_contiguous();
   for (const Tensor* t : inputs) flat = flat && t->is_contiguous() && same_sizes(*t, out);

@@ -186,7 +186,7 @@ KILN_REGISTER_STRUCTURED(rms_norm, K, &rms_norm_impl);
 KILN_REGISTER_STRUCTURED(embedding, K, &embedding_impl);
 KILN_REGISTER_STRUCTURED(nll_loss, K, &nll_loss_impl);
 const bool registered = [] {
-  ops::native_dropout_op.set_kernel(K, &dropout_kernel);
+  ops::op_native_dropout.set_kernel(K, &dropout_kernel);
   return true;
 }();
 

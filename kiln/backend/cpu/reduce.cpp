@@ -18,6 +18,7 @@ struct Rows {
   int64_t rows;
   int64_t len;
 };
+// See Note [Debug asserts] in kiln/core/error.h: each kernel writes one output per row.
 Rows to_rows(const char* op, const Tensor& self, IntArrayRef dims, DType dtype) {
   auto mask = meta::reduce_mask(op, self, dims);
   Shape perm, kept_sizes;
@@ -32,7 +33,7 @@ Rows to_rows(const char* op, const Tensor& self, IntArrayRef dims, DType dtype) 
       perm.push_back(i);
       len *= self.sizes()[i];
     }
-  Tensor p = ops::permute_op(self, perm);
+  Tensor p = ops::op_permute(self, perm);
   return {contiguous_as(p, dtype), rows, len};
 }
 
@@ -102,6 +103,8 @@ void sum_impl(const Tensor& out, const Tensor& self, IntArrayRef dims, bool, con
   (void)dt;
   if (try_column_sums("sum", out, self, dims, false)) return;
   Rows R = to_rows("sum", self, dims, t);
+  KILN_DEBUG_ASSERT(out.numel() == R.rows, "[{}] {} rows into {} outputs", "sum", R.rows,
+                    out.numel());
   with_contiguous_result(out, t, [&](const Tensor& o) {
     KILN_DISPATCH_TYPES(t, "sum", [&] {
       const scalar_t* x = static_cast<const scalar_t*>(R.data.impl()->data());
@@ -121,6 +124,8 @@ void mean_impl(const Tensor& out, const Tensor& self, IntArrayRef dims, bool, co
   (void)dt;
   if (try_column_sums("mean", out, self, dims, true)) return;
   Rows R = to_rows("mean", self, dims, t);
+  KILN_DEBUG_ASSERT(out.numel() == R.rows, "[{}] {} rows into {} outputs", "mean", R.rows,
+                    out.numel());
   with_contiguous_result(out, t, [&](const Tensor& o) {
     KILN_DISPATCH_FLOAT_TYPES(t, "mean", [&] {
       const scalar_t* x = static_cast<const scalar_t*>(R.data.impl()->data());
@@ -138,6 +143,8 @@ void mean_impl(const Tensor& out, const Tensor& self, IntArrayRef dims, bool, co
 void var_impl(const Tensor& out, const Tensor& self, IntArrayRef dims, int64_t correction, bool) {
   DType t = self.dtype();
   Rows R = to_rows("var", self, dims, t);
+  KILN_DEBUG_ASSERT(out.numel() == R.rows, "[{}] {} rows into {} outputs", "var", R.rows,
+                    out.numel());
   double denom = std::max<double>(0.0, static_cast<double>(R.len - correction));
   with_contiguous_result(out, t, [&](const Tensor& o) {
     KILN_DISPATCH_FLOAT_TYPES(t, "var", [&] {
@@ -162,6 +169,7 @@ void var_impl(const Tensor& out, const Tensor& self, IntArrayRef dims, int64_t c
 // max (is_max) or min of a row; NaN wins, as in PyTorch. Returns the first index of the result.
 template <class T>
 std::pair<acc_t<T>, int64_t> extreme(const T* row, int64_t len, bool is_max) {
+  KILN_DEBUG_ASSERT(len > 0, "[{}] an empty row has no extreme", is_max ? "max" : "min");
   using V = acc_t<T>;
   V best = row[0];
   int64_t at = 0;
@@ -182,6 +190,7 @@ std::pair<acc_t<T>, int64_t> extreme(const T* row, int64_t len, bool is_max) {
 void amax_amin(const char* op, const Tensor& out, const Tensor& self, IntArrayRef dims,
                bool is_max) {
   Rows R = to_rows(op, self, dims, self.dtype());
+  KILN_DEBUG_ASSERT(out.numel() == R.rows, "[{}] {} rows into {} outputs", op, R.rows, out.numel());
   with_contiguous_result(out, self.dtype(), [&](const Tensor& o) {
     KILN_DISPATCH_TYPES(self.dtype(), op, [&] {
       const scalar_t* x = static_cast<const scalar_t*>(R.data.impl()->data());
@@ -201,6 +210,7 @@ void amin_impl(const Tensor& out, const Tensor& self, IntArrayRef dims, bool) {
 
 void all_any(const char* op, const Tensor& out, const Tensor& self, IntArrayRef dims, bool is_all) {
   Rows R = to_rows(op, self, dims, kBool);
+  KILN_DEBUG_ASSERT(out.numel() == R.rows, "[{}] {} rows into {} outputs", op, R.rows, out.numel());
   with_contiguous_result(out, kBool, [&](const Tensor& o) {
     const bool* x = static_cast<const bool*>(R.data.impl()->data());
     bool* y = static_cast<bool*>(o.impl()->data());
@@ -345,8 +355,8 @@ KILN_REGISTER_STRUCTURED(argmin, K, &argmin_impl);
 KILN_REGISTER_STRUCTURED(softmax, K, &softmax_impl);
 KILN_REGISTER_STRUCTURED(log_softmax, K, &log_softmax_impl);
 const bool registered = [] {
-  ops::max_dim_op.set_kernel(K, &max_dim_kernel);
-  ops::min_dim_op.set_kernel(K, &min_dim_kernel);
+  ops::op_max_dim.set_kernel(K, &max_dim_kernel);
+  ops::op_min_dim.set_kernel(K, &min_dim_kernel);
   return true;
 }();
 

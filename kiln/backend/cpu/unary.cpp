@@ -88,8 +88,8 @@ void logical_not_impl(const Tensor& out, const Tensor& a) {
 }
 
 // Two loops rather than a branch per element, so that each one vectorises.
-void gelu_impl(const Tensor& out, const Tensor& a, bool approximate) {
-  if (approximate) {
+void gelu_impl(const Tensor& out, const Tensor& a, bool approximate_tanh) {
+  if (approximate_tanh) {
     unary(out, a, a.dtype(), "gelu", [](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       return [](T v) -> T {
@@ -121,12 +121,12 @@ void gelu_impl(const Tensor& out, const Tensor& a, bool approximate) {
 }
 
 // d/dx gelu(x) * grad in one pass (autograd's formula for gelu).
-void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x, bool approximate) {
+void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x, bool approximate_tanh) {
   with_result_dtype(out, x.dtype(), [&](const Tensor& r) {
     KILN_DISPATCH_FLOAT_TYPES(x.dtype(), "gelu_backward", [&] {
       using T = scalar_t;
       using F = A<T>;
-      if (approximate) {
+      if (approximate_tanh) {
         constexpr F kBeta = F(std::numbers::sqrt2 * std::numbers::inv_sqrtpi), kKappa = 0.044715;
         elementwise<T, T, T>(r, {&grad, &x}, [](T gv, T xv) -> T {
           F x = xv, x2 = x * x;

@@ -114,7 +114,7 @@ TensorTriple cuda_flash_attention_backward(const Tensor& g, const Tensor& q, con
 
 }  // namespace
 
-KILN_CUDA_KERNELS(backend_kernel(ops::flash_attention_op, &cuda_flash_attention),
-                  backend_kernel(ops::flash_attention_backward_op, &cuda_flash_attention_backward));
+KILN_CUDA_KERNELS(backend_kernel(ops::op_flash_attention, &cuda_flash_attention),
+                  backend_kernel(ops::op_flash_attention_backward, &cuda_flash_attention_backward));
 
 }  // namespace kiln::cuda

@@ -465,7 +465,7 @@ TensorPair addmm_gelu_kernel(const Tensor& bias, const Tensor& a, const Tensor& 
 KILN_CUDA_STRUCTURED(mm, &mm_impl);
 KILN_CUDA_STRUCTURED(addmm, &addmm_impl);
 KILN_CUDA_STRUCTURED(bmm, &bmm_impl);
-KILN_CUDA_KERNELS(backend_kernel(ops::addmm_gelu_op, &addmm_gelu_kernel));
+KILN_CUDA_KERNELS(backend_kernel(ops::op_addmm_gelu, &addmm_gelu_kernel));
 
 }  // namespace
 

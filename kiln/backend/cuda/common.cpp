@@ -37,6 +37,8 @@ Indexer<N> make_indexer(const Tensor& out, const std::array<const Tensor*, N - 1
              "[cuda] strided operands with {} dims that cannot be merged are not supported (at "
              "most {}); make them contiguous first",
              l.ndim, kMaxDims);
+  // See Note [Debug asserts] in kiln/core/error.h: what launch_elementwise (loops.cuh) assumes.
+  KILN_DEBUG_ASSERT(fits_grid(l.numel), "[cuda] {} elements exceed one launch's grid", l.numel);
   Indexer<N> ix;
   ix.ndim = l.ndim;
   ix.numel = l.numel;
@@ -46,7 +48,12 @@ Indexer<N> make_indexer(const Tensor& out, const std::array<const Tensor*, N - 1
     const Tensor& t = k == 0 ? out : *inputs[k - 1];
     const bool host = k > 0 && is_host_scalar(t);
     const int64_t item = static_cast<int64_t>(t.itemsize());
+    KILN_DEBUG_ASSERT(host || t.impl()->data() != nullptr || l.numel == 0,
+                      "[cuda] operand {} has no device data", k);
     for (int d = 0; d < l.ndim; ++d) {
+      KILN_DEBUG_ASSERT(l.strides[k][d] % item == 0,
+                        "[cuda] operand {}: byte stride {} is not a multiple of its {}-byte items",
+                        k, l.strides[k][d], item);
       ix.strides[k][d] = host ? 0 : l.strides[k][d] / item;
       if (!host && d == 0 && ix.strides[k][0] != 1) ix.contiguous = false;
     }
@@ -63,6 +70,8 @@ Tensor empty_cuda(IntArrayRef sizes, DType dtype, Device device) {
 
 void copy_kernel(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
+  KILN_DEBUG_ASSERT(is_host_scalar(src) || src.device() == dst.device(),
+                    "[copy_] a device copy from {} to {}", src.device(), dst.device());
   Indexer<2> ix = make_indexer<2>(dst, {&src});
   launch_copy(dt(dst.dtype()), dt(src.dtype()), ix, dst.impl()->data(), operand(src),
               stream_for(dst));

@@ -93,25 +93,25 @@ struct KernelAdder {
 #define KILN_CUDA_POINTWISE(name, impl)                                                   \
   KILN_CUDA_KERNELS(                                                                      \
       ::kiln::backend_kernel(                                                             \
-          ::kiln::ops::name##_op,                                                         \
-          &::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>::functional< \
+          ::kiln::ops::op_##name,                                                         \
+          &::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>::functional< \
               &::kiln::meta::name, impl>),                                                \
       ::kiln::backend_kernel(                                                             \
-          ::kiln::ops::name##__op,                                                        \
-          &::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>::inplace<    \
-              ::kiln::ops::name##__op, &::kiln::meta::name, impl>),                       \
+          ::kiln::ops::op_##name##_,                                                        \
+          &::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>::inplace<    \
+              ::kiln::ops::op_##name##_, &::kiln::meta::name, impl>),                       \
       ::kiln::backend_kernel(                                                             \
-          ::kiln::ops::name##_out_op,                                                     \
-          &::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>::out<        \
-              ::kiln::ops::name##_out_op, &::kiln::meta::name, impl, true>))
+          ::kiln::ops::op_##name##_out,                                                     \
+          &::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>::out<        \
+              ::kiln::ops::op_##name##_out, &::kiln::meta::name, impl, true>))
 // A structured op's functional and out= kernels from one impl.
 #define KILN_CUDA_STRUCTURED(name, impl)                                                  \
   KILN_CUDA_KERNELS(                                                                      \
       ::kiln::backend_kernel(                                                             \
-          ::kiln::ops::name##_op,                                                         \
-          &::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>::functional< \
+          ::kiln::ops::op_##name,                                                         \
+          &::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>::functional< \
               &::kiln::meta::name, impl>),                                                \
       ::kiln::backend_kernel(                                                             \
-          ::kiln::ops::name##_out_op,                                                     \
-          &::kiln::detail::Structured<decltype(::kiln::ops::name##_op)::Sig>::out<        \
-              ::kiln::ops::name##_out_op, &::kiln::meta::name, impl>))
+          ::kiln::ops::op_##name##_out,                                                     \
+          &::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>::out<        \
+              ::kiln::ops::op_##name##_out, &::kiln::meta::name, impl>))

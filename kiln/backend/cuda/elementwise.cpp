@@ -46,8 +46,8 @@ KILN_CUDA_UNARY(sin, Sin, meta::float_result(a.dtype()))
 KILN_CUDA_UNARY(cos, Cos, meta::float_result(a.dtype()))
 #undef KILN_CUDA_UNARY
 
-void gelu_impl(const Tensor& out, const Tensor& a, bool approximate) {
-  unary(out, a, a.dtype(), approximate ? UnaryOp::GeluTanh : UnaryOp::Gelu, "gelu");
+void gelu_impl(const Tensor& out, const Tensor& a, bool approximate_tanh) {
+  unary(out, a, a.dtype(), approximate_tanh ? UnaryOp::GeluTanh : UnaryOp::Gelu, "gelu");
 }
 KILN_CUDA_POINTWISE(gelu, &gelu_impl);
 
@@ -162,7 +162,7 @@ void copy_any(const Tensor& dst, const Tensor& src) {
   Tensor host = empty(src.sizes(), src.dtype(), Device(kCPU));
   iface->copy_bytes(data(host), false, data(dev), true, dev.nbytes(), src.device().index());
   if (!dc) {
-    ops::copy__op.call_at(DispatchKey::CPU, dst, host);
+    ops::op_copy_.call_at(DispatchKey::CPU, dst, host);
     return;
   }
   copy_any(dst, host);
@@ -195,7 +195,7 @@ void fill_(const Tensor& self, const Scalar& value) {
   self.impl()->storage()->bump_version();
 }
 
-Tensor empty_op(IntArrayRef sizes, DType dtype, Device device) {
+Tensor op_empty(IntArrayRef sizes, DType dtype, Device device) {
   meta::factory("empty", sizes, dtype);
   return empty_cuda(sizes, dtype, device);
 }
@@ -208,9 +208,9 @@ Tensor full(IntArrayRef sizes, const Scalar& value, DType dtype, Device device) 
   return out;
 }
 
-KILN_CUDA_KERNELS(backend_kernel(ops::copy__op, &copy_), backend_kernel(ops::to_copy_op, &to_copy),
-                  backend_kernel(ops::fill__op, &fill_), backend_kernel(ops::empty_op, &empty_op),
-                  backend_kernel(ops::full_op, &full));
+KILN_CUDA_KERNELS(backend_kernel(ops::op_copy_, &copy_), backend_kernel(ops::op_to_copy, &to_copy),
+                  backend_kernel(ops::op_fill_, &fill_), backend_kernel(ops::op_empty, &op_empty),
+                  backend_kernel(ops::op_full, &full));
 
 }  // namespace
 }  // namespace kiln::cuda

@@ -247,15 +247,15 @@ void adamw_(const TensorList& p, const TensorList& g, const TensorList& m, const
     for (const TensorList* l : {&p, &m, &v, &steps}) (*l)[i].impl()->storage()->bump_version();
 }
 
-KILN_CUDA_KERNELS(::kiln::backend_kernel(ops::foreach_adamw__op, &adamw_),
-                  ::kiln::backend_kernel(ops::foreach_add__op, &add_),
-                  ::kiln::backend_kernel(ops::foreach_mul__op, &mul_),
-                  ::kiln::backend_kernel(ops::foreach_mul_list__op, &mul_list_),
-                  ::kiln::backend_kernel(ops::foreach_lerp__op, &lerp_),
-                  ::kiln::backend_kernel(ops::foreach_addcmul__op, &addcmul_),
-                  ::kiln::backend_kernel(ops::foreach_addcdiv__op, &addcdiv_),
-                  ::kiln::backend_kernel(ops::foreach_sqrt__op, &sqrt_),
-                  ::kiln::backend_kernel(ops::foreach_sqrt_op, &sqrt));
+KILN_CUDA_KERNELS(::kiln::backend_kernel(ops::op_foreach_adamw_, &adamw_),
+                  ::kiln::backend_kernel(ops::op_foreach_add_, &add_),
+                  ::kiln::backend_kernel(ops::op_foreach_mul_, &mul_),
+                  ::kiln::backend_kernel(ops::op_foreach_mul_list_, &mul_list_),
+                  ::kiln::backend_kernel(ops::op_foreach_lerp_, &lerp_),
+                  ::kiln::backend_kernel(ops::op_foreach_addcmul_, &addcmul_),
+                  ::kiln::backend_kernel(ops::op_foreach_addcdiv_, &addcdiv_),
+                  ::kiln::backend_kernel(ops::op_foreach_sqrt_, &sqrt_),
+                  ::kiln::backend_kernel(ops::op_foreach_sqrt, &sqrt));
 
 }  // namespace
 }  // namespace kiln::cuda

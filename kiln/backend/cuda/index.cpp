@@ -80,7 +80,7 @@ void cat_impl(const Tensor& out, const TensorList& ts, int64_t dim) {
   for (const Tensor& t : ts) {
     if (t.dim() == 1 && t.numel() == 0) continue;
     int64_t n = t.sizes()[d];
-    copy_kernel(ops::slice_op(out, d, offset, offset + n, 1), t);
+    copy_kernel(ops::op_slice(out, d, offset, offset + n, 1), t);
     offset += n;
   }
 }
@@ -93,6 +93,10 @@ void index_select_impl(const Tensor& out, const Tensor& self, int64_t dim, const
       self.dim() == 0 ? Split{} : split_at(self.sizes(), wrap_dim(dim, self.dim(), "index_select"));
   Tensor cs = device_contiguous(self, self.dtype(), out.device());
   Tensor ci = device_contiguous(index, index.dtype(), out.device());
+  // See Note [Debug asserts] in kiln/core/error.h: the launchers take int32 or int64 indices.
+  KILN_DEBUG_ASSERT(index.dtype() == kInt64 || index.dtype() == kInt32,
+                    "[index_select] index is {}", index.dtype());
+  KILN_DEBUG_ASSERT(fits_grid(out.numel()), "[index_select] {} elements", out.numel());
   with_result(out, self.dtype(), true, [&](const Tensor& r) {
     launch_index_select(dt(self.dtype()), cs.impl()->data(), dt(index.dtype()), ci.impl()->data(),
                         r.impl()->data(), s.outer, s.size, index.numel(), s.inner, err_word_of(out),
@@ -132,7 +136,7 @@ void scatter_add_impl(const Tensor& out, const Tensor& self, int64_t dim, const 
   IndexGeom g = make_geom("scatter_add", index_sizes, self_sizes, d, self_sizes[d]);
   // src is read at the index's coordinates: slice it down to the index's shape first.
   Tensor s = src;
-  for (int64_t k = 0; k < index.dim(); ++k) s = ops::slice_op(s, k, 0, index.sizes()[k], 1);
+  for (int64_t k = 0; k < index.dim(); ++k) s = ops::op_slice(s, k, 0, index.sizes()[k], 1);
   Tensor cs = device_contiguous(s, self.dtype(), out.device());
   Tensor ci = device_contiguous(index, kInt64, out.device());
   with_result(out, self.dtype(), true, [&](const Tensor& r) {
@@ -153,6 +157,9 @@ void index_add_impl(const Tensor& out, const Tensor& self, int64_t dim, const Te
       self.dim() == 0 ? Split{} : split_at(self.sizes(), wrap_dim(dim, self.dim(), "index_add"));
   Tensor cs = device_contiguous(source, self.dtype(), out.device());
   Tensor ci = device_contiguous(index, index.dtype(), out.device());
+  KILN_DEBUG_ASSERT(index.dtype() == kInt64 || index.dtype() == kInt32, "[index_add] index is {}",
+                    index.dtype());
+  KILN_DEBUG_ASSERT(fits_grid(source.numel()), "[index_add] {} elements", source.numel());
   with_result(out, self.dtype(), true, [&](const Tensor& r) {
     copy_kernel(r, self);
     launch_index_add(dt(self.dtype()), r.impl()->data(), dt(index.dtype()), ci.impl()->data(),
@@ -163,6 +170,8 @@ void index_add_impl(const Tensor& out, const Tensor& self, int64_t dim, const Te
 }
 
 void tri_common(const Tensor& out, const Tensor& self, int64_t k, bool upper) {
+  KILN_DEBUG_ASSERT(self.dim() >= 2 && fits_grid(self.numel()), "[{}] self {}",
+                    upper ? "triu" : "tril", self.sizes());
   int64_t rows = self.sizes()[self.dim() - 2], cols = self.sizes()[self.dim() - 1];
   int64_t batch = rows * cols == 0 ? 0 : self.numel() / (rows * cols);
   Tensor cx = contiguous_as(self, self.dtype());

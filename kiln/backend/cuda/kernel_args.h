@@ -10,6 +10,15 @@ namespace kiln::cuda {
 // dims merge, so only truly strided layouts of more dims are refused).
 inline constexpr int kMaxDims = 8;
 
+// Threads per block of the one-thread-per-element kernels (elementwise, index, blas helpers).
+inline constexpr int kBlock = 256;
+// Whether a one-thread-per-element launch over n elements fits the grid (gridDim.x is at most
+// 2^31 - 1): what the host glue debug-asserts before launching (kiln/core/error.h, Note [Debug
+// asserts]), since a kernel cannot report it.
+constexpr bool fits_grid(int64_t n) {
+  return n >= 0 && (n + kBlock - 1) / kBlock < (int64_t{1} << 31);
+}
+
 // The element types, numbered as kiln::DType (checked by a static_assert in common.cpp).
 enum class Dt : int { Bool, UInt8, Int32, Int64, Float16, BFloat16, Float32, Float64 };
 

@@ -66,7 +66,7 @@ In<T> in_of(const Operand& o) {
   return r;
 }
 
-inline constexpr int kBlock = 256;
+// kBlock, the threads per block, is in kernel_args.h (the host glue checks grids with it).
 inline constexpr int kUnroll = 4;  // elements per thread in the flat kernel
 
 template <class Out, class F, class... T>

@@ -153,12 +153,12 @@ __global__ void __launch_bounds__(kNormThreads)
 // grad * d/dx gelu(x), as the CPU kernel computes it.
 template <class T>
 struct GeluBackward {
-  bool tanh_approx;
+  bool approximate_tanh;
   __device__ T operator()(T g, T xv) const {
     using A = acc_t<T>;
     A x = cvt<A>(xv);
     A r;
-    if (tanh_approx) {
+    if (approximate_tanh) {
       const A beta = A(0.7978845608028654), kappa = A(0.044715);  // beta = sqrt(2 / pi)
       A x2 = x * x;
       A t = tanh_of(beta * (x + kappa * x2 * x));
@@ -295,9 +295,9 @@ void launch_norm(Dt dt, const void* x, const void* w, const void* b, void* y, in
 }
 
 void launch_gelu_backward(Dt dt, const Indexer<3>& ix, void* out, const Operand& grad,
-                          const Operand& x, bool tanh_approx, cudaStream_t stream) {
+                          const Operand& x, bool approximate_tanh, cudaStream_t stream) {
   KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
-    launch_elementwise<scalar_t, scalar_t, scalar_t>(ix, out, GeluBackward<scalar_t>{tanh_approx},
+    launch_elementwise<scalar_t, scalar_t, scalar_t>(ix, out, GeluBackward<scalar_t>{approximate_tanh},
                                                      stream, in_of<scalar_t>(grad),
                                                      in_of<scalar_t>(x));
   });

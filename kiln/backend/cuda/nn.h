@@ -20,7 +20,7 @@ void launch_layer_norm_backward(Dt dt, const void* g, const void* x, const void*
                                 int64_t rows, int64_t n, double eps, cudaStream_t stream);
 // out = grad * gelu'(x) over `ix` (erf form, or the tanh approximation's derivative).
 void launch_gelu_backward(Dt dt, const Indexer<3>& ix, void* out, const Operand& grad,
-                          const Operand& x, bool tanh_approx, cudaStream_t stream);
+                          const Operand& x, bool approximate_tanh, cudaStream_t stream);
 // out (one element) = -mean of self[i, target[i]] over the i whose target is not
 // ignore_index (NaN when none is); self is (n, classes), target (n). A target outside
 // [0, classes) is left out and sets *err to `code`.

@@ -120,11 +120,11 @@ Tensor cuda_linspace(const Scalar& start, const Scalar& end, int64_t steps, DTyp
 
 }  // namespace
 
-KILN_CUDA_KERNELS(backend_kernel(ops::rand_op, &cuda_rand),
-                  backend_kernel(ops::randn_op, &cuda_randn),
-                  backend_kernel(ops::randint_op, &cuda_randint),
-                  backend_kernel(ops::native_dropout_op, &cuda_dropout),
-                  backend_kernel(ops::arange_op, &cuda_arange),
-                  backend_kernel(ops::linspace_op, &cuda_linspace));
+KILN_CUDA_KERNELS(backend_kernel(ops::op_rand, &cuda_rand),
+                  backend_kernel(ops::op_randn, &cuda_randn),
+                  backend_kernel(ops::op_randint, &cuda_randint),
+                  backend_kernel(ops::op_native_dropout, &cuda_dropout),
+                  backend_kernel(ops::op_arange, &cuda_arange),
+                  backend_kernel(ops::op_linspace, &cuda_linspace));
 
 }  // namespace kiln::cuda

@@ -45,7 +45,7 @@ Problem make_problem(const char* op, const Tensor& self, IntArrayRef dims, DType
   for (int pass = 0; pass < 2; ++pass)
     for (int64_t i = 0; i < self.dim(); ++i)
       if (mask[i] == (pass == 1)) perm.push_back(i);
-  p.x = contiguous_as(ops::permute_op(self, perm), dtype);
+  p.x = contiguous_as(ops::op_permute(self, perm), dtype);
   p.batch *= p.cols;
   p.cols = 1;
   return p;
@@ -162,11 +162,11 @@ void softmax_common(const Tensor& out, const Tensor& self, int64_t dim, bool log
     for (int64_t i = 0; i < self.dim(); ++i)
       if (i != d) perm.push_back(i);
     perm.push_back(d);
-    Tensor x = contiguous_as(ops::permute_op(self, perm), t);
+    Tensor x = contiguous_as(ops::op_permute(self, perm), t);
     Tensor y = empty_cuda(x.sizes(), t, self.device());
     launch_softmax(dt(t), x.impl()->data(), y.impl()->data(), outer * inner, n, 1, log, stream);
     check_launch(op);
-    copy_kernel(ops::permute_op(out, perm), y);
+    copy_kernel(ops::op_permute(out, perm), y);
     return;
   }
   Tensor x = contiguous_as(self, t);
@@ -195,7 +195,7 @@ KILN_CUDA_STRUCTURED(argmax, &argmax_impl);
 KILN_CUDA_STRUCTURED(argmin, &argmin_impl);
 KILN_CUDA_STRUCTURED(softmax, &softmax_impl);
 KILN_CUDA_STRUCTURED(log_softmax, &log_softmax_impl);
-KILN_CUDA_KERNELS(::kiln::backend_kernel(ops::max_dim_op, &max_dim_kernel),
-                  ::kiln::backend_kernel(ops::min_dim_op, &min_dim_kernel));
+KILN_CUDA_KERNELS(::kiln::backend_kernel(ops::op_max_dim, &max_dim_kernel),
+                  ::kiln::backend_kernel(ops::op_min_dim, &min_dim_kernel));
 
 }  // namespace kiln::cuda

@@ -767,7 +767,7 @@ void fallback(const OpDef& op, DispatchKey, Stack& stack) {
     if (tw->version() != 0) const_cast<StorageImpl*>(orig)->bump_version();
 
   // 3. The launch: the CPU kernel over wrapped arguments, on the stream.
-  if (op.name() == "empty") {
+  if (&op == &ops::op_empty.def) {
     stack = std::move(results);
     return;
   }
@@ -792,8 +792,8 @@ void fallback(const OpDef& op, DispatchKey, Stack& stack) {
     d.synchronize_current();
   }
   const OpDef* out_op = nullptr;
-  if (!random && fresh.size() == 1 && results.size() == 1)
-    out_op = ops::find_op(fmt::format("{}_out", op.name()));
+  if (!random && fresh.size() == 1 && results.size() == 1 && op.kind() == OpKind::Functional)
+    out_op = op.out_variant();
   // The CPU kernel bound to its arguments once (OpDef::bind): a graph runs a node many times.
   std::function<void()> fn;
   if (fresh.empty()) {
@@ -815,7 +815,7 @@ void fallback(const OpDef& op, DispatchKey, Stack& stack) {
         if (auto* l = std::get_if<TensorList>(&v)) got.insert(got.end(), l->begin(), l->end());
       }
       for (size_t k = 0; k < outs.size(); ++k)
-        ops::copy__op.call_at(DispatchKey::CPU, outs[k], got.at(at[k]));
+        ops::op_copy_.call_at(DispatchKey::CPU, outs[k], got.at(at[k]));
       call->results.clear();
     };
   }
@@ -833,7 +833,7 @@ void copy_(const Tensor& self, const Tensor& src) {
   Tensor dst = wrap(self), from = wrap(src);
   if (ds && ss && self.device() == src.device()) {
     device_state(self.device().index()).launch("copy_", [dst, from] {
-      ops::copy__op.call_at(DispatchKey::CPU, dst, from);
+      ops::op_copy_.call_at(DispatchKey::CPU, dst, from);
     });
   } else {  // through the host: waits for the streams, as a pageable cudaMemcpy does
     for (const Tensor* t : {&self, &src}) {
@@ -842,7 +842,7 @@ void copy_(const Tensor& self, const Tensor& src) {
       d.forbid_in_capture("a copy between host and device", "cudaErrorStreamCaptureUnsupported");
       d.synchronize();
     }
-    ops::copy__op.call_at(DispatchKey::CPU, dst, from);
+    ops::op_copy_.call_at(DispatchKey::CPU, dst, from);
   }
   self.impl()->storage()->bump_version();
 }
@@ -860,8 +860,8 @@ const char* describe(BackendSpec* spec) {
   g_key = spec->key;
   spec->interface = &g_interface;
   spec->fallback = &fallback;
-  spec->kernels = {backend_kernel(ops::copy__op, &copy_),
-                   backend_kernel(ops::to_copy_op, &to_copy)};
+  spec->kernels = {backend_kernel(ops::op_copy_, &copy_),
+                   backend_kernel(ops::op_to_copy, &to_copy)};
   return nullptr;
 }
 

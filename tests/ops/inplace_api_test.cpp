@@ -1,0 +1,124 @@
+// The public in-place API (kiln/ops/ops.h) is complete: every pointwise op of
+// kiln/ops/op_list.h but `where` has `name_(self, ...)`, which writes the functional result into
+// self and returns self. (The op table checks the in-place ops themselves against ATen; this
+// checks the functions a user calls.)
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+
+#include "kiln/ops/op_list.h"
+#include "kiln/ops/ops.h"
+
+namespace kiln {
+namespace {
+
+// `where_` writes into its bool condition, which no user means: it has no public form.
+const std::set<std::string> kNoPublicInPlace = {"where"};
+
+struct Row {
+  std::function<Tensor(const Tensor&, const Tensor&)> functional;
+  std::function<Tensor&(Tensor&, const Tensor&)> inplace;
+};
+
+// Functional and public in-place forms of each pointwise op, with `other` as the second
+// operand where there is one.
+const std::map<std::string, Row>& rows() {
+  using T = const Tensor&;
+#define KILN_UNARY_ROW(name)                                    \
+  {#name, {[](T a, T) { return name(a); }, [](Tensor& s, T) -> Tensor& { return name##_(s); }}}
+#define KILN_BINARY_ROW(name)                                                                \
+  {#name,                                                                                    \
+   {[](T a, T b) { return name(a, b); }, [](Tensor& s, T b) -> Tensor& { return name##_(s, b); }}}
+  static const std::map<std::string, Row> r = {
+      KILN_BINARY_ROW(add),
+      KILN_BINARY_ROW(sub),
+      KILN_BINARY_ROW(mul),
+      KILN_BINARY_ROW(div),
+      KILN_BINARY_ROW(pow),
+      KILN_BINARY_ROW(maximum),
+      KILN_BINARY_ROW(minimum),
+      KILN_BINARY_ROW(eq),
+      KILN_BINARY_ROW(ne),
+      KILN_BINARY_ROW(lt),
+      KILN_BINARY_ROW(le),
+      KILN_BINARY_ROW(gt),
+      KILN_BINARY_ROW(ge),
+      KILN_BINARY_ROW(logical_and),
+      KILN_BINARY_ROW(logical_or),
+      KILN_BINARY_ROW(logical_xor),
+      KILN_UNARY_ROW(logical_not),
+      KILN_UNARY_ROW(neg),
+      KILN_UNARY_ROW(abs),
+      KILN_UNARY_ROW(exp),
+      KILN_UNARY_ROW(log),
+      KILN_UNARY_ROW(sqrt),
+      KILN_UNARY_ROW(rsqrt),
+      KILN_UNARY_ROW(tanh),
+      KILN_UNARY_ROW(sigmoid),
+      KILN_UNARY_ROW(relu),
+      KILN_UNARY_ROW(silu),
+      KILN_UNARY_ROW(sin),
+      KILN_UNARY_ROW(cos),
+      {"gelu",
+       {[](T a, T) { return gelu(a, true); },
+        [](Tensor& s, T) -> Tensor& { return gelu_(s, true); }}},
+      {"clamp",
+       {[](T a, T) { return clamp(a, Scalar(0.5), Scalar(1.5)); },
+        [](Tensor& s, T) -> Tensor& { return clamp_(s, Scalar(0.5), Scalar(1.5)); }}},
+  };
+#undef KILN_UNARY_ROW
+#undef KILN_BINARY_ROW
+  return r;
+}
+
+TEST(InPlaceApiTest, EveryPointwiseOpHasAPublicInPlaceForm) {
+  std::set<std::string> want;
+#define KILN_NAME(name, ARGS, schema) want.insert(#name);
+  KILN_FORALL_POINTWISE(KILN_NAME)
+#undef KILN_NAME
+  for (const std::string& n : kNoPublicInPlace) want.erase(n);
+  std::set<std::string> have;
+  for (const auto& [name, row] : rows()) have.insert(name);
+  EXPECT_EQ(have, want);
+}
+
+TEST(InPlaceApiTest, WritesTheFunctionalResultIntoSelf) {
+  // Positive values keep log, sqrt, rsqrt and pow finite.
+  Tensor a = from_vector<float>({0.5f, 1.0f, 2.0f, 3.0f}, {2, 2});
+  Tensor b = from_vector<float>({1.0f, 1.0f, 0.25f, 4.0f}, {2, 2});
+  for (const auto& [name, row] : rows()) {
+    SCOPED_TRACE(name);
+    Tensor want = row.functional(a, b).to(kFloat32);
+    Tensor self = a.clone();
+    uint64_t version = self.version();
+    Tensor& got = row.inplace(self, b);
+    EXPECT_TRUE(got.is_same(self));
+    EXPECT_GT(self.version(), version);
+    EXPECT_EQ(self.to_vector<float>(), want.to_vector<float>());
+  }
+}
+
+TEST(InPlaceApiTest, ScalarOperandsPromoteLikeTheFunctionalForm) {
+  Tensor a = from_vector<float>({1.0f, 2.0f});
+  Tensor s = a.clone();
+  sub_(s, Scalar(0.5));
+  EXPECT_EQ(s.to_vector<float>(), sub(a, Scalar(0.5)).to_vector<float>());
+  Tensor p = a.clone();
+  pow_(p, Scalar(2));
+  EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{1.0f, 4.0f}));
+  Tensor c = a.clone();
+  ge_(c, Scalar(1.5));
+  EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{0.0f, 1.0f}));
+}
+
+TEST(InPlaceApiTest, ResultThatCannotCastToSelfIsRefusedAndSelfIsKept) {
+  Tensor i = from_vector<int64_t>({1, 2});
+  EXPECT_THROW(exp_(i), TypeError);  // a float result into int64
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{1, 2}));
+}
+
+}  // namespace
+}  // namespace kiln
