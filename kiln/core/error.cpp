@@ -15,14 +15,14 @@ void throw_error(ErrorKind kind, const std::string& msg) {
     case ErrorKind::NotImplemented:
       throw NotImplementedError(msg);
     case ErrorKind::Internal:
-      break;
+      throw InternalError(msg);
   }
   throw Error(msg);
 }
 
 void throw_internal(const char* file, int line, const char* cond, const std::string& msg) {
-  throw Error(fmt::format("[internal] bug in Kiln: assertion `{}` failed at {}:{}{}{}", cond, file,
-                          line, msg.empty() ? "" : ": ", msg));
+  throw InternalError(fmt::format("[internal] bug in Kiln: assertion `{}` failed at {}:{}{}{}",
+                                  cond, file, line, msg.empty() ? "" : ": ", msg));
 }
 
 }  // namespace kiln::detail
