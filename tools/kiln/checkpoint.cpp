@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <filesystem>
+#include <string_view>
 
 #include "kiln/core/error.h"
 #include "tools/kiln/data.h"
@@ -24,6 +25,32 @@ int64_t get_int(const std::map<std::string, std::string>& meta, const std::strin
   return v;
 }
 
+uint64_t get_u64(const std::map<std::string, std::string>& meta, const std::string& key,
+                 const std::string& path) {
+  auto it = meta.find(key);
+  KILN_CHECK(it != meta.end(), "[checkpoint] '{}' has no '{}' in its metadata", path, key);
+  const std::string& s = it->second;
+  uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  KILN_CHECK(ec == std::errc() && ptr == s.data() + s.size(),
+             "[checkpoint] '{}': metadata '{}' must be an integer >= 0, got '{}'", path, key, s);
+  return v;
+}
+
+// Note [Resumable checkpoints]
+// Every checkpoint `kiln train` writes, periodic (--save-every) or final, can be resumed from.
+// Besides the model's tensors it holds the optimizers' state dicts (tensors named
+// "optim.<optimizer>.<entry>", see Note [Optimizer state dicts] in kiln/optim/optimizer.cpp),
+// and in its metadata the steps trained, the generators' Philox (seed, offset) pairs
+// ("train.rng_seed", ...: the model's initialisation and the batches are drawn from one
+// generator, so its offset is also the position in the data) and the options the run must
+// be resumed with ("run.--batch", ...). The learning-rate schedule is a pure function of the
+// step and of options that must match, so the step is its position. Nothing in the file
+// depends on when or how often the run was stopped: a resumed run's final checkpoint is the
+// same file, byte for byte, as an uninterrupted run's (tests/tools checks this).
+constexpr std::string_view kOptimPrefix = "optim.";
+constexpr std::string_view kRunPrefix = "run.";
+
 // Sizes of a stored tensor, or an empty list when it is absent.
 std::vector<int64_t> stored_sizes(const io::StateDict& state, const std::string& name) {
   for (const auto& [n, t] : state)
@@ -34,7 +61,7 @@ std::vector<int64_t> stored_sizes(const io::StateDict& state, const std::string&
 }  // namespace
 
 void save_checkpoint(const nn::GPT& model, const std::string& config_name, int64_t steps,
-                     const std::string& path) {
+                     const TrainState& train, const std::string& path) {
   const nn::GPTConfig& c = model.config();
   std::map<std::string, std::string> meta = {
       {"format", "kiln-gpt"},
@@ -47,19 +74,48 @@ void save_checkpoint(const nn::GPT& model, const std::string& config_name, int64
       {"bias", c.bias ? "true" : "false"},
       {"steps", std::to_string(steps)},
       {"tokenizer", "bytes"},
+      {"train.rng_seed", std::to_string(train.rng_seed)},
+      {"train.rng_offset", std::to_string(train.rng_offset)},
+      {"train.default_rng_seed", std::to_string(train.default_rng_seed)},
+      {"train.default_rng_offset", std::to_string(train.default_rng_offset)},
   };
-  io::save_safetensors(model.state_dict(), path, meta);
+  for (const auto& [name, value] : train.run)
+    meta.emplace(fmt::format("{}{}", kRunPrefix, name), value);
+  io::StateDict tensors = model.state_dict();
+  for (const auto& [name, t] : train.optim)
+    tensors.emplace_back(fmt::format("{}{}", kOptimPrefix, name), t);
+  io::save_safetensors(tensors, path, meta);
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
   KILN_CHECK(std::filesystem::is_regular_file(path), "[checkpoint] no such file: '{}'", path);
   std::map<std::string, std::string> meta;
   Checkpoint ck;
+  io::StateDict tensors;
   try {
-    ck.state = io::load_safetensors(path, &meta);
+    tensors = io::load_safetensors(path, &meta);
   } catch (const Error& e) {
     KILN_THROW(Value, "[checkpoint] '{}' is not a readable safetensors file: {}", path, e.what());
   }
+  io::StateDict optim;
+  for (auto& [name, t] : tensors) {
+    if (name.starts_with(kOptimPrefix))
+      optim.emplace_back(name.substr(kOptimPrefix.size()), std::move(t));
+    else
+      ck.state.emplace_back(name, std::move(t));
+  }
+  if (meta.count("train.rng_seed")) {
+    TrainState& train = ck.train.emplace();
+    train.rng_seed = get_u64(meta, "train.rng_seed", path);
+    train.rng_offset = get_u64(meta, "train.rng_offset", path);
+    train.default_rng_seed = get_u64(meta, "train.default_rng_seed", path);
+    train.default_rng_offset = get_u64(meta, "train.default_rng_offset", path);
+    for (const auto& [key, value] : meta)
+      if (key.starts_with(kRunPrefix)) train.run.emplace(key.substr(kRunPrefix.size()), value);
+    train.optim = std::move(optim);
+  }
+  auto config_name = meta.find("config");
+  if (config_name != meta.end()) ck.config_name = config_name->second;
   auto tokenizer = meta.find("tokenizer");
   KILN_CHECK(tokenizer != meta.end() && tokenizer->second == "bytes",
              "[checkpoint] '{}' does not use the byte tokenizer (metadata 'tokenizer' is '{}')",

@@ -2,6 +2,7 @@
 // The `kiln` program's subcommands: their options (filled in by main.cpp's CLI wiring) and
 // entry points. Each returns the process exit status and throws kiln::Error on bad input.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kiln/core/device.h"
@@ -27,6 +28,12 @@ struct TrainOptions {
   std::string out = "kiln_ckpt.safetensors";
   bool compile = false;
   std::string profile;  // Chrome trace JSON to write; empty: no profiling
+  // Also write the checkpoint (--out) every N steps; unset: only at the end.
+  std::optional<int64_t> save_every;
+  std::string resume;  // a checkpoint to continue from; empty: a fresh run
+  // Test hook (hidden): end the process after this step without the final evaluation and
+  // save, as a kill would, so that tests can resume from the last --save-every checkpoint.
+  std::optional<int64_t> stop_after;
 };
 
 struct GenerateOptions {

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "kiln/core/error.h"
 #include "kiln/ops/ops.h"
 
@@ -33,6 +35,12 @@ std::string read_text_file(const std::string& path) {
   text << in.rdbuf();
   KILN_CHECK(!in.bad(), "[data] error while reading '{}'", path);
   return std::move(text).str();
+}
+
+std::string fingerprint(std::string_view text) {
+  uint64_t hash = 0xcbf29ce484222325;  // FNV-1a, 64-bit
+  for (char c : text) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3;
+  return fmt::format("{} bytes, FNV-1a {:016x}", text.size(), hash);
 }
 
 Corpus split_corpus(const std::vector<int64_t>& tokens, double train_fraction, int64_t seq) {

@@ -23,6 +23,10 @@ std::string decode_bytes(const std::vector<int64_t>& tokens);
 // The whole file; ValueError naming the path and the system's reason when it cannot be read.
 std::string read_text_file(const std::string& path);
 
+// Identifies a corpus by content, so a resumed run can check that it reads the same text:
+// "<size> bytes, FNV-1a <64-bit hash in hex>".
+std::string fingerprint(std::string_view text);
+
 struct Corpus {
   std::vector<int64_t> train, val;
 };

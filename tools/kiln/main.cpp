@@ -92,6 +92,15 @@ CLI::App* add_train(CLI::App& app, TrainOptions& o) {
                 "Compile the training step (trace once, replay without the dispatcher)");
   cmd->add_option("--profile", o.profile,
                   "Write a Chrome trace (Perfetto) of ops, compiles and replays to this file");
+  cmd->add_option("--save-every", o.save_every,
+                  "Also write the checkpoint (--out) every N steps, atomically: a killed run "
+                  "resumes from the last one with --resume");
+  cmd->add_option("--resume", o.resume,
+                  "Continue the run that wrote this checkpoint (the same --config, --steps, "
+                  "--batch, --seq, --lr, --seed and corpus) to --steps; bitwise the same result "
+                  "as a run never stopped, at the same --threads");
+  // A test hook, not for users: see TrainOptions::stop_after.
+  cmd->add_option("--stop-after", o.stop_after)->group("");
   add_common(cmd, o.common);
   return cmd;
 }

@@ -19,9 +19,11 @@ std::string format_duration(double s) {
 
 bool stdout_is_tty() { return isatty(fileno(stdout)) == 1; }
 
-Progress::Progress(int64_t total_steps, int64_t tokens_per_step, bool tty)
+Progress::Progress(int64_t total_steps, int64_t tokens_per_step, bool tty, int64_t start_step)
     : total_(total_steps),
       tokens_per_step_(tokens_per_step),
+      start_step_(start_step),
+      step_(start_step),
       every_(std::max<int64_t>(1, total_steps / 10)),
       tty_(tty),
       start_(std::chrono::steady_clock::now()),
@@ -33,12 +35,13 @@ double Progress::elapsed_s() const {
 
 double Progress::tokens_per_s() const {
   double s = elapsed_s();
-  return s > 0 ? static_cast<double>(step_ * tokens_per_step_) / s : 0.0;
+  return s > 0 ? static_cast<double>((step_ - start_step_) * tokens_per_step_) / s : 0.0;
 }
 
 std::string Progress::status(int64_t step, double loss) const {
   double s = elapsed_s();
-  double eta = step > 0 ? s / static_cast<double>(step) * static_cast<double>(total_ - step) : 0;
+  const int64_t done = step - start_step_;
+  double eta = done > 0 ? s / static_cast<double>(done) * static_cast<double>(total_ - step) : 0;
   int width = static_cast<int>(fmt::formatted_size("{}", total_));
   return fmt::format("step {:>{}}/{}  loss {:.4f}  {:.0f} tok/s  ETA {}", step, width, total_, loss,
                      tokens_per_s(), format_duration(eta));

@@ -9,8 +9,9 @@ namespace kiln::tool {
 
 class Progress {
  public:
-  // `tty`: whether stdout is a terminal (see stdout_is_tty()).
-  Progress(int64_t total_steps, int64_t tokens_per_step, bool tty);
+  // `tty`: whether stdout is a terminal (see stdout_is_tty()); `start_step`: the steps done
+  // before this process began (a resumed run), left out of the rate and the ETA.
+  Progress(int64_t total_steps, int64_t tokens_per_step, bool tty, int64_t start_step = 0);
   // Reports that step `step` (1-based) finished with training loss `loss`.
   void update(int64_t step, double loss);
   // Prints a whole line (an eval result), clearing the in-place line first.
@@ -23,7 +24,7 @@ class Progress {
  private:
   std::string status(int64_t step, double loss) const;
 
-  int64_t total_, tokens_per_step_, step_ = 0, every_;
+  int64_t total_, tokens_per_step_, start_step_, step_, every_;
   bool tty_, dirty_ = false;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };

@@ -1,7 +1,15 @@
 // `kiln train`: a byte-level GPT on a text corpus, AdamW with warm-up and cosine decay,
-// periodic evaluation, and a safetensors checkpoint at the end.
+// periodic evaluation, a safetensors checkpoint at the end (and every --save-every steps),
+// and --resume from one.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -10,6 +18,7 @@
 #include "kiln/compile/compile.h"
 #include "kiln/core/error.h"
 #include "kiln/nn/transformer.h"
+#include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/profiler/profiler.h"
 #include "tools/kiln/checkpoint.h"
@@ -38,6 +47,14 @@ nn::GPTConfig config_named(const std::string& name) {
 
 // Mean loss over the same kEvalBatches batches of each split at every evaluation (a fixed
 // generator), so successive evaluations compare like with like.
+// Note [Compiled steps and the optimizers' step counts]
+// Optimizer::steps() counts step() calls on the host, and a compiled step's replays make
+// none, so with --compile it stops at the eager (tracing and warm-up) calls. Every step here
+// updates every parameter once, so the true count is the training step: checkpoints store
+// that, which makes a compiled run's checkpoint the same file as an eager run's, and a
+// resumed run's the same as an uninterrupted one's. (AdamW's bias correction reads its
+// per-parameter device counts, which replays do advance: they are saved as they are.)
+
 Losses evaluate(nn::GPT& model, const Corpus& corpus, int64_t batch, int64_t seq, uint64_t seed,
                 Device device) {
   autograd::NoGradGuard no_grad;
@@ -56,6 +73,25 @@ Losses evaluate(nn::GPT& model, const Corpus& corpus, int64_t batch, int64_t seq
   return l;
 }
 
+// Creates and removes a file beside `path`, as save_safetensors's temporary file will be, so
+// that an output that cannot be written fails before the first step, not after the last.
+void check_writable(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  KILN_CHECK(!path.empty() && !fs::is_directory(path), "[train] {} must name a file, got '{}'",
+             option, path);
+  fs::path dir = fs::absolute(path).parent_path();
+  std::error_code ec;
+  KILN_CHECK(fs::exists(dir, ec), "[train] cannot write {} '{}': directory '{}' does not exist",
+             option, path, dir.string());
+  KILN_CHECK(fs::is_directory(dir, ec), "[train] cannot write {} '{}': '{}' is not a directory",
+             option, path, dir.string());
+  std::string probe = path + ".tmp.XXXXXX";
+  int fd = ::mkostemp(probe.data(), O_CLOEXEC);
+  KILN_CHECK(fd >= 0, "[train] cannot write {} '{}': {}", option, path, std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 void validate(const TrainOptions& o, const nn::GPTConfig& cfg) {
   KILN_CHECK(o.steps > 0, "[train] --steps must be positive, got {}", o.steps);
   KILN_CHECK(o.batch > 0, "[train] --batch must be positive, got {}", o.batch);
@@ -64,17 +100,59 @@ void validate(const TrainOptions& o, const nn::GPTConfig& cfg) {
              o.config, o.seq);
   KILN_CHECK(o.lr > 0 && std::isfinite(o.lr), "[train] --lr must be positive, got {}", o.lr);
   KILN_CHECK(o.eval_every >= 0, "[train] --eval-every must be >= 0, got {}", o.eval_every);
-  KILN_CHECK(!o.out.empty() && !std::filesystem::is_directory(o.out),
-             "[train] --out must name a file, got '{}'", o.out);
-  auto dir = std::filesystem::absolute(o.out).parent_path();
-  KILN_CHECK(std::filesystem::is_directory(dir),
-             "[train] cannot write --out '{}': directory '{}' does not exist", o.out, dir.string());
-  if (!o.profile.empty()) {
-    auto pdir = std::filesystem::absolute(o.profile).parent_path();
-    KILN_CHECK(std::filesystem::is_directory(pdir) && !std::filesystem::is_directory(o.profile),
-               "[train] cannot write --profile '{}': directory '{}' does not exist", o.profile,
-               pdir.string());
+  KILN_CHECK(!o.save_every || *o.save_every > 0, "[train] --save-every must be positive, got {}",
+             o.save_every.value_or(0));
+  KILN_CHECK(!o.stop_after || (*o.stop_after > 0 && *o.stop_after <= o.steps),
+             "[train] --stop-after must be in [1, {}] (--steps), got {}", o.steps,
+             o.stop_after.value_or(0));
+  check_writable(o.out, "--out");
+  if (!o.profile.empty()) check_writable(o.profile, "--profile");
+}
+
+// The options a resumed run must share with the stopped one (TrainState::run): everything
+// that decides the model, the batches and the learning rate at each step.
+std::map<std::string, std::string> run_options(const TrainOptions& o, const std::string& text) {
+  return {{"--config", o.config},
+          {"--steps", std::to_string(o.steps)},
+          {"--batch", std::to_string(o.batch)},
+          {"--seq", std::to_string(o.seq)},
+          {"--lr", fmt::format("{}", o.lr)},  // the shortest text that reads back exactly
+          {"--seed", std::to_string(o.seed)},
+          {"corpus", fingerprint(text)}};
+}
+
+// Loads --resume's checkpoint and checks that it is a step of this run, naming every option
+// that differs.
+Checkpoint load_resume(const TrainOptions& o, const std::map<std::string, std::string>& run) {
+  Checkpoint ck = load_checkpoint(o.resume);
+  KILN_CHECK(ck.train.has_value(),
+             "[train] cannot --resume from '{}': it holds no training state (written by a kiln "
+             "train without --resume support)",
+             o.resume);
+  std::vector<std::string> differ;
+  for (const auto& [name, value] : run) {
+    auto it = ck.train->run.find(name);
+    std::string stored = it == ck.train->run.end() ? "(absent)" : it->second;
+    if (stored != value)
+      differ.push_back(fmt::format("{} is {} here but {} in the checkpoint", name, value, stored));
   }
+  KILN_CHECK(differ.empty(), "[train] cannot --resume from '{}': {}", o.resume,
+             fmt::join(differ, "; "));
+  KILN_CHECK(ck.steps < o.steps,
+             "[train] cannot --resume from '{}': it is at step {} of --steps {}, nothing is left "
+             "to train",
+             o.resume, ck.steps, o.steps);
+  KILN_CHECK(!o.stop_after || *o.stop_after > ck.steps,
+             "[train] --stop-after {} is not after the resumed step {}", *o.stop_after, ck.steps);
+  return ck;
+}
+
+// The entries of `all` named "<prefix>.<entry>", renamed "<entry>".
+io::StateDict entries_of(const io::StateDict& all, const std::string& prefix) {
+  io::StateDict out;
+  for (const auto& [name, t] : all)
+    if (name.starts_with(prefix + ".")) out.emplace_back(name.substr(prefix.size() + 1), t);
+  return out;
 }
 
 }  // namespace
@@ -87,8 +165,12 @@ int run_train(const TrainOptions& o) {
   validate(o, cfg);
 
   std::string path = o.data.empty() ? kDefaultCorpus : o.data;
-  std::vector<int64_t> tokens = encode_bytes(read_text_file(path));
+  std::string text = read_text_file(path);
+  std::vector<int64_t> tokens = encode_bytes(text);
   Corpus corpus = split_corpus(tokens, kTrainFraction, o.seq);
+  const std::map<std::string, std::string> run = run_options(o, text);
+  std::optional<Checkpoint> resume;
+  if (!o.resume.empty()) resume = load_resume(o, run);
 
   Generator gen(o.seed);
   nn::GPT model(cfg, nn::Init{.gen = &gen});
@@ -101,6 +183,38 @@ int run_train(const TrainOptions& o) {
   optim::AdamW opt_no_decay(no_decay, {.lr = o.lr, .weight_decay = 0.0});
   TensorList params = model.parameters();
   optim::WarmupCosineLR schedule{o.lr, o.lr / 10, std::max<int64_t>(1, o.steps / 10), o.steps};
+  const int64_t start = resume ? resume->steps : 0;
+  if (resume) {
+    // Every check passed before anything is restored: see Note [Resumable checkpoints].
+    const TrainState& st = *resume->train;
+    try {
+      model.load_state_dict(resume->state);
+      opt_decay.load_state_dict(entries_of(st.optim, "decay"));
+      opt_no_decay.load_state_dict(entries_of(st.optim, "no_decay"));
+    } catch (const Error& e) {
+      KILN_THROW(Value, "[train] cannot --resume from '{}': {}", o.resume, e.what());
+    }
+    gen.set_seed(st.rng_seed);
+    gen.set_offset(st.rng_offset);
+    default_generator().set_seed(st.default_rng_seed);
+    default_generator().set_offset(st.default_rng_offset);
+  }
+  // What a checkpoint written after `done` steps holds besides the model. See Note [Compiled
+  // steps and the optimizers' step counts].
+  auto train_state = [&](int64_t done) {
+    TrainState st{.run = run,
+                  .rng_seed = gen.seed(),
+                  .rng_offset = gen.offset(),
+                  .default_rng_seed = default_generator().seed(),
+                  .default_rng_offset = default_generator().offset(),
+                  .optim = {}};
+    using Named = std::pair<optim::AdamW*, std::string>;
+    for (const auto& [opt, prefix] :
+         {Named{&opt_decay, "decay."}, Named{&opt_no_decay, "no_decay."}})
+      for (auto& [name, t] : opt->state_dict())
+        st.optim.emplace_back(prefix + name, name == "steps" ? scalar_tensor(done, kInt64) : t);
+    return st;
+  };
 
   fmt::print("kiln train: GPT {} ({} parameters: width {}, {} layers, {} heads, context {})\n",
              o.config, model.num_parameters(), cfg.width, cfg.layers, cfg.heads, cfg.context);
@@ -109,6 +223,7 @@ int run_train(const TrainOptions& o) {
       "seed {}, threads {}, device {}\n",
       path, tokens.size(), corpus.train.size(), corpus.val.size(), o.batch, o.seq, o.steps, o.lr,
       o.seed, threads, device);
+  if (resume) fmt::print("resuming from {} at step {}\n", o.resume, start);
   std::fflush(stdout);
 
   // One training step; compiled, it is traced once and replayed (kiln::compile). The learning
@@ -128,7 +243,7 @@ int run_train(const TrainOptions& o) {
   std::optional<profiler::Session> profile;
   if (!o.profile.empty()) profile.emplace();
 
-  Progress progress(o.steps, o.batch * o.seq, stdout_is_tty());
+  Progress progress(o.steps, o.batch * o.seq, stdout_is_tty(), start);
   const uint64_t eval_seed = o.seed + 1;
   auto report = [&](int64_t step) {
     Losses l = evaluate(model, corpus, o.batch, o.seq, eval_seed, device);
@@ -136,7 +251,7 @@ int run_train(const TrainOptions& o) {
         fmt::format("step {}: train loss {:.4f}, val loss {:.4f}", step, l.train, l.val));
     return l;
   };
-  for (int64_t step = 0; step < o.steps; ++step) {
+  for (int64_t step = start; step < o.steps; ++step) {
     opt_decay.set_lr(schedule(step));
     opt_no_decay.set_lr(schedule(step));
     auto [hx, hy] = sample_batch(corpus.train, o.batch, o.seq, gen);
@@ -145,8 +260,18 @@ int run_train(const TrainOptions& o) {
     double l = loss.item<double>();
     KILN_CHECK(std::isfinite(l), "[train] the loss became {} at step {} (try a lower --lr)", l,
                step + 1);
-    progress.update(step + 1, l);
-    if (o.eval_every > 0 && (step + 1) % o.eval_every == 0 && step + 1 < o.steps) report(step + 1);
+    const int64_t done = step + 1;
+    progress.update(done, l);
+    if (o.eval_every > 0 && done % o.eval_every == 0 && done < o.steps) report(done);
+    if (o.save_every && done % *o.save_every == 0 && done < o.steps) {
+      save_checkpoint(model, o.config, done, train_state(done), o.out);
+      progress.print_line(fmt::format("step {}: checkpoint {}", done, o.out));
+    }
+    if (o.stop_after && done == *o.stop_after) {
+      progress.finish();
+      fmt::print("stopped after step {} (--stop-after)\n", done);
+      return 0;
+    }
   }
   double seconds = progress.elapsed_s(), tok_s = progress.tokens_per_s();
   Losses final = report(o.steps);
@@ -171,11 +296,11 @@ int run_train(const TrainOptions& o) {
     fmt::print("profile: {} ({} events; open it in https://ui.perfetto.dev)\n", o.profile,
                profile->events().size());
   }
-  save_checkpoint(model, o.config, o.steps, o.out);
+  save_checkpoint(model, o.config, o.steps, train_state(o.steps), o.out);
   fmt::print(
       "done: {} steps in {:.1f} s ({:.0f} tokens/s); final train loss {:.4f}, val loss "
       "{:.4f}\ncheckpoint: {}\n",
-      o.steps, seconds, tok_s, final.train, final.val, o.out);
+      o.steps - start, seconds, tok_s, final.train, final.val, o.out);
   return 0;
 }
 
