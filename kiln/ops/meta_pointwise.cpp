@@ -132,17 +132,17 @@ TensorSpec where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 
 namespace kiln::detail {
 namespace {
-#define KILN_REGISTER_META_POINTWISE(name, ARGS, schema)                                    \
-  ops::op_##name.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                    \
+#define KILN_REGISTER_META_POINTWISE(name, ARGS, schema)                                      \
+  ops::op_##name.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                      \
   ops::op_##name##_.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                   \
   ops::op_##name##_out.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                \
-  {                                                                                         \
-    using S = Structured<decltype(ops::op_##name)::Sig>;                                    \
-    ops::op_##name.set_kernel(DispatchKey::Meta, &S::functional<&meta::name, &S::no_data>); \
+  {                                                                                           \
+    using S = Structured<decltype(ops::op_##name)::Sig>;                                      \
+    ops::op_##name.set_kernel(DispatchKey::Meta, &S::functional<&meta::name, &S::no_data>);   \
     ops::op_##name##_.set_kernel(DispatchKey::Meta,                                           \
-                               &S::inplace<ops::op_##name##_, &meta::name, &S::no_data>);     \
+                                 &S::inplace<ops::op_##name##_, &meta::name, &S::no_data>);   \
     ops::op_##name##_out.set_kernel(DispatchKey::Meta,                                        \
-                                  &S::out<ops::op_##name##_out, &meta::name, &S::no_data>);   \
+                                    &S::out<ops::op_##name##_out, &meta::name, &S::no_data>); \
   }
 const bool registered = [] {
   KILN_FORALL_POINTWISE(KILN_REGISTER_META_POINTWISE)

@@ -375,14 +375,14 @@ TensorSpec one_hot(const Tensor& self, int64_t num_classes) {
 
 namespace kiln::detail {
 namespace {
-#define KILN_REGISTER_META_STRUCTURED(name, ARGS, schema)                                   \
-  ops::op_##name.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                    \
+#define KILN_REGISTER_META_STRUCTURED(name, ARGS, schema)                                     \
+  ops::op_##name.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                      \
   ops::op_##name##_out.def.set_meta_raw(reinterpret_cast<void*>(&meta::name));                \
-  {                                                                                         \
-    using S = Structured<decltype(ops::op_##name)::Sig>;                                    \
-    ops::op_##name.set_kernel(DispatchKey::Meta, &S::functional<&meta::name, &S::no_data>); \
+  {                                                                                           \
+    using S = Structured<decltype(ops::op_##name)::Sig>;                                      \
+    ops::op_##name.set_kernel(DispatchKey::Meta, &S::functional<&meta::name, &S::no_data>);   \
     ops::op_##name##_out.set_kernel(DispatchKey::Meta,                                        \
-                                  &S::out<ops::op_##name##_out, &meta::name, &S::no_data>);   \
+                                    &S::out<ops::op_##name##_out, &meta::name, &S::no_data>); \
   }
 const bool registered = [] {
   KILN_FORALL_STRUCTURED(KILN_REGISTER_META_STRUCTURED)

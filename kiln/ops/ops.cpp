@@ -152,22 +152,14 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return op_minimum(a, b); }
 Tensor logical_and(const Tensor& a, const Tensor& b) { return op_logical_and(a, b); }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return op_logical_or(a, b); }
 Tensor logical_xor(const Tensor& a, const Tensor& b) { return op_logical_xor(a, b); }
-#define KILN_UNARY_WRAPPER(name) \
-  Tensor name(const Tensor& a) { return op_##name(a); }
-KILN_UNARY_WRAPPER(logical_not)
-KILN_UNARY_WRAPPER(neg)
-KILN_UNARY_WRAPPER(abs)
-KILN_UNARY_WRAPPER(exp)
-KILN_UNARY_WRAPPER(log)
-KILN_UNARY_WRAPPER(sqrt)
-KILN_UNARY_WRAPPER(rsqrt)
-KILN_UNARY_WRAPPER(tanh)
-KILN_UNARY_WRAPPER(sigmoid)
-KILN_UNARY_WRAPPER(relu)
-KILN_UNARY_WRAPPER(silu)
-KILN_UNARY_WRAPPER(sin)
-KILN_UNARY_WRAPPER(cos)
-#undef KILN_UNARY_WRAPPER
+#define KILN_DEFINE_PUBLIC_UNARY(name)                        \
+  Tensor name(const Tensor& self) { return op_##name(self); } \
+  Tensor& name##_(Tensor& self) {                             \
+    op_##name##_(self);                                       \
+    return self;                                              \
+  }
+KILN_FORALL_PUBLIC_UNARY(KILN_DEFINE_PUBLIC_UNARY)
+#undef KILN_DEFINE_PUBLIC_UNARY
 Tensor gelu(const Tensor& a, bool approximate_tanh) { return op_gelu(a, approximate_tanh); }
 Tensor layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef normalized_shape,
                            const Tensor& weight, double eps) {
@@ -248,25 +240,6 @@ KILN_INPLACE_BINARY(logical_or, const Tensor&, other)
 KILN_INPLACE_BINARY(logical_xor, const Tensor&, other)
 #undef KILN_INPLACE_BINARY_AND_SCALAR
 #undef KILN_INPLACE_BINARY
-#define KILN_INPLACE_UNARY(name)  \
-  Tensor& name##_(Tensor& self) { \
-    op_##name##_(self);           \
-    return self;                  \
-  }
-KILN_INPLACE_UNARY(logical_not)
-KILN_INPLACE_UNARY(neg)
-KILN_INPLACE_UNARY(abs)
-KILN_INPLACE_UNARY(exp)
-KILN_INPLACE_UNARY(log)
-KILN_INPLACE_UNARY(sqrt)
-KILN_INPLACE_UNARY(rsqrt)
-KILN_INPLACE_UNARY(tanh)
-KILN_INPLACE_UNARY(sigmoid)
-KILN_INPLACE_UNARY(relu)
-KILN_INPLACE_UNARY(silu)
-KILN_INPLACE_UNARY(sin)
-KILN_INPLACE_UNARY(cos)
-#undef KILN_INPLACE_UNARY
 Tensor& gelu_(Tensor& self, bool approximate_tanh) {
   op_gelu_(self, approximate_tanh);
   return self;

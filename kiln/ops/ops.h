@@ -96,19 +96,27 @@ Tensor ge(const Tensor& a, const Scalar& b);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 Tensor logical_xor(const Tensor& a, const Tensor& b);
-Tensor logical_not(const Tensor& a);
-Tensor neg(const Tensor& a);
-Tensor abs(const Tensor& a);
-Tensor exp(const Tensor& a);
-Tensor log(const Tensor& a);
-Tensor sqrt(const Tensor& a);
-Tensor rsqrt(const Tensor& a);
-Tensor tanh(const Tensor& a);
-Tensor sigmoid(const Tensor& a);
-Tensor relu(const Tensor& a);
-Tensor silu(const Tensor& a);
-Tensor sin(const Tensor& a);
-Tensor cos(const Tensor& a);
+// The unary pointwise ops, each `Tensor name(const Tensor& self)` and, in place on self,
+// `Tensor& name_(Tensor& self)` (defined in ops.cpp from this list).
+#define KILN_FORALL_PUBLIC_UNARY(_) \
+  _(logical_not)                    \
+  _(neg)                            \
+  _(abs)                            \
+  _(exp)                            \
+  _(log)                            \
+  _(sqrt)                           \
+  _(rsqrt)                          \
+  _(tanh)                           \
+  _(sigmoid)                        \
+  _(relu)                           \
+  _(silu)                           \
+  _(sin)                            \
+  _(cos)
+#define KILN_DECLARE_PUBLIC_UNARY(name) \
+  Tensor name(const Tensor& self);      \
+  Tensor& name##_(Tensor& self);
+KILN_FORALL_PUBLIC_UNARY(KILN_DECLARE_PUBLIC_UNARY)
+#undef KILN_DECLARE_PUBLIC_UNARY
 // approximate = false: x * Phi(x) with erf; true: the tanh approximation.
 Tensor gelu(const Tensor& a, bool approximate_tanh = false);
 // grad * d/dx gelu(x), in one pass: gelu's backward formula (no double backward).
@@ -151,19 +159,7 @@ Tensor& ge_(Tensor& self, const Scalar& other);
 Tensor& logical_and_(Tensor& self, const Tensor& other);
 Tensor& logical_or_(Tensor& self, const Tensor& other);
 Tensor& logical_xor_(Tensor& self, const Tensor& other);
-Tensor& logical_not_(Tensor& self);
-Tensor& neg_(Tensor& self);
-Tensor& abs_(Tensor& self);
-Tensor& exp_(Tensor& self);
-Tensor& log_(Tensor& self);
-Tensor& sqrt_(Tensor& self);
-Tensor& rsqrt_(Tensor& self);
-Tensor& tanh_(Tensor& self);
-Tensor& sigmoid_(Tensor& self);
-Tensor& relu_(Tensor& self);
-Tensor& silu_(Tensor& self);
-Tensor& sin_(Tensor& self);
-Tensor& cos_(Tensor& self);
+// (and the unary ops' name_, declared above with KILN_FORALL_PUBLIC_UNARY)
 Tensor& gelu_(Tensor& self, bool approximate_tanh = false);
 Tensor& clamp_(Tensor& self, std::optional<Scalar> min, std::optional<Scalar> max = {});
 // self += value * t1 * t2 and self += value * t1 / t2.

@@ -83,10 +83,10 @@ struct Structured<Tensor(A...)> {
   static const bool KILN_CONCAT(kiln_reg_##name##_, __LINE__) = [] {                   \
     using S = ::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>;       \
     ::kiln::ops::op_##name.set_kernel(KEY, &S::functional<&::kiln::meta::name, impl>); \
-    ::kiln::ops::op_##name##_.set_kernel(                                                \
-        KEY, &S::inplace<::kiln::ops::op_##name##_, &::kiln::meta::name, impl>);         \
-    ::kiln::ops::op_##name##_out.set_kernel(                                             \
-        KEY, &S::out<::kiln::ops::op_##name##_out, &::kiln::meta::name, impl, true>);    \
+    ::kiln::ops::op_##name##_.set_kernel(                                              \
+        KEY, &S::inplace<::kiln::ops::op_##name##_, &::kiln::meta::name, impl>);       \
+    ::kiln::ops::op_##name##_out.set_kernel(                                           \
+        KEY, &S::out<::kiln::ops::op_##name##_out, &::kiln::meta::name, impl, true>);  \
     return true;                                                                       \
   }()
 // Same for a structured op (functional and out=).
@@ -94,7 +94,7 @@ struct Structured<Tensor(A...)> {
   static const bool KILN_CONCAT(kiln_reg_##name##_, __LINE__) = [] {                   \
     using S = ::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>;       \
     ::kiln::ops::op_##name.set_kernel(KEY, &S::functional<&::kiln::meta::name, impl>); \
-    ::kiln::ops::op_##name##_out.set_kernel(                                             \
-        KEY, &S::out<::kiln::ops::op_##name##_out, &::kiln::meta::name, impl>);          \
+    ::kiln::ops::op_##name##_out.set_kernel(                                           \
+        KEY, &S::out<::kiln::ops::op_##name##_out, &::kiln::meta::name, impl>);        \
     return true;                                                                       \
   }()

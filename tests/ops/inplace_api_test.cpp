@@ -25,52 +25,41 @@ struct Row {
 
 // Functional and public in-place forms of each pointwise op, with `other` as the second
 // operand where there is one.
-const std::map<std::string, Row>& rows() {
+std::map<std::string, Row> make_rows() {
   using T = const Tensor&;
-#define KILN_UNARY_ROW(name)                                    \
-  {#name, {[](T a, T) { return name(a); }, [](Tensor& s, T) -> Tensor& { return name##_(s); }}}
-#define KILN_BINARY_ROW(name)                                                                \
-  {#name,                                                                                    \
-   {[](T a, T b) { return name(a, b); }, [](Tensor& s, T b) -> Tensor& { return name##_(s, b); }}}
-  static const std::map<std::string, Row> r = {
-      KILN_BINARY_ROW(add),
-      KILN_BINARY_ROW(sub),
-      KILN_BINARY_ROW(mul),
-      KILN_BINARY_ROW(div),
-      KILN_BINARY_ROW(pow),
-      KILN_BINARY_ROW(maximum),
-      KILN_BINARY_ROW(minimum),
-      KILN_BINARY_ROW(eq),
-      KILN_BINARY_ROW(ne),
-      KILN_BINARY_ROW(lt),
-      KILN_BINARY_ROW(le),
-      KILN_BINARY_ROW(gt),
-      KILN_BINARY_ROW(ge),
-      KILN_BINARY_ROW(logical_and),
-      KILN_BINARY_ROW(logical_or),
-      KILN_BINARY_ROW(logical_xor),
-      KILN_UNARY_ROW(logical_not),
-      KILN_UNARY_ROW(neg),
-      KILN_UNARY_ROW(abs),
-      KILN_UNARY_ROW(exp),
-      KILN_UNARY_ROW(log),
-      KILN_UNARY_ROW(sqrt),
-      KILN_UNARY_ROW(rsqrt),
-      KILN_UNARY_ROW(tanh),
-      KILN_UNARY_ROW(sigmoid),
-      KILN_UNARY_ROW(relu),
-      KILN_UNARY_ROW(silu),
-      KILN_UNARY_ROW(sin),
-      KILN_UNARY_ROW(cos),
-      {"gelu",
-       {[](T a, T) { return gelu(a, true); },
-        [](Tensor& s, T) -> Tensor& { return gelu_(s, true); }}},
-      {"clamp",
-       {[](T a, T) { return clamp(a, Scalar(0.5), Scalar(1.5)); },
-        [](Tensor& s, T) -> Tensor& { return clamp_(s, Scalar(0.5), Scalar(1.5)); }}},
-  };
+  std::map<std::string, Row> r;
+#define KILN_UNARY_ROW(name) \
+  r[#name] = {[](T a, T) { return name(a); }, [](Tensor& s, T) -> Tensor& { return name##_(s); }};
+#define KILN_BINARY_ROW(name)                      \
+  r[#name] = {[](T a, T b) { return name(a, b); }, \
+              [](Tensor& s, T b) -> Tensor& { return name##_(s, b); }};
+  KILN_FORALL_PUBLIC_UNARY(KILN_UNARY_ROW)
+  KILN_BINARY_ROW(add)
+  KILN_BINARY_ROW(sub)
+  KILN_BINARY_ROW(mul)
+  KILN_BINARY_ROW(div)
+  KILN_BINARY_ROW(pow)
+  KILN_BINARY_ROW(maximum)
+  KILN_BINARY_ROW(minimum)
+  KILN_BINARY_ROW(eq)
+  KILN_BINARY_ROW(ne)
+  KILN_BINARY_ROW(lt)
+  KILN_BINARY_ROW(le)
+  KILN_BINARY_ROW(gt)
+  KILN_BINARY_ROW(ge)
+  KILN_BINARY_ROW(logical_and)
+  KILN_BINARY_ROW(logical_or)
+  KILN_BINARY_ROW(logical_xor)
 #undef KILN_UNARY_ROW
 #undef KILN_BINARY_ROW
+  r["gelu"] = {[](T a, T) { return gelu(a, true); },
+               [](Tensor& s, T) -> Tensor& { return gelu_(s, true); }};
+  r["clamp"] = {[](T a, T) { return clamp(a, Scalar(0.5), Scalar(1.5)); },
+                [](Tensor& s, T) -> Tensor& { return clamp_(s, Scalar(0.5), Scalar(1.5)); }};
+  return r;
+}
+const std::map<std::string, Row>& rows() {
+  static const std::map<std::string, Row> r = make_rows();
   return r;
 }
 

@@ -121,7 +121,8 @@ void gelu_impl(const Tensor& out, const Tensor& a, bool approximate_tanh) {
 }
 
 // d/dx gelu(x) * grad in one pass (autograd's formula for gelu).
-void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x, bool approximate_tanh) {
+void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x,
+                        bool approximate_tanh) {
   with_result_dtype(out, x.dtype(), [&](const Tensor& r) {
     KILN_DISPATCH_FLOAT_TYPES(x.dtype(), "gelu_backward", [&] {
       using T = scalar_t;

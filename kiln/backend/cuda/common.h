@@ -87,8 +87,12 @@ struct KernelAdder {
 
 }  // namespace kiln::cuda
 
-#define KILN_CUDA_KERNELS(...) \
-  static const ::kiln::cuda::KernelAdder KILN_CONCAT(kiln_cuda_kernels_, __LINE__) { __VA_ARGS__ }
+// __COUNTER__, not __LINE__: one line may expand several (an X-macro list such as
+// KILN_CUDA_FLOAT_UNARY_OPS).
+#define KILN_CUDA_KERNELS(...)                                                          \
+  static const ::kiln::cuda::KernelAdder KILN_CONCAT(kiln_cuda_kernels_, __COUNTER__) { \
+    __VA_ARGS__                                                                         \
+  }
 // A pointwise op's functional, in-place and out= kernels from one impl (see structured.h).
 #define KILN_CUDA_POINTWISE(name, impl)                                                   \
   KILN_CUDA_KERNELS(                                                                      \
@@ -97,11 +101,11 @@ struct KernelAdder {
           &::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>::functional< \
               &::kiln::meta::name, impl>),                                                \
       ::kiln::backend_kernel(                                                             \
-          ::kiln::ops::op_##name##_,                                                        \
+          ::kiln::ops::op_##name##_,                                                      \
           &::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>::inplace<    \
-              ::kiln::ops::op_##name##_, &::kiln::meta::name, impl>),                       \
+              ::kiln::ops::op_##name##_, &::kiln::meta::name, impl>),                     \
       ::kiln::backend_kernel(                                                             \
-          ::kiln::ops::op_##name##_out,                                                     \
+          ::kiln::ops::op_##name##_out,                                                   \
           &::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>::out<        \
               ::kiln::ops::op_##name##_out, &::kiln::meta::name, impl, true>))
 // A structured op's functional and out= kernels from one impl.
@@ -112,6 +116,6 @@ struct KernelAdder {
           &::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>::functional< \
               &::kiln::meta::name, impl>),                                                \
       ::kiln::backend_kernel(                                                             \
-          ::kiln::ops::op_##name##_out,                                                     \
+          ::kiln::ops::op_##name##_out,                                                   \
           &::kiln::detail::Structured<decltype(::kiln::ops::op_##name)::Sig>::out<        \
               ::kiln::ops::op_##name##_out, &::kiln::meta::name, impl>))

@@ -35,15 +35,10 @@ void unary(const Tensor& out, const Tensor& a, DType compute, UnaryOp op, const 
 KILN_CUDA_UNARY(neg, Neg, a.dtype())
 KILN_CUDA_UNARY(abs, Abs, a.dtype())
 KILN_CUDA_UNARY(relu, Relu, a.dtype())
-KILN_CUDA_UNARY(exp, Exp, meta::float_result(a.dtype()))
-KILN_CUDA_UNARY(log, Log, meta::float_result(a.dtype()))
-KILN_CUDA_UNARY(sqrt, Sqrt, meta::float_result(a.dtype()))
-KILN_CUDA_UNARY(rsqrt, Rsqrt, meta::float_result(a.dtype()))
-KILN_CUDA_UNARY(tanh, Tanh, meta::float_result(a.dtype()))
-KILN_CUDA_UNARY(sigmoid, Sigmoid, meta::float_result(a.dtype()))
-KILN_CUDA_UNARY(silu, Silu, meta::float_result(a.dtype()))
-KILN_CUDA_UNARY(sin, Sin, meta::float_result(a.dtype()))
-KILN_CUDA_UNARY(cos, Cos, meta::float_result(a.dtype()))
+#define KILN_CUDA_FLOAT_UNARY(name, Enumerator, expression) \
+  KILN_CUDA_UNARY(name, Enumerator, meta::float_result(a.dtype()))
+KILN_CUDA_FLOAT_UNARY_OPS(KILN_CUDA_FLOAT_UNARY)
+#undef KILN_CUDA_FLOAT_UNARY
 #undef KILN_CUDA_UNARY
 
 void gelu_impl(const Tensor& out, const Tensor& a, bool approximate_tanh) {

@@ -55,30 +55,17 @@ struct Unary {
           return cvt<T>(x < A(0) ? -x : x);
       } else if constexpr (Op == UnaryOp::Relu) {
         return cvt<T>(x > A(0) ? x : (is_nan(x) ? x : A(0)));
-      } else if constexpr (Op == UnaryOp::Exp) {
-        return cvt<T>(exp(x));
-      } else if constexpr (Op == UnaryOp::Log) {
-        return cvt<T>(log(x));
-      } else if constexpr (Op == UnaryOp::Sqrt) {
-        return cvt<T>(sqrt(x));
-      } else if constexpr (Op == UnaryOp::Rsqrt) {
-        return cvt<T>(A(1) / sqrt(x));
-      } else if constexpr (Op == UnaryOp::Tanh) {
-        return cvt<T>(tanh(x));
-      } else if constexpr (Op == UnaryOp::Sigmoid) {
-        return cvt<T>(A(1) / (A(1) + exp(-x)));
-      } else if constexpr (Op == UnaryOp::Silu) {
-        return cvt<T>(x / (A(1) + exp(-x)));
-      } else if constexpr (Op == UnaryOp::Sin) {
-        return cvt<T>(sin(x));
-      } else if constexpr (Op == UnaryOp::Cos) {
-        return cvt<T>(cos(x));
       } else if constexpr (Op == UnaryOp::Gelu) {
         return cvt<T>(x * A(0.5) * (A(1) + erf(x * A(0.70710678118654752440))));
-      } else {
+      } else if constexpr (Op == UnaryOp::GeluTanh) {
         const A beta = A(0.79788456080286535588);  // sqrt(2/pi)
         return cvt<T>(A(0.5) * x * (A(1) + tanh(beta * (x + A(0.044715) * x * x * x))));
       }
+#define KILN_CUDA_UNARY_CASE(name, Enumerator, expression) \
+  else if constexpr (Op == UnaryOp::Enumerator) return cvt<T>(expression);
+      KILN_CUDA_FLOAT_UNARY_OPS(KILN_CUDA_UNARY_CASE)
+#undef KILN_CUDA_UNARY_CASE
+      else static_assert(Op != Op, "a UnaryOp without device code");
     }
   }
 };
@@ -144,7 +131,7 @@ struct Compare {
   }
 };
 
-static_assert(static_cast<int>(UnaryOp::GeluTanh) == 13 && static_cast<int>(BinaryOp::Minimum) == 6 &&
+static_assert(static_cast<int>(BinaryOp::Minimum) == 6 &&
                   static_cast<int>(CompareOp::LogicalXor) == 8,
               "with_op<> below is given the number of enumerators of each op enum");
 
@@ -204,7 +191,7 @@ acc_t<T> value_of(const Operand& o) {
 
 void launch_unary(UnaryOp op, Dt dtype, const Indexer<2>& ix, void* out, const Operand& a,
                   cudaStream_t stream) {
-  with_op<UnaryOp, 14>(op, [&](auto o) {
+  with_op<UnaryOp, static_cast<int>(UnaryOp::NumOps)>(op, [&](auto o) {
     constexpr UnaryOp O = decltype(o)::value;
     if constexpr (float_only(O)) {
       KILN_CUDA_DISPATCH_FLOAT(dtype, [&] {
@@ -255,8 +242,8 @@ void launch_compare(CompareOp op, Dt dtype, const Indexer<3>& ix, void* out, con
   });
 }
 
-void launch_where(Dt dtype, const Indexer<4>& ix, void* out, const Operand& cond,
-                  const Operand& a, const Operand& b, cudaStream_t stream) {
+void launch_where(Dt dtype, const Indexer<4>& ix, void* out, const Operand& cond, const Operand& a,
+                  const Operand& b, cudaStream_t stream) {
   KILN_CUDA_DISPATCH_ALL(dtype, [&] {
     launch_elementwise<scalar_t>(ix, out, Where<scalar_t>{}, stream, in_of<bool>(cond),
                                  in_of<scalar_t>(a), in_of<scalar_t>(b));

@@ -7,26 +7,22 @@
 #include <cstdint>
 
 #include "kiln/backend/cuda/kernel_args.h"
+#include "kiln/backend/cuda/unary_ops.h"
 
 namespace kiln::cuda {
 
-// Ops whose result has the input's (compute) dtype. Float-only ones see float dtypes only.
+// Ops whose result has the input's (compute) dtype. Float-only ones see float dtypes only:
+// gelu's two forms and those of KILN_CUDA_FLOAT_UNARY_OPS (unary_ops.h).
+#define KILN_CUDA_UNARY_ENUMERATOR(name, Enumerator, expression) Enumerator,
 enum class UnaryOp {
   Neg,
   Abs,
   Relu,
-  Exp,
-  Log,
-  Sqrt,
-  Rsqrt,
-  Tanh,
-  Sigmoid,
-  Silu,
-  Sin,
-  Cos,
   Gelu,
-  GeluTanh
+  GeluTanh,
+  KILN_CUDA_FLOAT_UNARY_OPS(KILN_CUDA_UNARY_ENUMERATOR) NumOps  // the count, not an op
 };
+#undef KILN_CUDA_UNARY_ENUMERATOR
 void launch_unary(UnaryOp op, Dt dtype, const Indexer<2>& ix, void* out, const Operand& a,
                   cudaStream_t stream);
 // out (bool) = !a, a of dtype `in`.

@@ -52,7 +52,8 @@ void layer_norm_backward_impl(const Tensor& out, const Tensor& g, const Tensor& 
   });
 }
 
-void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x, bool approximate_tanh) {
+void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x,
+                        bool approximate_tanh) {
   with_result(out, x.dtype(), false, [&](const Tensor& r) {
     Indexer<3> ix = make_indexer<3>(r, {&grad, &x});
     launch_gelu_backward(dt(x.dtype()), ix, r.impl()->data(), operand(grad), operand(x),
