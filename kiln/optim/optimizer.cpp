@@ -1,6 +1,7 @@
 #include "kiln/optim/optimizer.h"
 
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <numbers>
@@ -157,6 +158,51 @@ void SGD::step() {
   }
   foreach_add_(ps, ds, -lr_);
   ++steps_;
+}
+
+StateDict SGD::state_dict() const {
+  StateDict out = Optimizer::state_dict();
+  for (size_t i = 0; i < buffers_.size(); ++i)
+    if (buffers_[i].defined())
+      out.emplace_back(fmt::format("momentum_buffer.{}", i), buffers_[i].detach());
+  return out;
+}
+
+void SGD::load_state_dict(const StateDict& state) {
+  // The buffers are made on the first step, so which exist varies: they are checked here and
+  // the rest by Optimizer::load_state_dict, before anything changes.
+  constexpr std::string_view kPrefix = "momentum_buffer.";
+  StateDict rest;
+  std::vector<Tensor> loaded(params_.size());
+  for (const auto& [name, t] : state) {
+    if (!name.starts_with(kPrefix)) {
+      rest.emplace_back(name, t);
+      continue;
+    }
+    const std::string index = name.substr(kPrefix.size());
+    size_t i = 0;
+    auto [ptr, ec] = std::from_chars(index.data(), index.data() + index.size(), i);
+    KILN_CHECK(ec == std::errc() && ptr == index.data() + index.size() && i < params_.size(),
+               "[optimizer] load_state_dict: unexpected key {} ({} parameters)", name,
+               params_.size());
+    KILN_CHECK(!loaded[i].defined(), "[optimizer] load_state_dict: duplicate entries [{}]", name);
+    KILN_CHECK(t.defined(), "[optimizer] load_state_dict: entry '{}' is undefined", name);
+    KILN_CHECK(t.sizes() == params_[i].sizes(),
+               "[optimizer] load_state_dict: size mismatch for {}: state dict has [{}], "
+               "optimizer has [{}]",
+               name, fmt::join(t.sizes(), ", "), fmt::join(params_[i].sizes(), ", "));
+    loaded[i] = t;
+  }
+  Optimizer::load_state_dict(rest);
+  autograd::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!loaded[i].defined())
+      buffers_[i] = Tensor();
+    else if (buffers_[i].defined())
+      buffers_[i].copy_(loaded[i]);
+    else
+      buffers_[i] = loaded[i].to(params_[i].dtype()).to(params_[i].device(), /*copy=*/true);
+  }
 }
 
 AdamW::AdamW(TensorList params, const AdamWOptions& o) : Optimizer(std::move(params), o.lr), o_(o) {

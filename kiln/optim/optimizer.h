@@ -67,6 +67,10 @@ class SGD : public Optimizer {
   SGD(TensorList params, const SGDOptions& options);
   void step() override;
   const TensorList& momentum_buffers() const { return buffers_; }
+  // Adds "momentum_buffer.i" for each buffer made so far; loading one makes or overwrites it
+  // (in place when it exists) and leaves the others unmade, as in the saved optimizer.
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& state) override;
 
  private:
   SGDOptions o_;

@@ -1,6 +1,6 @@
-// kiln/optim/optimizer.h's state dicts: what AdamW's holds, a run stopped, saved (through a
-// safetensors file) and resumed into a fresh optimizer matching an uninterrupted one bitwise,
-// loading in place, and every bad state dict raising before anything changes.
+// kiln/optim/optimizer.h's state dicts: what AdamW's and SGD's hold, a run stopped, saved
+// (through a safetensors file) and resumed into a fresh optimizer matching an uninterrupted one
+// bitwise, loading in place, and every bad state dict raising before anything changes.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -222,6 +222,70 @@ TEST(OptimizerState, BadStateDictsRaiseBeforeAnyChange) {
   }
   EXPECT_EQ(load(good), "");
   EXPECT_EQ(dst.steps(), 2);
+}
+
+// SGD's momentum buffers are made on the first step: a fresh SGD loading a stepped one's
+// state makes them, and continues bitwise as the uninterrupted run does.
+TEST(OptimizerState, ResumedSGDMatchesUninterruptedBitwise) {
+  const optim::SGDOptions options{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01};
+  TensorList full_ps = make_params(0);
+  optim::SGD full(full_ps, options);
+  TensorList first_ps = make_params(0);
+  optim::SGD first(first_ps, options);
+  for (int64_t s = 0; s < 6; ++s) {
+    set_grads(full_ps, s);
+    full.set_lr(lr_at(s));
+    full.step();
+    if (s < 3) {
+      set_grads(first_ps, s);
+      first.set_lr(lr_at(s));
+      first.step();
+    }
+  }
+  StateDict state = first.state_dict();
+  std::vector<std::string> names;
+  for (const auto& [n, t] : state) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"lr", "steps", "momentum_buffer.0",
+                                             "momentum_buffer.1", "momentum_buffer.2"}));
+  TensorList resumed_ps = copies(first_ps);
+  optim::SGD resumed(resumed_ps, options);
+  resumed.load_state_dict(state);
+  EXPECT_FALSE(resumed.momentum_buffers()[0].is_same(first.momentum_buffers()[0]));  // a copy
+  for (int64_t s = 3; s < 6; ++s) {
+    set_grads(resumed_ps, s);
+    resumed.set_lr(lr_at(s));
+    resumed.step();
+  }
+  EXPECT_EQ(resumed.steps(), full.steps());
+  for (size_t i = 0; i < full_ps.size(); ++i) {
+    EXPECT_TRUE(bitwise_equal(resumed_ps[i], full_ps[i])) << "parameter " << i;
+    EXPECT_TRUE(bitwise_equal(resumed.momentum_buffers()[i], full.momentum_buffers()[i])) << i;
+  }
+  // A state saved before the first step has no buffers: loading it drops the ones made since.
+  optim::SGD fresh(copies(first_ps), options);
+  resumed.load_state_dict(fresh.state_dict());
+  for (const Tensor& b : resumed.momentum_buffers()) EXPECT_FALSE(b.defined());
+}
+
+TEST(OptimizerState, BadSGDStateDicts) {
+  TensorList ps = make_params(0);
+  optim::SGD sgd(ps, {.lr = 0.1, .momentum = 0.9});
+  StateDict good = sgd.state_dict();
+  auto load = [&](const std::string& name, const Tensor& t) {
+    StateDict s = good;
+    s.emplace_back(name, t);
+    return error_of([&] { sgd.load_state_dict(s); });
+  };
+  EXPECT_EQ(load("momentum_buffer.3", zeros({2})),
+            "[optimizer] load_state_dict: unexpected key momentum_buffer.3 (3 parameters)");
+  EXPECT_EQ(load("momentum_buffer.x", zeros({2})),
+            "[optimizer] load_state_dict: unexpected key momentum_buffer.x (3 parameters)");
+  EXPECT_EQ(load("momentum_buffer.1", zeros({4})),
+            "[optimizer] load_state_dict: size mismatch for momentum_buffer.1: state dict has "
+            "[4], optimizer has [5]");
+  EXPECT_EQ(load("velocity.0", zeros({3, 4})),
+            "[optimizer] load_state_dict: missing keys []; unexpected keys [velocity.0]");
+  for (const Tensor& b : sgd.momentum_buffers()) EXPECT_FALSE(b.defined());
 }
 
 }  // namespace
