@@ -199,8 +199,8 @@ int run_train(const TrainOptions& o) {
     default_generator().set_seed(st.default_rng_seed);
     default_generator().set_offset(st.default_rng_offset);
   }
-  // What a checkpoint written after `done` steps holds besides the model. See Note [Compiled
-  // steps and the optimizers' step counts].
+  // What a checkpoint written after `done` steps holds besides the model.
+  // See Note [Compiled steps and the optimizers' step counts].
   auto train_state = [&](int64_t done) {
     TrainState st{.run = run,
                   .rng_seed = gen.seed(),
