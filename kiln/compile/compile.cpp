@@ -342,6 +342,11 @@ std::unique_ptr<CompiledFunction::Impl::Traced> CompiledFunction::Impl::trace(
   if (!problems.written_constants.empty())
     fail("tensors made inside the function without an op are written by ops",
          problems.written_constants, "Make them with an op (zeros, empty, full) instead");
+  if (!problems.host_changes.empty())
+    fail("the function changed host values that steer its trace and did not restore them",
+         problems.host_changes,
+         "A replay runs no host code, so it would leave them as they were: change them outside "
+         "the compiled function (e.g. call model.train() or model.eval() before calling it)");
   if (!problems.host_reads.empty() && !o.piecewise)
     fail("graph break: the function reads tensor values on the host", problems.host_reads,
          "A compiled step cannot run host code between its ops; set CompileOptions::piecewise "
@@ -381,8 +386,9 @@ std::unique_ptr<CompiledFunction::Impl::Traced> CompiledFunction::Impl::trace(
                                         GraphOptions{o.capture, o.piecewise, o.name});
   e->is_static = is_static;
   const Executable* exe = e->exe.get();
-  e->guards = std::make_unique<Guards>(e->exe->graph(), inputs, modes, dynamic,
-                                       [exe](const TensorImpl* t) { return exe->refs_to(t); });
+  e->guards = std::make_unique<Guards>(
+      e->exe->graph(), inputs, modes, dynamic,
+      [exe](const TensorImpl* t) { return exe->refs_to(t); }, tracer.host_guards().guards());
   const int64_t t1 = profiler::now_ns();
 
   CacheEntryInfo& info = e->info;

@@ -34,8 +34,8 @@ bool strides_match(const InputGuard& g, const TensorImpl& t) {
 }  // namespace
 
 Guards::Guards(const Graph& graph, std::span<const Tensor> inputs, const ModeState& modes,
-               std::span<const uint32_t> dynamic, const HeldRefs& held)
-    : modes_(modes) {
+               std::span<const uint32_t> dynamic, const HeldRefs& held, std::vector<HostGuard> host)
+    : modes_(modes), host_(std::move(host)) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorImpl& t = *inputs[i].impl();
     uint32_t mask = i < dynamic.size() ? dynamic[i] : 0;
@@ -79,10 +79,14 @@ void Guards::dynamic_sizes(std::span<const Tensor> inputs, std::vector<int64_t>&
   }
 }
 
-size_t Guards::size() const { return inputs_.size() + 1 + free_.size() + grads_.size(); }
+size_t Guards::size() const {
+  return inputs_.size() + 1 + host_.size() + free_.size() + grads_.size();
+}
 
 bool Guards::check(std::span<const Tensor> inputs, const ModeState& modes) const {
   if (inputs.size() != inputs_.size() || !(modes == modes_)) return false;
+  for (const HostGuard& h : host_)
+    if (!h.passes()) return false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const InputGuard& g = inputs_[i];
     const TensorImpl* t = inputs[i].impl();
@@ -125,6 +129,8 @@ std::string Guards::why(std::span<const Tensor> inputs, const ModeState& modes,
   if (modes.default_device != modes_.default_device)
     return fmt::format("default device: expected {}, got {}", modes_.default_device,
                        modes.default_device);
+  for (const HostGuard& h : host_)
+    if (!h.passes()) return h.why();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const InputGuard& g = inputs_[i];
     const std::string who = input_label(i, names);
@@ -181,6 +187,7 @@ std::string Guards::str(std::span<const std::string> names) const {
       "grad_mode == {}, inference_mode == {}, default_dtype == {}, "
       "default_device == {}\n",
       modes_.grad_enabled, modes_.inference, name(modes_.default_dtype), modes_.default_device);
+  for (const HostGuard& h : host_) s += h.str() + "\n";
   for (size_t i = 0; i < inputs_.size(); ++i) {
     const InputGuard& g = inputs_[i];
     std::vector<std::string> sizes;

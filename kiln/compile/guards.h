@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/compile/graph.h"
+#include "kiln/compile/host_guard.h"
 
 namespace kiln::compiler {
 
@@ -37,10 +38,11 @@ class Guards {
   // holds its references to free tensors (each guard counts what the entry holds).
   // `dynamic[i]` are the dims of input i left unchecked. Static inputs are not guarded by
   // storage: an executable re-binds one whose storage changed (updating its device graphs).
-  // `held(t)` counts the references the cache entry holds to free tensor `t`.
+  // `held(t)` counts the references the cache entry holds to free tensor `t`. `host` are the
+  // host values the trace read (Note [Host values steer traces]).
   using HeldRefs = std::function<int(const TensorImpl*)>;
   Guards(const Graph& graph, std::span<const Tensor> inputs, const ModeState& modes,
-         std::span<const uint32_t> dynamic, const HeldRefs& held);
+         std::span<const uint32_t> dynamic, const HeldRefs& held, std::vector<HostGuard> host);
   // The entry came to hold more references (another executable, a size template).
   void add_held(const HeldRefs& held);
   // Whether any input has a dynamic dim.
@@ -61,6 +63,7 @@ class Guards {
  private:
   std::vector<InputGuard> inputs_;
   ModeState modes_;
+  std::vector<HostGuard> host_;
   bool has_dynamic_ = false;
   // Free tensors by identity: each must still be referenced outside the compiled function (one
   // that was dropped or replaced will not be reached by the function again).

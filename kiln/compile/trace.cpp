@@ -115,7 +115,8 @@ Tracer::Scope::Scope(Tracer& t)
     : saved_(tls_tracer),
       include_(DispatchKey::Trace),
       saved_hook_(detail::tls_host_read_hook),
-      saved_release_(detail::tls_release_hook) {
+      saved_release_(detail::tls_release_hook),
+      host_guards_(t.host_guards_) {
   tls_tracer = &t;
   detail::tls_host_read_hook = &on_host_read;
   detail::tls_release_hook = &on_release;
@@ -234,6 +235,7 @@ void Tracer::host_read(const TensorImpl& impl, const char* what) {
 }
 
 Graph Tracer::finish(std::span<const Tensor> outputs, TraceProblems& problems) {
+  problems.host_changes = host_guards_.unrestored();
   for (const Tensor& t : outputs) {
     KILN_CHECK(t.defined(), "[compile] the function returned an undefined tensor");
     g_.outputs.push_back(value_for(t));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/compile/graph.h"
+#include "kiln/compile/host_guard.h"
 
 namespace kiln::compiler {
 
@@ -22,6 +23,9 @@ struct TraceProblems {
   std::vector<std::string> outputs_with_history;
   // Tensors made without an op inside the call and then written by a node.
   std::vector<std::string> written_constants;
+  // Host values the call changed and did not restore: "module '1' (Dropout) training flag
+  // changed from true to false" (Note [Host values steer traces]).
+  std::vector<std::string> host_changes;
 };
 
 class Tracer {
@@ -44,6 +48,7 @@ class Tracer {
     IncludeKeyGuard include_;
     detail::HostReadHook saved_hook_;
     detail::ReleaseHook saved_release_;
+    HostGuardRecorder::Scope host_guards_;
   };
 
   // Ends the trace: maps the outputs, classifies buffers (constants, escapes) and returns the
@@ -57,6 +62,8 @@ class Tracer {
   void released(const void* p);
   // Whether ops called now on this thread are being recorded (not from inside a kernel).
   bool tracing() const;
+  // The host values the traced call read or changed (Note [Host values steer traces]).
+  const HostGuardRecorder& host_guards() const { return host_guards_; }
 
  private:
   int value_for(const Tensor& t);
@@ -66,6 +73,7 @@ class Tracer {
   Graph g_;
   std::unordered_map<const TensorImpl*, int> value_of_;
   std::unordered_map<const StorageImpl*, int> buffer_of_;  // storages alive now
+  HostGuardRecorder host_guards_;
 };
 
 // The tracer active on this thread, or nullptr.

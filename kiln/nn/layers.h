@@ -46,7 +46,8 @@ class RMSNorm : public UnaryModule {
   double eps;
 };
 
-// Zeroes elements with probability p while training; identity in eval().
+// Zeroes elements with probability p while training; identity in eval(). A compiled function
+// that ran it is guarded by its training flag (Note [Host values steer traces]).
 class Dropout : public UnaryModule {
  public:
   explicit Dropout(double p = 0.5, Generator* gen = nullptr);

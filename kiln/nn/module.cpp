@@ -1,6 +1,10 @@
 #include "kiln/nn/module.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
 #include <set>
+#include <typeinfo>
 
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/core/error.h"
@@ -81,9 +85,39 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
   for (auto& [dst, src] : copies) dst.copy_(src);
 }
 
+Module::~Module() { training_->release(); }
+
 void Module::train(bool on) {
-  training_ = on;
+  training_->set(on);
   for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::set_child_path(Module& child, const std::string& name) const {
+  child.set_path(path_.empty() ? name : path_ + "." + name);
+}
+void Module::set_path(std::string path) {
+  path_ = std::move(path);
+  for (auto& [name, child] : children_) set_child_path(*child, name);
+}
+
+std::string Module::type_name() const {
+  const char* mangled = typeid(*this).name();
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string full = status == 0 && demangled ? demangled : mangled;
+  std::free(demangled);
+  // "kiln::nn::Dropout" -> "Dropout"; a template's arguments keep their namespaces.
+  const size_t end = full.find('<');
+  const size_t colons = full.rfind("::", end);
+  return colons == std::string::npos ? full : full.substr(colons + 2);
+}
+
+// "module 'h.0.drop' (Dropout) training flag", or "module Dropout training flag" for a module
+// registered nowhere.
+std::string Module::describe_training(const void* module) {
+  const Module& m = *static_cast<const Module*>(module);
+  if (m.path_.empty()) return fmt::format("module {} training flag", m.type_name());
+  return fmt::format("module '{}' ({}) training flag", m.path_, m.type_name());
 }
 
 void Module::apply_to_tensors(Tensor (*fn)(const Tensor&, const void*), const void* arg) {

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/compile/host_guard.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln::nn {
@@ -17,7 +18,7 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 class Module {
  public:
   Module() = default;
-  virtual ~Module() = default;
+  virtual ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
@@ -32,9 +33,18 @@ class Module {
   void load_state_dict(const NamedTensors& state, bool strict = true);
   int64_t num_parameters() const;
 
+  // Sets the training flag of this module and its submodules. A compiled function that read
+  // a flag is guarded by it: its next call after a change traces again (or replays an entry
+  // traced in that mode). See Note [Host values steer traces].
   void train(bool on = true);
   void eval() { train(false); }
-  bool is_training() const { return training_; }
+  // The training flag; reading it while a compiled function is traced makes it a guard.
+  bool is_training() const { return training_->get().as_bool(); }
+  // The dotted path under which the module was registered, from the outermost module that
+  // registered it ("h.0.attn"); "" for a module registered nowhere.
+  const std::string& path() const { return path_; }
+  // The class name without namespaces ("Dropout"), for messages.
+  std::string type_name() const;
   // Moves/casts every parameter and buffer (parameters stay leaves that require grad).
   void to(Device device);
   void to(DType dtype);
@@ -47,6 +57,7 @@ class Module {
   void register_buffer(std::string name, Tensor* buffer);
   template <class M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+    set_child_path(*module, name);
     children_.emplace_back(std::move(name), module);
     return module;
   }
@@ -55,11 +66,18 @@ class Module {
   template <class F>
   void visit(const std::string& prefix, bool params, F&& f) const;
   void apply_to_tensors(Tensor (*fn)(const Tensor&, const void*), const void* arg);
+  void set_child_path(Module& child, const std::string& name) const;
+  void set_path(std::string path);
+  static std::string describe_training(const void* module);
 
   std::vector<std::pair<std::string, Tensor*>> params_;
   std::vector<std::pair<std::string, Tensor*>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
-  bool training_ = true;
+  // Shared with the guards of compiled functions that read it (Note [Host values steer
+  // traces]); released when the module is destroyed.
+  std::shared_ptr<compiler::HostCell> training_ =
+      compiler::HostCell::make(true, this, &Module::describe_training);
+  std::string path_;
 };
 
 // A module with one tensor in and one out (what Sequential chains).
