@@ -120,6 +120,16 @@ SGD::SGD(TensorList params, const SGDOptions& o) : Optimizer(std::move(params), 
   buffers_.resize(params_.size());
 }
 
+// Note [SGD in a compiled step]
+// A compiled step replays the ops its trace recorded with the attributes they had, so a rate
+// passed as a number would stay the traced one after set_lr. The rate is read from
+// lr_tensor_ instead (0-d float64 on the parameters' device, filled in place by set_lr), as
+// AdamW's kernel does: p -= (d * lr), one product per parameter, then one multi-tensor add.
+// The product is in the parameter's dtype (PyTorch's rule for a 0-d operand), so for float16
+// and bfloat16 parameters the rate is rounded to that dtype first, as in PyTorch's SGD with a
+// tensor rate. Momentum, dampening, weight decay and Nesterov stay numbers in the trace: they
+// are fixed when the optimizer is made (there is no setter), so they cannot differ between a
+// trace and a later call, and need no guard (Note [Host values steer traces]).
 void SGD::step() {
   autograd::NoGradGuard no_grad;
   TensorList ps, ds, bufs;
@@ -156,7 +166,9 @@ void SGD::step() {
       ds = bufs;
     }
   }
-  foreach_add_(ps, ds, -lr_);
+  // p -= lr * d with lr read from the device (Note [SGD in a compiled step]).
+  for (Tensor& d : ds) d = mul(d, lr_tensor_);
+  foreach_add_(ps, ds, -1.0);
   ++steps_;
 }
 

@@ -22,9 +22,9 @@ class Optimizer {
   // Zeroes the gradients in place (their addresses stay stable) or drops them.
   void zero_grad(bool set_to_none = false);
   double lr() const { return lr_; }
-  // Sets the learning rate. AdamW also writes it into a device tensor that its kernel reads,
-  // so a compiled step replays with the current rate: call set_lr outside the compiled
-  // function (SGD's rate is a plain number, baked into a compiled step).
+  // Sets the learning rate. It is also written into a device tensor that SGD's and AdamW's
+  // steps read, so a compiled step replays with the current rate without a recompile: call
+  // set_lr outside the compiled function.
   void set_lr(double lr);
   // The learning rate as a 0-d float64 tensor on the parameters' device.
   const Tensor& lr_tensor() const { return lr_tensor_; }
@@ -61,7 +61,8 @@ struct SGDOptions {
 };
 
 // p -= lr * d, where d = g + wd p, and with momentum buf = momentum buf + (1 - dampening) d,
-// d = buf (or d + momentum buf with Nesterov). PyTorch's SGD.
+// d = buf (or d + momentum buf with Nesterov). PyTorch's SGD. The rate is read from
+// lr_tensor() (Note [SGD in a compiled step]); the other options are fixed at construction.
 class SGD : public Optimizer {
  public:
   SGD(TensorList params, const SGDOptions& options);

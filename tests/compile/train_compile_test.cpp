@@ -65,6 +65,45 @@ TEST(CompileTrain, MlpTenStepsMatchEagerBitwise) {
   EXPECT_EQ(opt.step_counts()[0].item<double>(), 10.0);
 }
 
+// SGD reads its rate from a device tensor (Note [SGD in a compiled step]): set_lr between calls
+// reaches the replay without a recompile, momentum, weight decay and Nesterov included.
+TEST(CompileTrain, SgdSetLrReachesTheReplay) {
+  auto eager = make_mlp(2), compiled = make_mlp(2);
+  const optim::SGDOptions o{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
+  optim::SGD eager_opt(eager->parameters(), o), opt(compiled->parameters(), o);
+  auto step = [](nn::Module& m, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(static_cast<nn::UnaryModule&>(m).forward(x), y);
+    loss.backward();
+    opt.step();
+    return loss.detach();
+  };
+  CompiledFunction f =
+      compile([&](const Tensor& x, const Tensor& y) { return step(*compiled, opt, x, y); },
+              {.name = "sgd_step"});
+  Generator data(9);
+  TensorList before;
+  for (int s = 1; s <= 10; ++s) {
+    const double lr = s <= 4 ? 0.05 : s <= 7 ? 0.01 : 0.0;  // a schedule, then a rate of 0
+    eager_opt.set_lr(lr);
+    opt.set_lr(lr);
+    before.clear();
+    for (const Tensor& p : compiled->parameters()) before.push_back(p.clone());
+    Tensor x = randn({8, 16}, &data), y = randint(0, 10, {8}, &data);
+    Tensor want = step(*eager, eager_opt, x, y);
+    EXPECT_EQ(f({x, y})[0].item<float>(), want.item<float>()) << "loss at step " << s;
+    expect_params_equal(*eager, *compiled, s);
+  }
+  // With a rate of 0 the last replay left the parameters as they were.
+  TensorList after = compiled->parameters();
+  for (size_t i = 0; i < after.size(); ++i)
+    EXPECT_EQ(after[i].to_vector<float>(), before[i].to_vector<float>()) << "parameter " << i;
+  EXPECT_TRUE(f.miss_reasons().empty()) << f.explain();
+  ASSERT_EQ(f.entries().size(), 1u);
+  EXPECT_EQ(f.eager_calls(), 1);  // the warm-up made the gradients and momentum buffers
+  EXPECT_EQ(f.entries()[0].hits, 8);
+}
+
 TEST(CompileTrain, GptTenStepsMatchEagerBitwise) {
   nn::GPTConfig cfg{.vocab_size = 64, .context = 16, .width = 32, .layers = 2, .heads = 2};
   Generator g1(3), g2(3);
