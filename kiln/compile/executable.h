@@ -21,7 +21,7 @@ struct ExecutableStats {
   size_t arena_bytes = 0;      // one block for every planned intermediate
   size_t unplanned_bytes = 0;  // the same intermediates without reuse
   size_t output_bytes = 0;     // buffers handed to the caller
-  // Device graphs (Note [Device graphs] in executable.cpp).
+  // Device graphs (Note [Device graphs] in device_graphs.cpp).
   bool device_graphs = false;  // replays launch captured graphs
   std::string no_graphs;       // why not, when the device has graphs but this one does not
   int graph_segments = 0;      // captured graphs per replay
@@ -58,13 +58,22 @@ class Executable {
   std::string str() const;
 
  private:
-  struct Step;
-  struct Graphs;
+  struct Step;    // executable_impl.h
+  struct Graphs;  // executable_impl.h
+  // build() lowers the graph in these steps (executable_build.cpp).
+  struct Lowered;
   void build();
+  Lowered lower_nodes() const;                // how each node runs
+  void make_buffers(const Lowered& lowered);  // storage per buffer, the arena
+  void make_slots();                          // a tensor per value over its buffer
+  void bind_traced_inputs();                  // inputs to buffers; drops what only tracing needed
+  void make_steps(const Lowered& lowered);    // bound kernel calls
+  // Device graphs (device_graphs.cpp).
   void setup_graphs();
-  void run_steps(size_t begin, size_t end);
   void run_graphs(std::span<const Tensor> inputs, TensorList& outputs);
   void capture(bool update);
+  // Replay (executable.cpp).
+  void run_steps(size_t begin, size_t end);
   // Binds input i's buffer to `input`'s storage; whether that changed anything.
   bool bind_input(size_t i, const Tensor& input);
   void bind_inputs(std::span<const Tensor> inputs);

@@ -31,7 +31,7 @@ struct DeviceCaps {
 // pools and graphs are opaque 64-bit handles made by the interface; stream 0 is each device's
 // default stream. The defaults describe a synchronous device without graphs (the CPU): streams
 // and events exist but every operation has already finished, and graph calls throw
-// NotImplementedError. See Note [Device graphs] in kiln/compile/executable.cpp for how compile
+// NotImplementedError. See Note [Device graphs] in kiln/compile/device_graphs.cpp for how compile
 // uses the graph calls.
 class DeviceInterface {
  public:

@@ -1,4 +1,4 @@
-// Compile's device-graph path (Note [Device graphs] in kiln/compile/executable.cpp) on sim:
+// Compile's device-graph path (Note [Device graphs] in kiln/compile/device_graphs.cpp) on sim:
 // warm-up then capture, static input copy-in, free tensors and static inputs by address (an
 // address change updates the graph), capture errors naming the op, piecewise segments, and
 // results equal to eager.
