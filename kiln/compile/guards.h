@@ -39,7 +39,7 @@ class Guards {
   // `dynamic[i]` are the dims of input i left unchecked. Static inputs are not guarded by
   // storage: an executable re-binds one whose storage changed (updating its device graphs).
   // `held(t)` counts the references the cache entry holds to free tensor `t`. `host` are the
-  // host values the trace read (Note [Host values steer traces]).
+  // host values the trace read (See Note [Host values steer traces] in host_guard.cpp).
   using HeldRefs = std::function<int(const TensorImpl*)>;
   Guards(const Graph& graph, std::span<const Tensor> inputs, const ModeState& modes,
          std::span<const uint32_t> dynamic, const HeldRefs& held, std::vector<HostGuard> host);

@@ -24,7 +24,7 @@ struct TraceProblems {
   // Tensors made without an op inside the call and then written by a node.
   std::vector<std::string> written_constants;
   // Host values the call changed and did not restore: "module '1' (Dropout) training flag
-  // changed from true to false" (Note [Host values steer traces]).
+  // changed from true to false" (See Note [Host values steer traces] in host_guard.cpp).
   std::vector<std::string> host_changes;
 };
 
@@ -62,7 +62,7 @@ class Tracer {
   void released(const void* p);
   // Whether ops called now on this thread are being recorded (not from inside a kernel).
   bool tracing() const;
-  // The host values the traced call read or changed (Note [Host values steer traces]).
+  // The host values the traced call read or changed (See Note [Host values steer traces]).
   const HostGuardRecorder& host_guards() const { return host_guards_; }
 
  private:

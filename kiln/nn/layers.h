@@ -47,7 +47,8 @@ class RMSNorm : public UnaryModule {
 };
 
 // Zeroes elements with probability p while training; identity in eval(). A compiled function
-// that ran it is guarded by its training flag (Note [Host values steer traces]).
+// that ran it is guarded by its training flag (See Note [Host values steer traces] in
+// kiln/compile/host_guard.cpp).
 class Dropout : public UnaryModule {
  public:
   explicit Dropout(double p = 0.5, Generator* gen = nullptr);

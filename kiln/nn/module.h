@@ -35,7 +35,7 @@ class Module {
 
   // Sets the training flag of this module and its submodules. A compiled function that read
   // a flag is guarded by it: its next call after a change traces again (or replays an entry
-  // traced in that mode). See Note [Host values steer traces].
+  // traced in that mode). See Note [Host values steer traces] in kiln/compile/host_guard.cpp.
   void train(bool on = true);
   void eval() { train(false); }
   // The training flag; reading it while a compiled function is traced makes it a guard.

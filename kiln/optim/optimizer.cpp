@@ -129,7 +129,8 @@ SGD::SGD(TensorList params, const SGDOptions& o) : Optimizer(std::move(params), 
 // and bfloat16 parameters the rate is rounded to that dtype first, as in PyTorch's SGD with a
 // tensor rate. Momentum, dampening, weight decay and Nesterov stay numbers in the trace: they
 // are fixed when the optimizer is made (there is no setter), so they cannot differ between a
-// trace and a later call, and need no guard (Note [Host values steer traces]).
+// trace and a later call, and need no guard (See Note [Host values steer traces] in
+// kiln/compile/host_guard.cpp).
 void SGD::step() {
   autograd::NoGradGuard no_grad;
   TensorList ps, ds, bufs;
@@ -166,7 +167,7 @@ void SGD::step() {
       ds = bufs;
     }
   }
-  // p -= lr * d with lr read from the device (Note [SGD in a compiled step]).
+  // p -= lr * d with lr read from the device (See Note [SGD in a compiled step]).
   for (Tensor& d : ds) d = mul(d, lr_tensor_);
   foreach_add_(ps, ds, -1.0);
   ++steps_;

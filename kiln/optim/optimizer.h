@@ -62,7 +62,8 @@ struct SGDOptions {
 
 // p -= lr * d, where d = g + wd p, and with momentum buf = momentum buf + (1 - dampening) d,
 // d = buf (or d + momentum buf with Nesterov). PyTorch's SGD. The rate is read from
-// lr_tensor() (Note [SGD in a compiled step]); the other options are fixed at construction.
+// lr_tensor() (See Note [SGD in a compiled step] in optimizer.cpp); the other options are fixed at
+// construction.
 class SGD : public Optimizer {
  public:
   SGD(TensorList params, const SGDOptions& options);
