@@ -1,25 +1,27 @@
 // Runs the op table (op_test_*.cpp) against ATen on the CPU and on CUDA, on the meta device and
-// on sim, and the error table.
+// on sim, and every record's gradcheck and error samples.
+//
+// Note [The op record]
+// Each op has one record in the op table, in the file of its family, holding all of its tests
+// (PyTorch's OpInfo): the OpCase rows that name it (its samples, checked against ATen on every
+// dtype of `dtypes`, on meta, on sim, and on CUDA with `cuda_dtypes` when given), and on its
+// first row (head() in op_test_util.h) the op's other checks: `grad` (gradcheck this row too),
+// `grads` (gradcheck samples with inputs of their own, e.g. kept away from a kink) and `errors`
+// (calls that must raise). A pointwise op's record is its PointwiseSpec, which add_pointwise
+// turns into rows, so a new unary op with a derivative is one add_pointwise call with
+// `.grad = true`. Samples that exercise several ops at once (a view of a view, a chain of
+// in-place ops) or no op (parsing a device) are op_test_composite.cpp's short table.
+// Coverage (OpCoverage.*): every op has a row, and every op with a backward formula is reached
+// by a gradcheck of its record.
 //
 // Note [How a case runs]
-// For each row of the table and each of its dtypes:
-//  1. `make` draws the inputs from a Gen seeded by the row's name and the dtype; to_aten copies
-//     them for ATen.
-//  2. `aten` computes the reference (see Note [16-bit reference]). Mode::InPlace casts output i
-//     to input i's dtype (output i is input i, written in place) and Mode::Out to the out
-//     tensor's dtype, which is what PyTorch's in-place and out= variants do with a functional
-//     result.
-//  3. `kiln` runs the op. For Mode::Out the runner first allocates `out` with the reference's
-//     shape, filled with a sentinel (NaN for floats) so that unwritten elements show.
-//  4. Every output is compared with compare(); functional and out= cases must leave their inputs
-//     untouched (in-place cases all but the ones they write); Alias checks run.
-// The meta test runs each row again with its inputs moved to Device("meta") and expects the
-// reference's sizes and dtypes, on meta, with no data.
 #include <ATen/Parallel.h>
 
 #include <cmath>
 #include <set>
 
+#include "kiln/autograd/derivative.h"
+#include "kiln/autograd/gradcheck.h"
 #include "tests/backend/cuda_util.h"
 #include "tests/backend/sim_util.h"
 #include "tests/ops/op_test_util.h"
@@ -36,14 +38,16 @@ void PrintTo(const CaseParam& p, std::ostream* os) {
   *os << p.c->name << (p.dtype ? "/" + std::string(name(*p.dtype)) : "");
 }
 
-std::vector<CaseParam> params_of(const Cases& cs) {
+// The (row, dtype) cases of a table; on CUDA with each row's cuda_dtypes where it has them.
+std::vector<CaseParam> params_of(const Cases& cs, bool cuda = false) {
   std::vector<CaseParam> out;
   for (const OpCase& c : cs) {
     if (c.dtypes.empty()) out.push_back({&c, std::nullopt});
-    for (DType d : c.dtypes) out.push_back({&c, d});
+    for (DType d : cuda&& c.cuda_dtypes ? *c.cuda_dtypes : c.dtypes) out.push_back({&c, d});
   }
   return out;
 }
+std::vector<CaseParam> cuda_params_of(const Cases& cs) { return params_of(cs, true); }
 std::string param_name(const testing::TestParamInfo<CaseParam>& info) {
   const CaseParam& p = info.param;
   return p.c->name + (p.dtype ? "_" + std::string(name(*p.dtype)) : "");
@@ -88,7 +92,11 @@ uint64_t seed_of(const std::string& s, std::optional<DType> d) {
 // float16 kernels compute ("opmath" in float) and what PyTorch's tests compare 16-bit results
 // with. Rows that stand for a composite (sdpa, cross_entropy) round their intermediates, and
 // the C++ numbers they scale by, themselves (see round_to in op_test_util.h); rows whose op
-// accumulates in the tensor's dtype by definition use ATen's 16-bit kernel (native_16bit).
+// accumulates in the tensor's dtype by definition use ATen's 16-bit kernel (native_16bit:
+// index_add). scatter_add does too, but libtorch 2.11's CPU kernel rounds its 16-bit sums
+// otherwise than 1.13's (one ulp apart), so its reference is float32 rounded once and its
+// tolerance (Tol::Unordered16) a few ulps of the partial sums that Kiln rounds after each
+// addition.
 bool is_16bit(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 ATensors reference(const OpCase& c, const AArgs& a) {
   std::optional<at::ScalarType> low;
@@ -392,13 +400,157 @@ TEST_P(OpCuda, MatchesATen) {
   INSTANTIATE_TEST_SUITE_P(Name, OpOracle, testing::ValuesIn(params_of(table())), param_name); \
   INSTANTIATE_TEST_SUITE_P(Name, OpMeta, testing::ValuesIn(params_of(table())), param_name);   \
   INSTANTIATE_TEST_SUITE_P(Name, OpSim, testing::ValuesIn(params_of(table())), param_name);    \
-  INSTANTIATE_TEST_SUITE_P(Name, OpCuda, testing::ValuesIn(params_of(table())), param_name)
+  INSTANTIATE_TEST_SUITE_P(Name, OpCuda, testing::ValuesIn(cuda_params_of(table())), param_name)
 KILN_INSTANTIATE_TABLE(Pointwise, pointwise);
 KILN_INSTANTIATE_TABLE(Reduce, reduce);
 KILN_INSTANTIATE_TABLE(LinalgNN, linalg_nn);
 KILN_INSTANTIATE_TABLE(ShapeIndex, shape_index);
 KILN_INSTANTIATE_TABLE(FactoryForeach, factory_foreach);
 #undef KILN_INSTANTIATE_TABLE
+
+// ---------------------------------------------------------------- gradcheck
+
+// Note [How a gradcheck sample runs]
+// A gradcheck is a row with `grad` or a sample of a record's `grads` (or of the composite
+// table). A row runs its `kiln` on inputs from its `make` at float64, made contiguous, the
+// floating ones requiring grad (in place: input 0 is first copied to a non-leaf, which a leaf
+// requiring grad would refuse); a sample runs `fn` on the float64 inputs its `make` draws from
+// a GradGen seeded by its name (those that require grad are the ones checked). The function is
+// run once with the Profile key included, recording the ops it reaches (each name in `ops` must
+// be among them, so the coverage list cannot drift from what the samples really call), and
+// every floating output must require grad; then kiln::autograd::gradcheck compares the
+// Jacobian that backward gives with central differences (eps 1e-6, atol 1e-5, rtol 1e-3), on
+// copies of the outputs (see run_gradcheck). Inputs avoid the points where an op is not
+// differentiable (ties of maximum/amax, 0 for abs and relu, clamp's bounds). Functions that
+// draw random numbers reseed their Generator on every call, so the finite differences see the
+// same mask.
+
+// One gradcheck: a row with `grad` (sample null), a sample of a row's `grads`, or a composite
+// sample (row null).
+struct GradParam {
+  const OpCase* row;
+  const GradSample* sample;
+};
+void PrintTo(const GradParam& p, std::ostream* os);
+std::string grad_name(const GradParam& p) { return p.sample ? p.sample->name : p.row->name; }
+void PrintTo(const GradParam& p, std::ostream* os) { *os << grad_name(p); }
+const std::vector<std::string>& grad_ops(const GradParam& p) {
+  return p.sample ? p.sample->ops : p.row->ops;
+}
+
+const GradSamples& composite_grad_table() {
+  static const GradSamples g = composite_grads();
+  return g;
+}
+std::vector<GradParam> grad_params() {
+  std::vector<GradParam> out;
+  for (const Cases* t : all_tables())
+    for (const OpCase& c : *t) {
+      if (c.grad) out.push_back({&c, nullptr});
+      for (const GradSample& g : c.grads) out.push_back({&c, &g});
+    }
+  for (const GradSample& g : composite_grad_table()) out.push_back({nullptr, &g});
+  return out;
+}
+
+using GradFn = std::function<KTensors(const KTensors&)>;
+
+// The inputs and function of a gradcheck (Note [How a gradcheck sample runs]).
+std::pair<KTensors, GradFn> grad_problem(const GradParam& p) {
+  if (p.sample) {
+    GradGen gen(p.sample->name);
+    return {p.sample->make(gen), p.sample->fn};
+  }
+  const OpCase& c = *p.row;
+  Gen g(kFloat64, seed_of(c.name, kFloat64));
+  KTensors in = c.make(g);
+  for (Tensor& t : in)
+    if (t.defined() && is_floating(t.dtype())) t = clone(t).requires_grad_();
+  return {in, [&c](const KTensors& x) {
+            KArgs a{x, kFloat64, Device(kCPU), {}};
+            if (c.mode == Mode::InPlace) a.in[0] = nonleaf(a.in[0]);
+            return c.kiln(a);
+          }};
+}
+
+// Records the names of the ops that reach the Profile key while it is included; the fallback
+// is installed only for the recording.
+std::set<std::string>* g_recorded = nullptr;
+void record_fallback(const OpDef& op, DispatchKey, Stack& stack) {
+  if (g_recorded) g_recorded->emplace(op.name());
+  ExcludeKeyGuard guard(DispatchKey::Profile);
+  op.call_boxed(stack);
+}
+std::set<std::string> ops_reached(const GradFn& fn, const KTensors& inputs) {
+  std::set<std::string> out;
+  if (fallback_for(DispatchKey::Profile) != nullptr) return out;  // a real profiler owns it
+  register_fallback(DispatchKey::Profile, &record_fallback);
+  g_recorded = &out;
+  try {
+    IncludeKeyGuard include(DispatchKey::Profile);
+    fn(inputs);
+  } catch (...) {
+    g_recorded = nullptr;
+    register_fallback(DispatchKey::Profile, nullptr);
+    throw;
+  }
+  g_recorded = nullptr;
+  register_fallback(DispatchKey::Profile, nullptr);
+  return out;
+}
+
+void run_gradcheck(const GradParam& p) {
+  auto [inputs, fn] = grad_problem(p);
+  const std::string name = grad_name(p);
+  // Every floating output must carry a gradient: gradcheck skips outputs that do not, so a
+  // sample whose output lost its history would otherwise pass without checking anything.
+  for (const Tensor& out : fn(inputs)) {
+    bool floating = out.defined() && is_floating(out.dtype());
+    EXPECT_TRUE(!floating || out.requires_grad())
+        << "an output of " << name << " does not require grad";
+  }
+  std::set<std::string> reached = ops_reached(fn, inputs);
+  if (!reached.empty()) {
+    for (const std::string& op : grad_ops(p))
+      EXPECT_TRUE(reached.count(op)) << name << " lists " << op << " but does not call it";
+  }
+  // Outputs are copied (to_copy, whose backward is the identity) before gradcheck sees them:
+  // gradcheck reads the plus and minus evaluations only after restoring the input, so an output
+  // that is a view of an input would read the restored values twice (see
+  // GradcheckTool.OutputThatIsAViewOfTheInput in tests/autograd/gradcheck_test.cpp).
+  GradFn copied = [&fn](const KTensors& x) {
+    KTensors out = fn(x);
+    for (Tensor& t : out)
+      if (t.defined()) t = clone(t);
+    return out;
+  };
+  std::string why;
+  EXPECT_TRUE(autograd::gradcheck(copied, inputs, {}, &why)) << why;
+}
+
+class OpGradcheck : public testing::TestWithParam<GradParam> {};
+TEST_P(OpGradcheck, MatchesFiniteDifferences) {
+  guarded([&] { run_gradcheck(GetParam()); });
+}
+INSTANTIATE_TEST_SUITE_P(Gradcheck, OpGradcheck, testing::ValuesIn(grad_params()),
+                         [](const testing::TestParamInfo<GradParam>& i) {
+                           return grad_name(i.param);
+                         });
+
+// ---------------------------------------------------------------- error samples
+
+const std::vector<ErrorCase>& composite_error_table() {
+  static const std::vector<ErrorCase> e = composite_errors();
+  return e;
+}
+std::vector<const ErrorCase*> error_params() {
+  std::vector<const ErrorCase*> out;
+  for (const Cases* t : all_tables())
+    for (const OpCase& c : *t)
+      for (const ErrorCase& e : c.errors) out.push_back(&e);
+  for (const ErrorCase& e : composite_error_table()) out.push_back(&e);
+  return out;
+}
 
 // ---------------------------------------------------------------- coverage
 
@@ -416,14 +568,44 @@ TEST(OpCoverage, EveryOpHasARow) {
 }
 
 TEST(OpCoverage, RowsAreWellFormed) {
-  std::set<std::string> names;
+  std::set<std::string> names, grad_names, error_names;
   for (const Cases* t : all_tables())
     for (const OpCase& c : *t) {
       EXPECT_TRUE(names.insert(c.name).second) << "duplicate row name " << c.name;
       EXPECT_TRUE(c.make && c.kiln) << c.name;
       EXPECT_NE(static_cast<bool>(c.aten), static_cast<bool>(c.check))
           << c.name << " needs exactly one of aten and check";
+      EXPECT_TRUE(!c.grad || c.mode != Mode::Out) << c.name << ": autograd refuses out= variants";
+      for (DType d : c.cuda_dtypes.value_or(c.dtypes)) {
+        EXPECT_NE(std::find(c.dtypes.begin(), c.dtypes.end(), d), c.dtypes.end())
+            << c.name << ": CUDA dtype " << name(d) << " is not among its dtypes";
+      }
     }
+  for (const GradParam& g : grad_params())
+    EXPECT_TRUE(grad_names.insert(grad_name(g)).second) << "duplicate gradcheck " << grad_name(g);
+  for (const ErrorCase* e : error_params())
+    EXPECT_TRUE(error_names.insert(e->name).second) << "duplicate error sample " << e->name;
+}
+
+// Every op with a backward formula is reached by a gradcheck of its record (a row with `grad`
+// or a sample in `grads`; the composite samples do not count). Adding a formula without a
+// gradcheck is not allowed.
+TEST(OpCoverage, EveryFormulaHasAGradcheck) {
+  std::set<std::string> covered;
+  for (const GradParam& g : grad_params()) {
+    if (!g.row) continue;
+    for (const std::string& op : grad_ops(g)) {
+      EXPECT_NE(ops::find_op(op), nullptr) << grad_name(g) << " lists unknown op " << op;
+      covered.insert(op);
+    }
+  }
+  std::string missing;
+  for (const OpDef* op : ops::all_ops()) {
+    if (autograd::derivative_of(*op).kind != autograd::Differentiability::Formula) continue;
+    if (!covered.count(std::string(op->name())))
+      missing += std::string(missing.empty() ? "" : ", ") + std::string(op->name());
+  }
+  EXPECT_EQ(missing, "") << "ops with a backward formula but no gradcheck in their record";
 }
 
 // ---------------------------------------------------------------- type promotion
@@ -464,16 +646,6 @@ TEST(OpPromotion, MatchesAtenResultType) {
 
 class OpErrors : public testing::TestWithParam<const ErrorCase*> {};
 
-const std::vector<ErrorCase>& errors() {
-  static const std::vector<ErrorCase> e = error_cases();
-  return e;
-}
-std::vector<const ErrorCase*> error_params() {
-  std::vector<const ErrorCase*> out;
-  for (const ErrorCase& e : errors()) out.push_back(&e);
-  return out;
-}
-
 bool has_kind(const kiln::Error& e, ErrorKind k) {
   switch (k) {
     case ErrorKind::Value:
@@ -492,7 +664,8 @@ const char* kind_name(ErrorKind k) {
   return names[static_cast<int>(k)];
 }
 
-// The call throws the row's error class with a message that starts with "[op]" and carries
+// An error sample (a record's `errors`, or the composite table's): the call throws the sample's
+// error class with a message that starts with "[op]" and carries
 // the offending values, and the tensors it would have written are unchanged ("nothing
 // written": errors are raised before any write).
 TEST_P(OpErrors, Throws) {

@@ -13,6 +13,76 @@ constexpr auto S = Layout::Strided;
 
 std::vector<DType> without_bool() { return kNumericDTypes; }
 
+// ---------------------------------------------------------------- gradcheck and error samples
+
+using Watch = std::function<void(const Tensor&)>;
+using K = ErrorKind;
+Tensor f32(IntArrayRef shape) { return ones(shape, kFloat32); }
+Tensor i64(IntArrayRef shape) { return ones(shape, kInt64); }
+
+// copy_ into non-leaves: a broadcast source, into a slice, from a float32 source.
+GradSamples copy_grads() {
+  GradSamples cs;
+  cs.push_back({"copy__bcast_src",
+                {"copy_"},
+                [](GradGen& d) {
+                  return TensorList{d.var({2, 3}), d.var({3})};
+                },
+                [](const TensorList& x) {
+                  Tensor self = nonleaf(x[0]);
+                  self.copy_(x[1]);
+                  return TensorList{self * 2.0};
+                }});
+  cs.push_back({"copy__into_slice",
+                {"copy_", "slice"},
+                [](GradGen& d) {
+                  return TensorList{d.var({3, 4}), d.var({3, 2})};
+                },
+                [](const TensorList& x) {
+                  Tensor self = nonleaf(x[0]);
+                  slice(self, 1, 1, 3).copy_(x[1]);
+                  return TensorList{self};
+                }});
+  cs.push_back({"copy__float32_src",
+                {"copy_"},
+                [](GradGen& d) {
+                  return TensorList{d.var({2, 3}), d.fixed({2, 3})};
+                },
+                [](const TensorList& x) {
+                  // A float32 source (no grad): self's old value gets a zero gradient.
+                  Tensor self = nonleaf(x[0]);
+                  self.copy_(x[1].to(kFloat32));
+                  return TensorList{self};
+                }});
+  return cs;
+}
+
+// fill_ into non-leaves: a slice, the whole tensor.
+GradSamples fill_grads() {
+  GradSamples cs;
+  cs.push_back({"fill__slice",
+                {"fill_", "slice"},
+                [](GradGen& d) {
+                  return TensorList{d.var({3, 4})};
+                },
+                [](const TensorList& x) {
+                  Tensor self = nonleaf(x[0]);
+                  slice(self, 0, 1, 2).fill_(3.0);
+                  return TensorList{self};
+                }});
+  cs.push_back({"fill__whole",
+                {"fill_"},
+                [](GradGen& d) {
+                  return TensorList{d.var({2, 3}), d.var({2, 3})};
+                },
+                [](const TensorList& x) {
+                  Tensor self = nonleaf(x[0]);
+                  self.fill_(-1.0);
+                  return TensorList{self * x[1]};
+                }});
+  return cs;
+}
+
 void add_fills(Cases& cs) {
   for (const auto& [label, dims] :
        {std::pair{"2d", Dims{2, 3}}, std::pair{"0d", Dims{}}, std::pair{"zero", Dims{0, 4}}}) {
@@ -153,6 +223,24 @@ void add_fills(Cases& cs) {
                 .aten = [](const AArgs& a) { return ATensors{a[0].clone()}; },
                 .tol = Tol::Exact,
                 .alias = Alias::Copy});
+  // clang-format off
+  OpCase& copy_record = head(cs, "copy_");
+  copy_record.grads = copy_grads();
+  copy_record.errors = {{"copy__not_broadcastable", K::Value, "copy_", {"[4]", "[2, 3]"},
+                         [](const Watch& watch) {
+                           Tensor self = f32({2, 3});
+                           watch(self);
+                           self.copy_(f32({4}));
+                         }}};
+  OpCase& fill_record = head(cs, "fill_");
+  fill_record.grads = fill_grads();
+  fill_record.errors = {{"fill__float_into_int", K::Type, "fill_", {"2.5", "int32"},
+                         [](const Watch& watch) {
+                           Tensor self = ones({3}, kInt32);
+                           watch(self);
+                           self.fill_(2.5);
+                         }}};
+  // clang-format on
 }
 
 void add_ranges(Cases& cs) {
@@ -245,6 +333,14 @@ void add_ranges(Cases& cs) {
                   // Kiln's per-element fused multiply-add; integer results are still exact.
                   .tol = Tol::Default});
   }
+  // clang-format off
+  head(cs, "arange").errors = {
+      {"arange_zero_step", K::Value, "arange", {"step"}, [](const Watch&) { arange(0, 5, 0); }},
+      {"arange_wrong_sign", K::Value, "arange", {"5", "-1"},
+       [](const Watch&) { arange(0, 5, -1); }}};
+  head(cs, "linspace").errors = {{"linspace_negative_steps", K::Value, "linspace", {"-1"},
+                                  [](const Watch&) { linspace(0, 1, -1); }}};
+  // clang-format on
 }
 
 // Random factories have no oracle: their rows check ranges and moments over 100k samples,
@@ -383,6 +479,10 @@ void add_random(Cases& cs) {
                         EXPECT_FALSE(same(5, 6)) << "the default generator advances";
                       }});
   }
+  head(cs, "randint").errors = {
+      {"randint_empty_range", K::Value, "randint", {"5", "2"}, [](const Watch&) {
+         randint(5, 2, {3});
+       }}};
 }
 
 // foreach: list inputs are concatenated in KArgs::in (self, then each other list); the self
@@ -547,6 +647,67 @@ void add_foreach(Cases& cs) {
                 .aten = per_tensor(
                     2, [](const AArgs& a, size_t i, size_t n) { return at::add(a[i], a[n + i]); }),
                 .mode = Mode::InPlace});
+  // clang-format off
+  head(cs, "foreach_add_").errors = {
+      {"foreach_length_mismatch", K::Value, "foreach_add_", {"2", "3"},
+       [](const Watch& watch) {
+         TensorList a{f32({2}), f32({3})};
+         for (const Tensor& t : a) watch(t);
+         foreach_add_(a, {f32({2}), f32({3}), f32({4})});
+       }},
+      {"foreach_add__float_into_int", K::Type, "foreach_add_", {"float32", "int64"},
+       [](const Watch& watch) {
+         TensorList self{i64({2}), i64({3})};
+         for (const Tensor& t : self) watch(t);
+         foreach_add_(self, {i64({2}), f32({3})});
+       }}};
+  head(cs, "foreach_mul_list_").errors = {
+      {"foreach_shape_mismatch", K::Value, "foreach_mul_list_", {"[3]", "[2]"},
+       [](const Watch& watch) {
+         TensorList a{f32({2}), f32({3})};
+         for (const Tensor& t : a) watch(t);
+         foreach_mul_(a, {f32({2}), f32({2})});
+       }}};
+  // foreach_adamw_: everything is checked before any parameter, moment or step is written.
+  head(cs, "foreach_adamw_").errors = {
+      {"adamw_lr_not_a_0d_float64", K::Type, "foreach_adamw_", {"lr", "[] float32"},
+       [](const Watch& watch) {
+         TensorList p{f32({2})}, g{f32({2})}, m{f32({2})}, v{f32({2})},
+             s{zeros({}, kFloat64)};
+         for (const TensorList* l : {&p, &m, &v, &s}) watch((*l)[0]);
+         foreach_adamw_(p, g, m, v, s, f32({}), 0.9, 0.999, 1e-8, 0.0);
+       }},
+      {"adamw_step_count", K::Value, "foreach_adamw_", {"1 step tensors", "2 parameters"},
+       [](const Watch& watch) {
+         TensorList p{f32({2}), f32({3})}, g{f32({2}), f32({3})}, m{f32({2}), f32({3})},
+             v{f32({2}), f32({3})}, s{zeros({}, kFloat64)};
+         for (const Tensor& t : p) watch(t);
+         foreach_adamw_(p, g, m, v, s, zeros({}, kFloat64), 0.9, 0.999, 1e-8, 0.0);
+       }},
+      {"adamw_negative_lr", K::Value, "foreach_adamw_", {"lr", "-1"},
+       [](const Watch& watch) {
+         TensorList p{f32({2})}, g{f32({2})}, m{f32({2})}, v{f32({2})},
+             s{zeros({}, kFloat64)};
+         for (const TensorList* l : {&p, &m, &v, &s}) watch((*l)[0]);
+         foreach_adamw_(p, g, m, v, s, full({}, -1.0, kFloat64), 0.9, 0.999, 1e-8, 0.0);
+       }},
+      {"adamw_fractional_step", K::Value, "foreach_adamw_", {"steps[0]", "1.5"},
+       [](const Watch& watch) {
+         TensorList p{f32({2})}, g{f32({2})}, m{f32({2})}, v{f32({2})},
+             s{full({}, 1.5, kFloat64)};
+         for (const TensorList* l : {&p, &m, &v, &s}) watch((*l)[0]);
+         foreach_adamw_(p, g, m, v, s, zeros({}, kFloat64), 0.9, 0.999, 1e-8, 0.0);
+       }},
+      {"adamw_shared_step_tensor", K::Value, "foreach_adamw_", {"steps[0]", "steps[1]"},
+       [](const Watch& watch) {
+         Tensor step = zeros({}, kFloat64);
+         TensorList p{f32({2}), f32({3})}, g{f32({2}), f32({3})}, m{f32({2}), f32({3})},
+             v{f32({2}), f32({3})}, s{step, step};
+         for (const Tensor& t : p) watch(t);
+         watch(step);
+         foreach_adamw_(p, g, m, v, s, zeros({}, kFloat64), 0.9, 0.999, 1e-8, 0.0);
+       }}};
+  // clang-format on
 }
 
 }  // namespace

@@ -16,6 +16,271 @@ constexpr auto T = Layout::Transposed;
 constexpr auto S = Layout::Strided;
 constexpr auto E = Layout::Expanded;
 
+// ---------------------------------------------------------------- gradcheck and error samples
+
+using Watch = std::function<void(const Tensor&)>;
+using K = ErrorKind;
+Tensor f32(IntArrayRef shape) { return ones(shape, kFloat32); }
+Tensor i64(IntArrayRef shape) { return ones(shape, kInt64); }
+
+// matmul, in the record of the op it lowers to (`op`: mm or bmm).
+GradSamples matmul_grads(const std::string& op) {
+  GradSamples cs;
+  auto two = [](Dims a, Dims b) {
+    return [a, b](GradGen& d) { return TensorList{d.var(a), d.var(b)}; };
+  };
+  const std::vector<std::tuple<const char*, Dims, Dims>> matmuls = {
+      {"1d_1d", {4}, {4}},
+      {"2d_1d", {3, 4}, {4}},
+      {"1d_2d", {4}, {4, 3}},
+      {"3d_2d", {2, 3, 4}, {4, 2}},
+      {"3d_1d", {2, 3, 4}, {4}},
+      {"1d_3d", {3}, {2, 3, 2}},
+      {"batched", {2, 3, 2}, {2, 2, 3}},
+      {"batch_bcast", {2, 1, 2, 3}, {3, 3, 2}}};
+  for (const auto& [label, a, b] : matmuls) {
+    std::vector<std::string> ops = {a.size() >= 3 && b.size() >= 3 ? "bmm" : "mm"};
+    if (std::string(label) == "1d_3d" || std::string(label) == "batch_bcast") ops = {"bmm"};
+    if (ops[0] != op) continue;
+    cs.push_back({std::string("matmul_") + label, ops, two(a, b),
+                  [](const TensorList& x) { return TensorList{matmul(x[0], x[1])}; }});
+  }
+  return cs;
+}
+
+// mm, and matmul and linear where they lower to mm.
+GradSamples mm_grads() {
+  GradSamples cs;
+  auto two = [](Dims a, Dims b) {
+    return [a, b](GradGen& d) { return TensorList{d.var(a), d.var(b)}; };
+  };
+  cs.push_back({"mm", {"mm"}, two({3, 4}, {4, 2}), [](const TensorList& x) {
+                  return TensorList{mm(x[0], x[1])};
+                }});
+  cs.push_back(
+      {"mm_transposed_input", {"mm", "transpose"}, two({4, 3}, {4, 2}), [](const TensorList& x) {
+         return TensorList{mm(transpose(x[0], 0, 1), x[1])};
+       }});
+  cs.push_back(
+      {"linear_no_bias", {"mm", "transpose"}, two({2, 3}, {4, 3}), [](const TensorList& x) {
+         return TensorList{linear(x[0], x[1])};
+       }});
+  for (const GradSample& g : matmul_grads("mm")) cs.push_back(g);
+  return cs;
+}
+
+GradSamples bmm_grads() {
+  GradSamples cs;
+  auto two = [](Dims a, Dims b) {
+    return [a, b](GradGen& d) { return TensorList{d.var(a), d.var(b)}; };
+  };
+  cs.push_back({"bmm", {"bmm"}, two({2, 3, 4}, {2, 4, 2}), [](const TensorList& x) {
+                  return TensorList{bmm(x[0], x[1])};
+                }});
+  for (const GradSample& g : matmul_grads("bmm")) cs.push_back(g);
+  return cs;
+}
+
+// addmm, and linear with a bias.
+GradSamples addmm_grads() {
+  GradSamples cs;
+  cs.push_back({"addmm_bias_row_beta_alpha",
+                {"addmm"},
+                [](GradGen& d) {
+                  return TensorList{d.var({2}), d.var({3, 4}), d.var({4, 2})};
+                },
+                [](const TensorList& x) { return TensorList{addmm(x[0], x[1], x[2], 0.5, 2)}; }});
+  cs.push_back({"addmm_full_self",
+                {"addmm"},
+                [](GradGen& d) {
+                  return TensorList{d.var({3, 2}), d.var({3, 4}), d.var({4, 2})};
+                },
+                [](const TensorList& x) { return TensorList{addmm(x[0], x[1], x[2])}; }});
+  cs.push_back({"addmm_beta0",
+                {"addmm"},
+                [](GradGen& d) {
+                  return TensorList{d.var({3, 2}), d.var({3, 4}), d.var({4, 2})};
+                },
+                [](const TensorList& x) { return TensorList{addmm(x[0], x[1], x[2], 0, -1)}; }});
+  cs.push_back({"linear_bias",
+                {"addmm", "transpose"},
+                [](GradGen& d) {
+                  return TensorList{d.var({2, 3}), d.var({4, 3}), d.var({4})};
+                },
+                [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2])}; }});
+  cs.push_back({"linear_3d_input",
+                {"addmm", "view"},
+                [](GradGen& d) {
+                  return TensorList{d.var({2, 2, 3}), d.var({2, 3}), d.var({2})};
+                },
+                [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2])}; }});
+  return cs;
+}
+
+GradSamples embedding_grads() {
+  GradSamples cs;
+  cs.push_back({"embedding_repeated_indices",
+                {"embedding"},
+                [](GradGen& d) {
+                  return TensorList{d.var({5, 3}), grad_indices({1, 4, 1, 0, 4, 1}, {2, 3})};
+                },
+                [](const TensorList& x) { return TensorList{embedding(x[0], x[1])}; }});
+  cs.push_back({"embedding_1d_indices",
+                {"embedding"},
+                [](GradGen& d) {
+                  return TensorList{d.var({4, 2}), grad_indices({3, 3, 0}, {3})};
+                },
+                [](const TensorList& x) { return TensorList{embedding(x[0], x[1])}; }});
+  return cs;
+}
+
+// nll_loss, and cross_entropy (log_softmax then nll_loss) in its record.
+GradSamples nll_loss_grads() {
+  GradSamples cs;
+  cs.push_back({"nll_loss",
+                {"nll_loss"},
+                [](GradGen& d) {
+                  return TensorList{d.var({4, 5}), grad_indices({1, 0, 4, 1}, {4})};
+                },
+                [](const TensorList& x) { return TensorList{nll_loss(x[0], x[1])}; }});
+  cs.push_back({"nll_loss_ignore_index",
+                {"nll_loss"},
+                [](GradGen& d) {
+                  return TensorList{d.var({4, 5}), grad_indices({1, -100, 4, 3}, {4})};
+                },
+                [](const TensorList& x) { return TensorList{nll_loss(x[0], x[1])}; }});
+  cs.push_back({"nll_loss_custom_ignore_index",
+                {"nll_loss"},
+                [](GradGen& d) {
+                  return TensorList{d.var({4, 5}), grad_indices({2, 2, 4, 3}, {4})};
+                },
+                [](const TensorList& x) { return TensorList{nll_loss(x[0], x[1], 2)}; }});
+  cs.push_back({"nll_loss_1d",
+                {"nll_loss"},
+                [](GradGen& d) {
+                  return TensorList{d.var({5}), grad_indices({3}, {})};
+                },
+                [](const TensorList& x) { return TensorList{nll_loss(x[0], x[1])}; }});
+  cs.push_back({"cross_entropy",
+                {"log_softmax", "nll_loss"},
+                [](GradGen& d) {
+                  return TensorList{d.var({4, 5}), grad_indices({1, 0, 4, 1}, {4})};
+                },
+                [](const TensorList& x) { return TensorList{cross_entropy(x[0], x[1])}; }});
+  cs.push_back({"cross_entropy_ignore_index",
+                {"log_softmax", "nll_loss"},
+                [](GradGen& d) {
+                  return TensorList{d.var({3, 4}), grad_indices({-1, 2, 0}, {3})};
+                },
+                [](const TensorList& x) { return TensorList{cross_entropy(x[0], x[1], -1)}; }});
+  return cs;
+}
+
+GradSamples native_dropout_grads() {
+  GradSamples cs;
+  // The generator is reseeded on every call: the finite differences must see the same mask.
+  cs.push_back({"dropout_p05",
+                {"native_dropout"},
+                [](GradGen& d) {
+                  return TensorList{d.var({4, 6})};
+                },
+                [](const TensorList& x) {
+                  static Generator gen;
+                  gen.set_seed(1234);
+                  return TensorList{dropout(x[0], 0.5, true, &gen)};
+                }});
+  cs.push_back({"native_dropout_mask_output",
+                {"native_dropout"},
+                [](GradGen& d) {
+                  return TensorList{d.var({3, 4})};
+                },
+                [](const TensorList& x) {
+                  static Generator gen;
+                  gen.set_seed(99);
+                  auto [out, mask] = ops::op_native_dropout(x[0], 0.25, &gen);
+                  return TensorList{out, mask};
+                }});
+  return cs;
+}
+
+GradSamples flash_attention_grads() {
+  GradSamples cs;
+  auto qkv = [](GradGen& d) {
+    return TensorList{d.var({2, 3, 2}), d.var({2, 4, 2}), d.var({2, 4, 2})};
+  };
+  // Note [Fused attention]: the backward kernel recomputes p from the saved logsumexp.
+  cs.push_back({"flash_attention", {"flash_attention"}, qkv, [](const TensorList& x) {
+                  return TensorList{std::get<0>(flash_attention(x[0], x[1], x[2]))};
+                }});
+  cs.push_back({"flash_attention_causal_l_gt_s",
+                {"flash_attention"},
+                [](GradGen& d) {
+                  return TensorList{d.var({1, 2, 5, 3}), d.var({1, 2, 3, 3}), d.var({1, 2, 3, 3})};
+                },
+                [](const TensorList& x) {
+                  return TensorList{std::get<0>(flash_attention(x[0], x[1], x[2], true, 0.8))};
+                }});
+  return cs;
+}
+
+// addmm_gelu, and linear_gelu (its wrapper).
+GradSamples addmm_gelu_grads() {
+  GradSamples cs;
+  // Note [GELU epilogue]: both outputs (gelu_tanh(z), z) carry gradients.
+  cs.push_back({"addmm_gelu_both_outputs",
+                {"addmm_gelu"},
+                [](GradGen& d) {
+                  return TensorList{d.var({3}), d.var({4, 5}), d.var({5, 3})};
+                },
+                [](const TensorList& x) {
+                  auto [out, z] = addmm_gelu(x[0], x[1], x[2]);
+                  return TensorList{out, z};
+                }});
+  cs.push_back({"linear_gelu_3d_no_bias",
+                {"addmm_gelu", "transpose", "view"},
+                [](GradGen& d) {
+                  return TensorList{d.var({2, 3, 4}), d.var({5, 4})};
+                },
+                [](const TensorList& x) { return TensorList{linear_gelu(x[0], x[1])}; }});
+  return cs;
+}
+
+// layer_norm (`rms` false) or rms_norm over 1 and 2 trailing dims, with and without weight/bias.
+GradSamples norm_grads(bool rms) {
+  GradSamples cs;
+  // Norms over 1 and 2 trailing dims, with and without weight/bias.
+  struct Norm {
+    const char* label;
+    Dims x, normalized;
+    bool weight, bias;
+  };
+  const std::vector<Norm> norms = {
+      {"1d_affine", {3, 4}, {4}, true, true},       {"1d_plain", {3, 4}, {4}, false, false},
+      {"1d_weight_only", {3, 4}, {4}, true, false}, {"1d_bias_only", {3, 4}, {4}, false, true},
+      {"2d_affine", {2, 2, 3}, {2, 3}, true, true}, {"2d_plain", {2, 2, 3}, {2, 3}, false, false}};
+  for (const Norm& n : norms) {
+    if (!rms)
+      cs.push_back({std::string("layer_norm_") + n.label,
+                    {"layer_norm"},
+                    [n](GradGen& d) {
+                      return TensorList{d.var(n.x), n.weight ? d.var(n.normalized) : Tensor(),
+                                        n.bias ? d.var(n.normalized) : Tensor()};
+                    },
+                    [n](const TensorList& x) {
+                      return TensorList{layer_norm(x[0], n.normalized, x[1], x[2])};
+                    }});
+    if (!rms || (n.bias && !n.weight)) continue;
+    cs.push_back(
+        {std::string("rms_norm_") + n.label,
+         {"rms_norm"},
+         [n](GradGen& d) {
+           return TensorList{d.var(n.x), n.weight ? d.var(n.normalized) : Tensor()};
+         },
+         [n](const TensorList& x) { return TensorList{rms_norm(x[0], n.normalized, x[1])}; }});
+  }
+  return cs;
+}
+
 // Small integers keep integer products exact and far from overflow.
 Draw draw_small() { return draw_uniform(-3, 3); }
 const std::vector<DType> kMatmulDTypes = kNumericDTypes;
@@ -138,6 +403,36 @@ void add_mm(Cases& cs) {
                 .kiln = [](const KArgs& x) { return KTensors{addmm(x[0], x[1], x[2], 0, 1)}; },
                 .aten = [](const AArgs& a) { return ATensors{at::addmm(a[0], a[1], a[2], 0, 1)}; },
                 .tol = Tol::Accum});
+  // clang-format off
+  OpCase& mm_record = head(cs, "mm");
+  mm_record.grads = mm_grads();
+  mm_record.errors = {
+      {"mm_shape_mismatch", K::Value, "mm", {"[4, 3]", "[5, 2]"},
+       [](const Watch&) { mm(f32({4, 3}), f32({5, 2})); }},
+      {"mm_not_2d", K::Value, "mm", {"1-D"}, [](const Watch&) { mm(f32({4}), f32({4, 2})); }},
+      {"mm_dtype_mismatch", K::Type, "mm", {"float32", "float64"},
+       [](const Watch&) { mm(f32({2, 3}), ones({3, 2}, kFloat64)); }},
+      {"mm_meta_cpu", K::Device, "mm", {"cpu", "meta"},
+       [](const Watch&) { mm(empty({2, 3}, kFloat32, Device("meta")), f32({3, 2})); }},
+      {"mm_out_wrong_shape", K::Value, "mm_out", {"[3, 3]", "[2, 4]"},
+       [](const Watch& watch) {
+         Tensor out = zeros({3, 3});
+         watch(out);
+         mm_out(out, f32({2, 3}), f32({3, 4}));
+       }},
+      {"mm_out_overlaps_input", K::Value, "mm_out", {"single memory location"},
+       [](const Watch& watch) {
+         Tensor a = from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 3});
+         watch(a);
+         Tensor out = as_strided(a, {3, 3}, {3, 1}, 0);
+         mm_out(out, transpose(a, 0, 1), f32({3, 3}));
+       }}};
+  OpCase& bmm_record = head(cs, "bmm");
+  bmm_record.grads = bmm_grads();
+  bmm_record.errors = {{"bmm_batch_mismatch", K::Value, "bmm", {"[2, 3, 4]", "[3, 4, 5]"},
+                        [](const Watch&) { bmm(f32({2, 3, 4}), f32({3, 4, 5})); }}};
+  head(cs, "addmm").grads = addmm_grads();
+  // clang-format on
 }
 
 void add_matmul_linear(Cases& cs) {
@@ -307,6 +602,20 @@ void add_norms(Cases& cs) {
       }));
     }
   }
+  // clang-format off
+  OpCase& ln_record = head(cs, "layer_norm");
+  ln_record.grads = norm_grads(false);
+  ln_record.errors = {{"layer_norm_shape", K::Value, "layer_norm", {"[2, 3]", "[4]"},
+                       [](const Watch&) { layer_norm(f32({2, 3}), {4}); }}};
+  head(cs, "layer_norm_backward").errors = {
+      {"layer_norm_backward_shape", K::Value, "layer_norm_backward", {"[2, 4]", "[2, 3]"},
+       [](const Watch&) { layer_norm_backward(f32({2, 4}), f32({2, 3}), {3}); }},
+      {"layer_norm_backward_normalized_shape", K::Value, "layer_norm_backward", {"[4]"},
+       [](const Watch&) { layer_norm_backward(f32({2, 3}), f32({2, 3}), {4}); }},
+      {"layer_norm_backward_dtype", K::Type, "layer_norm_backward", {"float64", "float32"},
+       [](const Watch&) { layer_norm_backward(ones({2, 3}, kFloat64), f32({2, 3}), {3}); }}};
+  head(cs, "rms_norm").grads = norm_grads(true);
+  // clang-format on
 }
 
 void add_embedding_losses(Cases& cs) {
@@ -398,6 +707,22 @@ void add_embedding_losses(Cases& cs) {
              },
          .tol = Tol::Accum});
   }
+  // clang-format off
+  OpCase& emb_record = head(cs, "embedding");
+  emb_record.grads = embedding_grads();
+  emb_record.errors = {
+      {"embedding_float_indices", K::Type, "embedding", {"float32"},
+       [](const Watch&) { embedding(f32({10, 4}), f32({3})); }},
+      {"embedding_index_value", K::Index, "embedding", {"10"},
+       [](const Watch&) { embedding(f32({10, 4}), from_vector<int64_t>({3, 10})); }}};
+  OpCase& nll_record = head(cs, "nll_loss");
+  nll_record.grads = nll_loss_grads();
+  nll_record.errors = {
+      {"nll_loss_int32_target", K::Type, "nll_loss", {"int32"},
+       [](const Watch&) { nll_loss(f32({4, 3}), zeros({4}, kInt32)); }},
+      {"nll_loss_target_value", K::Index, "nll_loss", {"7"},
+       [](const Watch&) { nll_loss(f32({2, 3}), from_vector<int64_t>({1, 7})); }}};
+  // clang-format on
 }
 
 void add_dropout(Cases& cs) {
@@ -470,6 +795,12 @@ void add_dropout(Cases& cs) {
                       EXPECT_TRUE(compare(got[1], to_aten(got[0]), Tol::Exact)) << "same seed";
                       EXPECT_FALSE(at::equal(to_aten(got[0]), to_aten(got[2]))) << "other seed";
                     }});
+  // dropout (the wrapper) checks p before native_dropout runs.
+  head(cs, "native_dropout").grads = native_dropout_grads();
+  head(cs, "native_dropout").errors = {
+      {"dropout_bad_p", K::Value, "dropout", {"1.5"}, [](const Watch&) {
+         dropout(f32({3}), 1.5);
+       }}};
 }
 
 // softmax(q k^T * scale + mask) v, written out in ATen (1.13 has no fused attention op). Like
@@ -637,6 +968,37 @@ void add_flash_attention(Cases& cs) {
              },
          .tol = Tol::Intermediate16});
   }
+  // clang-format off
+  OpCase& fa_record = head(cs, "flash_attention");
+  fa_record.grads = flash_attention_grads();
+  fa_record.errors = {
+      {"flash_attention_embedding_mismatch", K::Value, "flash_attention", {"8", "4"},
+       [](const Watch&) { flash_attention(f32({2, 3, 8}), f32({2, 3, 4}), f32({2, 3, 4})); }},
+      {"flash_attention_batch_mismatch", K::Value, "flash_attention", {"[2, 3, 8]", "[3, 3, 8]"},
+       [](const Watch&) { flash_attention(f32({2, 3, 8}), f32({3, 3, 8}), f32({3, 3, 8})); }},
+      {"flash_attention_dtype_mismatch", K::Type, "flash_attention", {"float32", "float64"},
+       [](const Watch&) { flash_attention(f32({3, 8}), f32({3, 8}), ones({3, 8}, kFloat64)); }},
+      {"flash_attention_int", K::Type, "flash_attention", {"int64"},
+       [](const Watch&) { flash_attention(i64({3, 8}), i64({3, 8}), i64({3, 8})); }},
+      {"flash_attention_no_keys", K::Value, "flash_attention", {"[0, 8]"},
+       [](const Watch&) { flash_attention(f32({3, 8}), f32({0, 8}), f32({0, 8})); }},
+      {"flash_attention_bad_scale", K::Value, "flash_attention", {"inf"},
+       [](const Watch&) {
+         flash_attention(f32({3, 8}), f32({3, 8}), f32({3, 8}), false, INFINITY);
+       }}};
+  head(cs, "flash_attention_backward").errors = {
+      {"flash_attention_backward_lse_shape", K::Value, "flash_attention_backward", {"[3]", "[4]"},
+       [](const Watch&) {
+         flash_attention_backward(f32({3, 8}), f32({3, 8}), f32({3, 8}), f32({3, 8}),
+                                  f32({3, 8}), f32({4}));
+       }},
+      {"flash_attention_backward_lse_dtype", K::Type, "flash_attention_backward",
+       {"float32", "float64"},
+       [](const Watch&) {
+         flash_attention_backward(f32({3, 8}), f32({3, 8}), f32({3, 8}), f32({3, 8}),
+                                  f32({3, 8}), ones({3}, kFloat64));
+       }}};
+  // clang-format on
 }
 
 }  // namespace
@@ -693,6 +1055,26 @@ void add_addmm_gelu(Cases& cs) {
                       return ATensors{y.reshape({2, 3, 8})};
                     },
                 .tol = Tol::Intermediate16});
+  // clang-format off
+  OpCase& record = head(cs, "addmm_gelu");
+  record.grads = addmm_gelu_grads();
+  record.errors = {
+      {"addmm_gelu_inner_mismatch", K::Value, "addmm_gelu", {"[3, 4]", "[5, 6]"},
+       [](const Watch&) { addmm_gelu(f32({6}), f32({3, 4}), f32({5, 6})); }},
+      {"addmm_gelu_1d", K::Value, "addmm_gelu", {"[4]"},
+       [](const Watch&) { addmm_gelu(Tensor(), f32({4}), f32({4, 6})); }},
+      {"addmm_gelu_int", K::Type, "addmm_gelu", {"int64"},
+       [](const Watch&) { addmm_gelu(Tensor(), i64({3, 4}), i64({4, 6})); }},
+      {"addmm_gelu_bias_size", K::Value, "addmm_gelu", {"6", "[5]"},
+       [](const Watch&) { addmm_gelu(f32({5}), f32({3, 4}), f32({4, 6})); }},
+      {"addmm_gelu_bias_dtype", K::Type, "addmm_gelu", {"float32", "float64"},
+       [](const Watch&) { addmm_gelu(ones({6}, kFloat64), f32({3, 4}), f32({4, 6})); }},
+      // linear_gelu, its wrapper, checks its weight and bias under its own name.
+      {"linear_gelu_weight_mismatch", K::Value, "linear_gelu", {"4", "[6, 5]"},
+       [](const Watch&) { linear_gelu(f32({3, 4}), f32({6, 5})); }},
+      {"linear_gelu_bias_size", K::Value, "linear_gelu", {"6", "[5]"},
+       [](const Watch&) { linear_gelu(f32({3, 4}), f32({6, 4}), f32({5})); }}};
+  // clang-format on
 }
 
 Cases linalg_nn_cases() {

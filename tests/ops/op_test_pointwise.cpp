@@ -32,19 +32,237 @@ Draw draw_exponent() {
   };
 }
 
+// ---------------------------------------------------------------- gradcheck samples
+
+// Broadcasting configurations for binary gradchecks: shapes of self and other.
+struct Bcast {
+  const char* label;
+  Dims a, b;
+};
+const std::vector<Bcast> kBinaryShapes = {{"same", {2, 3}, {2, 3}},
+                                          {"row", {3, 4}, {4}},
+                                          {"outer", {3, 1}, {1, 4}},
+                                          {"scalar_self", {}, {2, 3}},
+                                          {"scalar_other", {2, 3}, {}}};
+// In place: self keeps its shape, other broadcasts into it.
+const std::vector<Bcast> kInPlaceShapes = {{"same", {2, 3}, {2, 3}}, {"row", {3, 4}, {4}}};
+
+using Binary = std::function<Tensor(const Tensor&, const Tensor&)>;
+using BinaryInPlace = std::function<void(const Tensor&, const Tensor&)>;
+using GradDraw = std::function<Tensor(GradGen&, const Dims&)>;
+
+GradDraw any_in() {
+  return [](GradGen& d, const Dims& s) { return d.var(s); };
+}
+
+// A binary op's gradcheck samples on every broadcasting configuration and in place, then
+// `extra`.
+GradSamples binary_grads(const std::string& name, const Binary& f, const BinaryInPlace& inplace,
+                         const GradDraw& da, const GradDraw& db, GradSamples extra = {}) {
+  GradSamples cs;
+  for (const Bcast& b : kBinaryShapes) {
+    cs.push_back({name + "_" + b.label,
+                  {name},
+                  [=](GradGen& d) {
+                    return TensorList{da(d, b.a), db(d, b.b)};
+                  },
+                  [=](const TensorList& x) { return TensorList{f(x[0], x[1])}; }});
+  }
+  for (const Bcast& b : kInPlaceShapes) {
+    cs.push_back({name + "__inplace_" + b.label,
+                  {name + "_"},
+                  [=](GradGen& d) {
+                    return TensorList{da(d, b.a), db(d, b.b)};
+                  },
+                  [=](const TensorList& x) {
+                    Tensor self = nonleaf(x[0]);
+                    inplace(self, x[1]);
+                    return TensorList{self};
+                  }});
+  }
+  cs.insert(cs.end(), extra.begin(), extra.end());
+  return cs;
+}
+
+using Unary = std::function<Tensor(const Tensor&)>;
+using UnaryInPlace = std::function<void(const Tensor&)>;
+
+// A unary op's gradcheck samples: 2-d, 0-d and in place.
+GradSamples unary_grads(const std::string& name, const std::string& op, const Unary& f,
+                        const UnaryInPlace& inplace, const GradDraw& da) {
+  GradSamples cs;
+  cs.push_back({name,
+                {op},
+                [=](GradGen& d) {
+                  return TensorList{da(d, {2, 3})};
+                },
+                [=](const TensorList& x) { return TensorList{f(x[0])}; }});
+  cs.push_back({name + "_0d",
+                {op},
+                [=](GradGen& d) { return TensorList{da(d, {})}; },
+                [=](const TensorList& x) { return TensorList{f(x[0])}; }});
+  cs.push_back({name + "_inplace",
+                {op + "_"},
+                [=](GradGen& d) {
+                  return TensorList{da(d, {3, 4})};
+                },
+                [=](const TensorList& x) {
+                  Tensor self = nonleaf(x[0]);
+                  inplace(self);
+                  return TensorList{self};
+                }});
+  return cs;
+}
+
+// A sample with one input drawn by `in` and the result of `f`.
+GradSample unary_sample(const std::string& name, const std::string& op,
+                        std::function<KTensors(GradGen&)> in, const Unary& f) {
+  return {name, {op}, std::move(in), [f](const TensorList& x) { return TensorList{f(x[0])}; }};
+}
+
+// Error samples are calls that must raise (see Note [The op record] in op_test.cpp).
+using Watch = std::function<void(const Tensor&)>;
+using K = ErrorKind;
+Tensor f32(IntArrayRef shape) { return ones(shape, kFloat32); }
+Tensor i64(IntArrayRef shape) { return ones(shape, kInt64); }
+
+// where: the condition broadcasts too.
+GradSamples where_grads() {
+  GradSamples cs;
+  const std::vector<std::tuple<const char*, Dims, Dims, Dims>> where_shapes = {
+      {"same", {2, 3}, {2, 3}, {2, 3}},
+      {"bcast", {3, 1}, {3, 4}, {4}},
+      {"scalar_other", {2, 3}, {2, 3}, {}},
+      {"bcast_cond", {4}, {3, 1}, {1, 4}}};
+  for (const auto& [label, c, a, b] : where_shapes) {
+    cs.push_back({std::string("where_") + label,
+                  {"where"},
+                  [c, a, b](GradGen& d) {
+                    return TensorList{d.mask(c), d.var(a), d.var(b)};
+                  },
+                  [](const TensorList& x) { return TensorList{where(x[0], x[1], x[2])}; }});
+  }
+  cs.push_back({"where_scalar",
+                {"where"},
+                [](GradGen& d) {
+                  return TensorList{d.mask({2, 3}), d.var({2, 3})};
+                },
+                [](const TensorList& x) { return TensorList{where(x[0], x[1], 0.5)}; }});
+  return cs;
+}
+
 void add_binary_ops(Cases& cs) {
   const std::vector<Draw> two = {draw_any(), draw_any()};
   add_pointwise(
-      cs, {.name = "add", .dtypes = kAllDTypes, .draws = two, .special = true}, KILN_PW(add),
-      [](auto call, const KArgs& x) { return call(x[0], x[1], Scalar(2)); },
+      cs,
+      {.name = "add",
+       .dtypes = kAllDTypes,
+       .draws = two,
+       .special = true,
+       // A Scalar operand is a wrapped 0-d tensor that does not require grad.
+       .grads = binary_grads(
+           "add", [](const Tensor& a, const Tensor& b) { return add(a, b, 2.5); },
+           [](const Tensor& a, const Tensor& b) { ops::op_add_(a, b, -1.5); }, any_in(), any_in(),
+           {unary_sample(
+               "add_scalar_alpha", "add",
+               [](GradGen& d) {
+                 return TensorList{d.var({2, 3})};
+               },
+               [](const Tensor& a) { return add(a, 1.5, 3); })}),
+       // clang-format off
+       .errors = {
+           {"add_shape_mismatch", K::Value, "add", {"[2, 3]", "[4]"},
+            [](const Watch&) { add(f32({2, 3}), f32({4})); }},
+           {"add_float_alpha_on_int", K::Type, "add", {"alpha", "0.5"},
+            [](const Watch&) { add(i64({3}), i64({3}), 0.5); }},
+           {"add_cpu_meta", K::Device, "add", {"cpu", "meta"},
+            [](const Watch&) { add(f32({2, 3}), empty({2, 3}, kFloat32, Device("meta"))); }},
+           // In place and out=: the target is unchanged after the failed call.
+           {"add__into_expanded", K::Value, "add_", {"single memory location"},
+            [](const Watch& watch) {
+              Tensor base = from_vector<float>({1, 2, 3}, {1, 3});
+              watch(base);
+              Tensor self = expand(base, {2, 3});
+              add_(self, f32({2, 3}));
+            }},
+           {"add__broadcast_self", K::Value, "add_", {"[3]", "[2, 3]"},
+            [](const Watch& watch) {
+              Tensor self = from_vector<float>({1, 2, 3});
+              watch(self);
+              add_(self, f32({2, 3}));
+            }},
+           {"add__int_self_float_other", K::Type, "add_", {"float32", "int64"},
+            [](const Watch& watch) {
+              Tensor self = from_vector<int64_t>({1, 2, 3});
+              watch(self);
+              add_(self, from_vector<float>({0.5f, 1.5f, 2.5f}));
+            }},
+           {"add_out_partial_overlap", K::Value, "add_out", {"single memory location"},
+            [](const Watch& watch) {
+              Tensor base = arange(0, 10, 1, kFloat32);
+              watch(base);
+              Tensor out = slice(base, 0, 2, 8);
+              add_out(out, slice(base, 0, 0, 6), f32({6}));
+            }},
+           {"add_out_wrong_shape", K::Value, "add_out", {"[2, 2]", "[2, 3]"},
+            [](const Watch& watch) {
+              Tensor out = zeros({2, 2});
+              watch(out);
+              add_out(out, f32({2, 3}), f32({2, 3}));
+            }}}},
+      // clang-format on
+      KILN_PW(add), [](auto call, const KArgs& x) { return call(x[0], x[1], Scalar(2)); },
       [](const AArgs& a) { return ATensors{at::add(a[0], a[1], 2)}; });
   add_pointwise(
-      cs, {.name = "sub", .dtypes = kNumericDTypes, .draws = two, .special = true}, KILN_PW(sub),
-      [](auto call, const KArgs& x) { return call(x[0], x[1], Scalar(2)); },
+      cs,
+      {.name = "sub",
+       .dtypes = kNumericDTypes,
+       .draws = two,
+       .special = true,
+       .grads = binary_grads(
+           "sub", [](const Tensor& a, const Tensor& b) { return sub(a, b, -1.5); },
+           [](const Tensor& a, const Tensor& b) { ops::op_sub_(a, b, 0.5); }, any_in(), any_in()),
+       .errors = {{"sub_bool",
+                   K::Type,
+                   "sub",
+                   {"logical_xor"},
+                   [](const Watch&) { sub(ones({3}, kBool), ones({3}, kBool)); }}}},
+      KILN_PW(sub), [](auto call, const KArgs& x) { return call(x[0], x[1], Scalar(2)); },
       [](const AArgs& a) { return ATensors{at::sub(a[0], a[1], 2)}; });
   add_pointwise(
-      cs, {.name = "mul", .dtypes = kAllDTypes, .draws = two, .special = true}, KILN_PW(mul),
-      [](auto call, const KArgs& x) { return call(x[0], x[1]); },
+      cs,
+      {.name = "mul",
+       .dtypes = kAllDTypes,
+       .draws = two,
+       .special = true,
+       .grads = binary_grads(
+           "mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); },
+           [](const Tensor& a, const Tensor& b) { ops::op_mul_(a, b); }, any_in(), any_in(),
+           {unary_sample(
+               "mul_same_input", "mul",
+               [](GradGen& d) {
+                 return TensorList{d.var({2, 3})};
+               },
+               [](const Tensor& a) { return mul(a, a); })}),
+       .errors = {{"mul__bool_self_int_other",
+                   K::Type,
+                   "mul_",
+                   {"int64", "bool"},
+                   [](const Watch& watch) {
+                     Tensor self = ones({3}, kBool);
+                     watch(self);
+                     mul_(self, i64({3}));
+                   }},
+                  {"mul_out_float_into_int",
+                   K::Type,
+                   "mul_out",
+                   {"float32", "int64"},
+                   [](const Watch& watch) {
+                     Tensor out = zeros({3}, kInt64);
+                     watch(out);
+                     mul_out(out, f32({3}), f32({3}));
+                   }}}},
+      KILN_PW(mul), [](auto call, const KArgs& x) { return call(x[0], x[1]); },
       [](const AArgs& a) { return ATensors{at::mul(a[0], a[1])}; });
   add_pointwise(
       cs,
@@ -52,7 +270,11 @@ void add_binary_ops(Cases& cs) {
        .dtypes = kAllDTypes,
        .draws = two,
        .result = ResultKind::Float,
-       .special = true},
+       .special = true,
+       .grads = binary_grads(
+           "div", [](const Tensor& a, const Tensor& b) { return div(a, b); },
+           [](const Tensor& a, const Tensor& b) { ops::op_div_(a, b); }, any_in(),
+           [](GradGen& d, const Dims& s) { return d.away(s, 0.5); })},
       KILN_PW(div), [](auto call, const KArgs& x) { return call(x[0], x[1]); },
       [](const AArgs& a) { return ATensors{at::div(a[0], a[1])}; });
   add_pointwise(
@@ -60,7 +282,24 @@ void add_binary_ops(Cases& cs) {
       {.name = "pow",
        .dtypes = kNumericDTypes,
        .draws = {draw_any(), draw_exponent()},
-       .special = true},
+       .special = true,
+       .grads = binary_grads(
+           "pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
+           [](const Tensor& a, const Tensor& b) { ops::op_pow_(a, b); },
+           [](GradGen& d, const Dims& s) { return d.pos(s); },
+           [](GradGen& d, const Dims& s) { return d.var(s, -1.5, 1.5); },
+           {unary_sample(
+                "pow_scalar_exponent", "pow",
+                [](GradGen& d) {
+                  return TensorList{d.pos({2, 3})};
+                },
+                [](const Tensor& a) { return pow(a, 2.5); }),
+            {"pow_tensor_exponent_only",
+             {"pow"},
+             [](GradGen& d) {
+               return TensorList{d.pos({2, 3}).detach(), d.var({3})};
+             },
+             [](const TensorList& x) { return TensorList{pow(x[0], x[1])}; }}})},
       KILN_PW(pow), [](auto call, const KArgs& x) { return call(x[0], x[1]); },
       [](const AArgs& a) { return ATensors{at::pow(a[0], a[1])}; });
   add_pointwise(
@@ -68,7 +307,13 @@ void add_binary_ops(Cases& cs) {
       {.name = "maximum",
        .dtypes = kAllDTypes,
        .draws = {draw_coarse(), draw_coarse()},
-       .special = true},
+       .special = true,
+       // Gradchecks on two grids that never tie.
+       .grads = binary_grads(
+           "maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); },
+           [](const Tensor& a, const Tensor& b) { ops::op_maximum_(a, b); },
+           [](GradGen& d, const Dims& s) { return d.grid(s, 0.1); },
+           [](GradGen& d, const Dims& s) { return d.grid(s, 0.35); })},
       KILN_PW(maximum), [](auto call, const KArgs& x) { return call(x[0], x[1]); },
       [](const AArgs& a) { return ATensors{at::maximum(a[0], a[1])}; });
   add_pointwise(
@@ -76,7 +321,13 @@ void add_binary_ops(Cases& cs) {
       {.name = "minimum",
        .dtypes = kAllDTypes,
        .draws = {draw_coarse(), draw_coarse()},
-       .special = true},
+       .special = true,
+       // Gradchecks on two grids that never tie.
+       .grads = binary_grads(
+           "minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); },
+           [](const Tensor& a, const Tensor& b) { ops::op_minimum_(a, b); },
+           [](GradGen& d, const Dims& s) { return d.grid(s, 0.1); },
+           [](GradGen& d, const Dims& s) { return d.grid(s, 0.35); })},
       KILN_PW(minimum), [](auto call, const KArgs& x) { return call(x[0], x[1]); },
       [](const AArgs& a) { return ATensors{at::minimum(a[0], a[1])}; });
 
@@ -121,45 +372,80 @@ void add_binary_ops(Cases& cs) {
       {.name = "where",
        .dtypes = kAllDTypes,
        .draws = {draw_mask(), draw_any(), draw_any()},
-       .inplace_dtypes = std::vector<DType>{kBool}},
+       .inplace_dtypes = std::vector<DType>{kBool},
+       // where_ writes into its first argument, the condition: a bool tensor cannot hold the
+       // floating result, so where_ can never record a gradient and has no gradcheck.
+       .grads = where_grads(),
+       .errors = {{"where_non_bool_condition",
+                   K::Type,
+                   "where",
+                   {"int64"},
+                   [](const Watch&) { where(i64({3}), f32({3}), f32({3})); }}}},
       KILN_PW(where), [](auto call, const KArgs& x) { return call(x[0], x[1], x[2]); },
       [](const AArgs& a) { return ATensors{at::where(a[0], a[1], a[2])}; });
 }
 
+// clamp's gradchecks keep 0.1 away from its bounds, with one bound, the other, and both.
+GradSamples clamp_grads() {
+  auto away_bounds = [](GradGen& d, const Dims& s) { return d.avoiding(s, {-0.5, 0.75}); };
+  GradSamples cs;
+  for (const GradSamples& g :
+       {unary_grads(
+            "clamp_min", "clamp", [](const Tensor& a) { return clamp(a, -0.5); },
+            [](const Tensor& a) { ops::op_clamp_(a, Scalar(-0.5), std::nullopt); }, away_bounds),
+        unary_grads(
+            "clamp_max", "clamp", [](const Tensor& a) { return clamp(a, std::nullopt, 0.75); },
+            [](const Tensor& a) { ops::op_clamp_(a, std::nullopt, Scalar(0.75)); }, away_bounds),
+        unary_grads(
+            "clamp_both", "clamp", [](const Tensor& a) { return clamp(a, -0.5, 0.75); },
+            [](const Tensor& a) { ops::op_clamp_(a, Scalar(-0.5), Scalar(0.75)); }, away_bounds)})
+    cs.insert(cs.end(), g.begin(), g.end());
+  return cs;
+}
+
 void add_unary_ops(Cases& cs) {
+  // A unary op's record; `grad`: its small functional and in-place rows are gradchecked too
+  // (the draws keep clear of the kinks: abs and relu at 0 are hit with probability ~1e-6).
   auto unary = [&](const char* name, std::vector<DType> dtypes, Draw draw, ResultKind result,
-                   auto& f, auto& i, auto& o, at::Tensor (*aten)(const at::Tensor&)) {
+                   bool grad, auto& f, auto& i, auto& o, at::Tensor (*aten)(const at::Tensor&),
+                   std::vector<ErrorCase> errors = {}) {
     add_pointwise(
         cs,
         {.name = name,
          .dtypes = std::move(dtypes),
          .draws = {std::move(draw)},
          .result = result,
-         .special = true},
+         .special = true,
+         .grad = grad,
+         .errors = std::move(errors)},
         f, i, o, [](auto call, const KArgs& x) { return call(x[0]); },
         [aten](const AArgs& a) { return ATensors{aten(a[0])}; });
   };
   using R = ResultKind;
-  unary("neg", kNumericDTypes, draw_any(), R::Same, KILN_PW(neg), &at::neg);
-  unary("abs", kNumericDTypes, draw_any(), R::Same, KILN_PW(abs), &at::abs);
-  unary("relu", kNumericDTypes, draw_any(), R::Same, KILN_PW(relu), &at::relu);
-  unary("exp", kAllDTypes, draw_any(), R::Float, KILN_PW(exp), &at::exp);
-  unary("log", kAllDTypes, draw_positive(), R::Float, KILN_PW(log), &at::log);
-  unary("sqrt", kAllDTypes, draw_positive(), R::Float, KILN_PW(sqrt), &at::sqrt);
-  unary("rsqrt", kAllDTypes, draw_positive(), R::Float, KILN_PW(rsqrt), &at::rsqrt);
-  unary("tanh", kAllDTypes, draw_any(), R::Float, KILN_PW(tanh), &at::tanh);
-  unary("sigmoid", kAllDTypes, draw_any(), R::Float, KILN_PW(sigmoid), &at::sigmoid);
-  unary("sin", kAllDTypes, draw_any(), R::Float, KILN_PW(sin), &at::sin);
-  unary("cos", kAllDTypes, draw_any(), R::Float, KILN_PW(cos), &at::cos);
-  unary("silu", kFloatDTypes, draw_uniform(-6, 6), R::Float, KILN_PW(silu), &at::silu);
-  unary("logical_not", kAllDTypes, draw_sparse(), R::Bool, KILN_PW(logical_not), &at::logical_not);
+  unary("neg", kNumericDTypes, draw_any(), R::Same, true, KILN_PW(neg), &at::neg,
+        {{"neg_bool", K::Type, "neg", {"bool"}, [](const Watch&) { neg(ones({3}, kBool)); }}});
+  unary("abs", kNumericDTypes, draw_any(), R::Same, true, KILN_PW(abs), &at::abs);
+  unary("relu", kNumericDTypes, draw_any(), R::Same, true, KILN_PW(relu), &at::relu);
+  unary("exp", kAllDTypes, draw_any(), R::Float, true, KILN_PW(exp), &at::exp);
+  unary("log", kAllDTypes, draw_positive(), R::Float, true, KILN_PW(log), &at::log);
+  unary("sqrt", kAllDTypes, draw_positive(), R::Float, true, KILN_PW(sqrt), &at::sqrt);
+  unary("rsqrt", kAllDTypes, draw_positive(), R::Float, true, KILN_PW(rsqrt), &at::rsqrt);
+  unary("tanh", kAllDTypes, draw_any(), R::Float, true, KILN_PW(tanh), &at::tanh);
+  unary("sigmoid", kAllDTypes, draw_any(), R::Float, true, KILN_PW(sigmoid), &at::sigmoid);
+  unary("sin", kAllDTypes, draw_any(), R::Float, true, KILN_PW(sin), &at::sin);
+  unary("cos", kAllDTypes, draw_any(), R::Float, true, KILN_PW(cos), &at::cos);
+  unary("silu", kFloatDTypes, draw_uniform(-6, 6), R::Float, true, KILN_PW(silu), &at::silu,
+        {{"silu_int", K::Type, "silu", {"int64"}, [](const Watch&) { silu(i64({3})); }}});
+  unary("logical_not", kAllDTypes, draw_sparse(), R::Bool, false, KILN_PW(logical_not),
+        &at::logical_not);
   add_pointwise(
       cs,
       {.name = "gelu",
        .dtypes = kFloatDTypes,
        .draws = {draw_uniform(-6, 6)},
        .special = true,
-       .tag = "erf"},
+       .tag = "erf",
+       .grad = true},
       KILN_PW(gelu), [](auto call, const KArgs& x) { return call(x[0], false); },
       [](const AArgs& a) {
         // gelu(+inf) = +inf (libtorch 1.13, and PyTorch on CUDA); libtorch 2.11's vectorised
@@ -173,7 +459,8 @@ void add_unary_ops(Cases& cs) {
        .dtypes = kFloatDTypes,
        .draws = {draw_uniform(-6, 6)},
        .special = true,
-       .tag = "tanh"},
+       .tag = "tanh",
+       .grad = true},
       KILN_PW(gelu), [](auto call, const KArgs& x) { return call(x[0], true); },
       [](const AArgs& a) { return ATensors{at::gelu(a[0], "tanh")}; });
   // gelu's backward (one fused op) against ATen's.
@@ -187,6 +474,17 @@ void add_unary_ops(Cases& cs) {
                    [tanh](const AArgs& a) {
                      return ATensors{at::gelu_backward(a[0], a[1], tanh ? "tanh" : "none")};
                    }};
+    if (!tanh)
+      row.errors = {{"gelu_backward_shape",
+                     K::Value,
+                     "gelu_backward",
+                     {"[2, 3]", "[3, 2]"},
+                     [](const Watch&) {
+                       gelu_backward(f32({2, 3}), f32({3, 2}));
+                     }},
+                    {"gelu_backward_int", K::Type, "gelu_backward", {"int64"}, [](const Watch&) {
+                       gelu_backward(i64({3}), i64({3}));
+                     }}};
     cs.push_back(row);
     if (!tanh)
       cs.push_back(out_variant(row, "gelu_backward_out", [](const KArgs& x) {
@@ -196,7 +494,16 @@ void add_unary_ops(Cases& cs) {
   }
   add_pointwise(
       cs,
-      {.name = "clamp", .dtypes = kNumericDTypes, .draws = {draw_uniform(-9, 9)}, .special = true},
+      {.name = "clamp",
+       .dtypes = kNumericDTypes,
+       .draws = {draw_uniform(-9, 9)},
+       .special = true,
+       .grads = clamp_grads(),
+       .errors = {{"clamp_no_bounds",
+                   K::Value,
+                   "clamp",
+                   {"min", "max"},
+                   [](const Watch&) { clamp(f32({3}), std::nullopt, std::nullopt); }}}},
       KILN_PW(clamp),
       [](auto call, const KArgs& x) { return call(x[0], OptScalar(1), OptScalar(5)); },
       [](const AArgs& a) { return ATensors{at::clamp(a[0], 1, 5)}; });

@@ -13,6 +13,97 @@ constexpr auto T = Layout::Transposed;
 constexpr auto S = Layout::Strided;
 constexpr auto E = Layout::Expanded;
 
+// ---------------------------------------------------------------- gradcheck and error samples
+
+using Watch = std::function<void(const Tensor&)>;
+using K = ErrorKind;
+Tensor f32(IntArrayRef shape) { return ones(shape, kFloat32); }
+
+// Gradchecks of sum, mean, amax, amin and var (`op`) over all dims, some dims, keepdim and 0-d
+// inputs (not amax, amin and var). amax/amin draw continuous values: no ties (ties are
+// checked against ATen instead).
+GradSamples reduction_grads(const std::string& op) {
+  struct Red {
+    const char* label;
+    Dims shape, dims;
+    bool keepdim;
+  };
+  const std::vector<Red> reds = {{"all", {2, 3}, {}, false},
+                                 {"all_keepdim", {2, 3}, {}, true},
+                                 {"dim0", {2, 3, 4}, {0}, false},
+                                 {"dim_neg", {2, 3, 4}, {-1}, false},
+                                 {"dims02_keepdim", {2, 3, 4}, {0, 2}, true},
+                                 {"dims12", {2, 3, 4}, {1, 2}, false},
+                                 {"0d", {}, {}, false}};
+  GradSamples cs;
+  for (const Red& r : reds) {
+    auto in = [r](GradGen& d) { return TensorList{d.var(r.shape)}; };
+    auto push = [&](const std::string& name, std::function<Tensor(const Tensor&)> f) {
+      cs.push_back({name, {op}, in, [f](const TensorList& x) { return TensorList{f(x[0])}; }});
+    };
+    if (op == "sum")
+      push(std::string("sum_") + r.label,
+           [r](const Tensor& x) { return sum(x, r.dims, r.keepdim); });
+    if (op == "mean")
+      push(std::string("mean_") + r.label,
+           [r](const Tensor& x) { return mean(x, r.dims, r.keepdim); });
+    if (r.shape.empty()) continue;
+    if (op == "amax")
+      push(std::string("amax_") + r.label,
+           [r](const Tensor& x) { return amax(x, r.dims, r.keepdim); });
+    if (op == "amin")
+      push(std::string("amin_") + r.label,
+           [r](const Tensor& x) { return amin(x, r.dims, r.keepdim); });
+    if (op == "var")
+      for (int64_t correction : {0, 1})
+        push(std::string("var_c") + std::to_string(correction) + "_" + r.label,
+             [r, correction](const Tensor& x) { return var(x, r.dims, correction, r.keepdim); });
+  }
+  if (op == "sum")
+    cs.push_back({"sum_dtype_float32_input",
+                  {"sum"},
+                  [](GradGen& d) {
+                    return TensorList{d.var({2, 3})};
+                  },
+                  [](const TensorList& x) { return TensorList{sum(x[0], {1}, false, kFloat64)}; }});
+  return cs;
+}
+
+// Gradchecks of max(dim) / min(dim): the values (the indices are not differentiable).
+GradSamples max_min_dim_grads(bool is_max) {
+  GradSamples cs;
+  for (auto [dim, keepdim] : {std::pair<int64_t, bool>{0, false}, {1, true}, {-1, false}}) {
+    std::string s = std::to_string(dim < 0 ? 9 : dim) + (keepdim ? "_keepdim" : "");
+    cs.push_back({(is_max ? "max_dim" : "min_dim") + s,
+                  {is_max ? "max_dim" : "min_dim"},
+                  [](GradGen& d) {
+                    return TensorList{d.var({3, 4})};
+                  },
+                  [dim, keepdim, is_max](const TensorList& x) {
+                    auto [v, i] = is_max ? max(x[0], dim, keepdim) : min(x[0], dim, keepdim);
+                    return TensorList{v, i};
+                  }});
+  }
+  return cs;
+}
+
+// Gradchecks of softmax or log_softmax along each dim.
+GradSamples softmax_grads(bool log) {
+  GradSamples cs;
+  for (int64_t dim : {0, 1, 2, -1}) {
+    std::string s = dim < 0 ? "neg1" : std::to_string(dim);
+    cs.push_back({(log ? "log_softmax_dim" : "softmax_dim") + s,
+                  {log ? "log_softmax" : "softmax"},
+                  [](GradGen& d) {
+                    return TensorList{d.var({2, 3, 4})};
+                  },
+                  [dim, log](const TensorList& x) {
+                    return TensorList{log ? log_softmax(x[0], dim) : softmax(x[0], dim)};
+                  }});
+  }
+  return cs;
+}
+
 struct ReduceConfig {
   std::string label;
   Spec in;
@@ -202,6 +293,44 @@ void add_reductions(Cases& cs) {
                 .make = make_from({draw_any()}, {Spec{{5, 6}, S}}),
                 .kiln = [](const KArgs& x) { return KTensors{min(x[0])}; },
                 .aten = [](const AArgs& a) { return ATensors{at::min(a[0])}; }});
+  // clang-format off
+  OpCase& sum_record = head(cs, "sum");
+  sum_record.grads = reduction_grads("sum");
+  sum_record.errors = {
+      {"sum_dim_out_of_range", K::Index, "sum", {"5", "[-2, 1]"},
+       [](const Watch&) { sum(f32({2, 3}), {5}); }},
+      {"sum_dim_repeated", K::Value, "sum", {"1", "[1, -1]"},
+       [](const Watch&) { sum(f32({2, 3}), {1, -1}); }},
+      {"sum_out_overlaps_input", K::Value, "sum_out", {"single memory location"},
+       [](const Watch& watch) {
+         Tensor a = arange(0, 12, 1, kFloat32).view({3, 4});
+         watch(a);
+         Tensor out = select(a, 0, 1);
+         sum_out(out, a, {0});
+       }},
+      {"sum_out_wrong_dtype", K::Type, "sum_out", {"float32", "int32"},
+       [](const Watch& watch) {
+         Tensor out = zeros({4}, kInt32);
+         watch(out);
+         sum_out(out, f32({3, 4}), {0});
+       }}};
+  OpCase& mean_record = head(cs, "mean");
+  mean_record.grads = reduction_grads("mean");
+  mean_record.errors = {{"mean_of_int", K::Type, "mean", {"int64"},
+                         [](const Watch&) { mean(ones({3, 4}, kInt64)); }}};
+  OpCase& var_record = head(cs, "var");
+  var_record.grads = reduction_grads("var");
+  var_record.errors = {
+      {"var_of_int", K::Type, "var", {"int32"}, [](const Watch&) { var(ones({3}, kInt32)); }},
+      {"var_negative_correction", K::Value, "var", {"-1"},
+       [](const Watch&) { var(f32({3}), {}, -1); }}};
+  OpCase& amax_record = head(cs, "amax");
+  amax_record.grads = reduction_grads("amax");
+  amax_record.errors = {
+      {"amax_of_empty", K::Index, "amax", {"size 0"}, [](const Watch&) { amax(f32({0, 3}), {0}); }},
+      {"amax_all_of_empty", K::Index, "amax", {"size 0"}, [](const Watch&) { max(f32({0})); }}};
+  head(cs, "amin").grads = reduction_grads("amin");
+  // clang-format on
 }
 
 // max/min along a dim (values and indices) and argmax/argmin: inputs are pairwise distinct,
@@ -314,6 +443,14 @@ void add_index_reductions(Cases& cs) {
                   .kiln = [d](const KArgs& x) { return KTensors{argmin(x[0], d)}; },
                   .aten = [d](const AArgs& a) { return ATensors{at::argmin(a[0], d)}; }});
   }
+  head(cs, "max_dim").grads = max_min_dim_grads(true);
+  head(cs, "max_dim").errors = {{"max_dim_of_empty", K::Index, "max", {"size 0"}, [](const Watch&) {
+                                   max(f32({2, 0}), 1);
+                                 }}};
+  head(cs, "min_dim").grads = max_min_dim_grads(false);
+  head(cs, "argmax").errors = {{"argmax_of_empty", K::Index, "argmax", {"empty"}, [](const Watch&) {
+                                  argmax(f32({0, 3}));
+                                }}};
 }
 
 // softmax and log_softmax. Tol::Accum: the normalising sum is accumulated differently.
@@ -390,6 +527,16 @@ void add_softmax(Cases& cs) {
                       },
                   .tol = Tol::Accum});
   }
+  head(cs, "softmax").grads = softmax_grads(false);
+  head(cs, "softmax").errors = {{"softmax_of_int",
+                                 K::Type,
+                                 "softmax",
+                                 {"int64"},
+                                 [](const Watch&) { softmax(ones({3}, kInt64), 0); }},
+                                {"softmax_dim", K::Index, "softmax", {"2"}, [](const Watch&) {
+                                   softmax(f32({3, 4}), 2);
+                                 }}};
+  head(cs, "log_softmax").grads = softmax_grads(true);
 }
 
 // The public sum_out writes into a transposed out.

@@ -1,8 +1,8 @@
 #pragma once
-// The op test's table: one row per op case, checked against ATen (libtorch's tensor library),
-// in the style of ggml's test-backend-ops. This header holds the row type, input generation,
-// the comparison, and the helpers that build rows; op_test_*.cpp hold the rows, and
-// op_test.cpp runs them (see Note [How a case runs] there).
+// The op table: one record per op, checked against ATen (libtorch's tensor library), in the
+// style of ggml's test-backend-ops and PyTorch's OpInfo. This header holds the row type, input
+// generation, the comparison, and the helpers that build rows; op_test_*.cpp hold the records,
+// and op_test.cpp runs them (see Note [How a case runs] and Note [The op record] there).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -107,7 +107,11 @@ enum class OutDType { Same, Wider };
 //              the dtype on the CPU but not inside cuBLASLt's epilogue, and gelu's slope carries
 //              that into results near zero. Such errors are absolute, not relative to the
 //              (possibly small or cancelling) output.
-//   Unordered16  only on a device, for native_16bit rows (see tolerance()).
+//   Unordered16  Accum, and for the 16-bit floats a few ulps of the partial sums: for ops
+//              that round in the dtype after every addition, compared with a float32 sum
+//              rounded once (scatter_add), or on a device, whose atomics pick the order of
+//              the additions, with ATen's own 16-bit kernel (native_16bit rows; see
+//              tolerance()).
 //   Exact      bit-for-bit values (NaN positions equal): copies, views, linspace.
 //   ShapeOnly  sizes and dtype only (empty).
 enum class Tol { Default, Accum, Intermediate16, Unordered16, Exact, ShapeOnly };
@@ -144,7 +148,65 @@ using KilnFn = std::function<KTensors(const KArgs&)>;
 using AtenFn = std::function<ATensors(const AArgs&)>;
 using CheckFn = std::function<void(const KArgs&, const KTensors&)>;
 
-// One row of the table.
+// An error sample of a record: `run` makes its tensors, hands those that must survive the
+// failed call unchanged to `watch`, then makes the call that must throw.
+enum class ErrorKind { Value, Type, Index, Device };
+struct ErrorCase {
+  std::string name;
+  ErrorKind kind;
+  std::string op;                     // the message starts with "[op]"
+  std::vector<std::string> contains;  // and contains each of these
+  std::function<void(const std::function<void(const Tensor&)>& watch)> run;
+};
+
+// Draws a gradcheck sample's inputs: float64, contiguous, deterministic per sample (seeded by
+// its name). var/away/pos/grid/avoiding require grad; fixed and mask do not.
+class GradGen {
+ public:
+  explicit GradGen(const std::string& seed)
+      : rng_(static_cast<uint32_t>(std::hash<std::string>{}(seed))) {}
+
+  // Uniform in [lo, hi].
+  Tensor var(const Dims& shape, double lo = -2, double hi = 2);
+  // |x| in [gap, 2] with a random sign (away from 0).
+  Tensor away(const Dims& shape, double gap = 0.25);
+  // Uniform in [0.25, 2].
+  Tensor pos(const Dims& shape) { return var(shape, 0.25, 2); }
+  // On the grid offset + k/2, k in [-4, 4]: two tensors with offsets 0.1 and 0.35 never tie.
+  Tensor grid(const Dims& shape, double offset);
+  // Uniform in [lo, hi], kept at least 0.1 away from each of `avoid`.
+  Tensor avoiding(const Dims& shape, std::vector<double> avoid, double lo = -2, double hi = 2);
+  // Uniform in [-2, 2]; does not require grad.
+  Tensor fixed(const Dims& shape);
+  // A bool tensor, about half true.
+  Tensor mask(const Dims& shape);
+
+  double real(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng_); }
+  int64_t integer(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+  }
+
+ private:
+  Tensor make(const Dims& shape, const std::function<double()>& f);
+  std::mt19937 rng_;
+};
+// Exactly these values (float64; `grad`: requires grad), and int64 indices.
+Tensor grad_values(const std::vector<double>& v, const Dims& shape, bool grad = true);
+Tensor grad_indices(const std::vector<int64_t>& v, const Dims& shape);
+// A non-leaf copy of `x` (for in-place ops, which a leaf requiring grad refuses).
+inline Tensor nonleaf(const Tensor& x) { return x * 1.0; }
+
+// A gradcheck sample of a record with inputs of its own (Note [How a gradcheck sample runs]
+// in op_test.cpp): `fn` on the inputs `make` draws, checked by kiln::autograd::gradcheck.
+struct GradSample {
+  std::string name;              // unique; letters, digits and '_'
+  std::vector<std::string> ops;  // names in kiln::ops::all_ops() that `fn` reaches
+  std::function<KTensors(GradGen&)> make;
+  std::function<KTensors(const KTensors&)> fn;
+};
+using GradSamples = std::vector<GradSample>;
+
+// One sample of a record: a row of the table (Note [The op record] in op_test.cpp).
 struct OpCase {
   std::string name = {};              // unique; letters, digits and '_'
   std::vector<std::string> ops = {};  // names in kiln::ops::all_ops() this row exercises
@@ -161,10 +223,22 @@ struct OpCase {
   MetaMode meta = MetaMode::Same;
   // The reference for 16-bit inputs is ATen's own 16-bit kernel rather than float32 rounded
   // once (see Note [16-bit reference] in op_test.cpp): for ops whose result accumulates in the
-  // tensor's dtype by definition (scatter_add, index_add round after every addition).
+  // tensor's dtype by definition and whose ATen kernel does so alike in libtorch 1.13 and
+  // 2.11 (index_add rounds after every addition; scatter_add does not qualify, see its rows).
   bool native_16bit = false;
+  // The record's other checks (Note [The op record]): `grad` gradchecks this row's `kiln` on
+  // float64 inputs from `make` (floating ones requiring grad); `grads` are gradcheck samples
+  // with inputs of their own; `errors` are calls of the op that must raise.
+  bool grad = false;
+  GradSamples grads = {};
+  std::vector<ErrorCase> errors = {};
+  // The dtypes the row runs on CUDA (Note [The op table on CUDA]), when not `dtypes`.
+  std::optional<std::vector<DType>> cuda_dtypes = {};
 };
 using Cases = std::vector<OpCase>;
+
+// The record of `op` in `cs`: its first row, which holds the op's gradcheck and error samples.
+OpCase& head(Cases& cs, const std::string& op);
 
 // The tables, one per file; op_test.cpp runs them.
 Cases pointwise_cases();
@@ -172,18 +246,9 @@ Cases reduce_cases();
 Cases linalg_nn_cases();
 Cases shape_index_cases();
 Cases factory_foreach_cases();
-
-// One row of the error table: `run` makes its tensors, hands those that must survive the
-// failed call unchanged to `watch`, then makes the call that must throw.
-enum class ErrorKind { Value, Type, Index, Device };
-struct ErrorCase {
-  std::string name;
-  ErrorKind kind;
-  std::string op;                     // the message starts with "[op]"
-  std::vector<std::string> contains;  // and contains each of these
-  std::function<void(const std::function<void(const Tensor&)>& watch)> run;
-};
-std::vector<ErrorCase> error_cases();
+// Samples that exercise several ops at once or no op at all (op_test_composite.cpp).
+GradSamples composite_grads();
+std::vector<ErrorCase> composite_errors();
 
 // ---------------------------------------------------------------- comparison
 
@@ -202,10 +267,10 @@ testing::AssertionResult compare(const Tensor& got, const at::Tensor& want, Tol 
 // another order: an error relative to the terms, not to a result that cancels); Intermediate16
 // float16 and bfloat16 atol 2e-3 and 1.6e-2 (the fused attention kernels round the
 // probabilities to the dtype before multiplying by v, and normalise by their unrounded sum);
-// Unordered16 is for rows that round in the dtype after every addition (native_16bit), which
-// the device adds in an order of its atomics' choosing: float16 rtol 1e-2 atol 4e-3, bfloat16
-// 6.4e-2 and 3.2e-2 (a few ulps of the partial sums, which cancel to small results). The other
-// dtypes keep the CPU's.
+// Unordered16 is for rows that round in the dtype after every addition (scatter_add, and
+// native_16bit rows on a device, which adds in an order of its atomics' choosing): float16
+// rtol 1e-2 atol 4e-3, bfloat16 6.4e-2 and 3.2e-2 on the CPU and the device (a few ulps of the
+// partial sums, which cancel to small results), Accum's for the other dtypes.
 std::pair<double, double> tolerance(Tol tol, DType dtype, Where where = Where::Cpu);
 
 // ---------------------------------------------------------------- row builders
@@ -251,6 +316,12 @@ Draw draw_uniform(double lo, double hi);
 // Which dtypes an in-place variant applies to: the result must be castable to self's dtype.
 enum class ResultKind { Same, Bool, Float };
 
+// The shape configurations pointwise rows run (labels become part of the row name).
+struct ShapeConfig {
+  std::string label;
+  std::vector<Spec> in;
+};
+
 struct PointwiseSpec {
   std::string name = {};  // the op's name in all_ops(): rows exercise name, name_, name_out
   std::vector<DType> dtypes = {};
@@ -260,13 +331,19 @@ struct PointwiseSpec {
   bool special = false;  // also run NaN, +-inf, +-0 and huge values (float dtypes)
   std::optional<std::vector<DType>> inplace_dtypes = {};  // overrides `result`
   std::string tag = {};  // distinguishes rows of one op with different arguments
+  // The record's fields (see OpCase): `grad` gradchecks the functional and in-place rows whose
+  // inputs are small (see grad_config); `grads` and `errors` go to the first functional row;
+  // `cuda_dtypes` restricts every row on CUDA.
+  bool grad = false;
+  GradSamples grads = {};
+  std::vector<ErrorCase> errors = {};
+  std::optional<std::vector<DType>> cuda_dtypes = {};
 };
 
-// The shape configurations pointwise rows run (labels become part of the row name).
-struct ShapeConfig {
-  std::string label;
-  std::vector<Spec> in;
-};
+// Whether a pointwise shape configuration is small enough to gradcheck (every input at most
+// 64 elements: finite differences evaluate the op twice per input element).
+bool grad_config(const ShapeConfig& c);
+
 std::vector<ShapeConfig> functional_configs(size_t arity);
 std::vector<ShapeConfig> inplace_configs(size_t arity);
 std::vector<ShapeConfig> out_configs(size_t arity);
@@ -283,8 +360,19 @@ void add_pointwise(Cases& cs, const PointwiseSpec& spec, F& f, I& inplace, O& ou
                    AtenFn aten) {
   size_t arity = spec.draws.size();
   std::string base = spec.tag.empty() ? spec.name : spec.name + "_" + spec.tag;
+  // The CUDA dtypes of a row that runs `dtypes`: those of spec.cuda_dtypes among them.
+  auto on_cuda = [&](const std::vector<DType>& dtypes) -> std::optional<std::vector<DType>> {
+    if (!spec.cuda_dtypes) return std::nullopt;
+    std::vector<DType> r;
+    for (DType d : dtypes)
+      if (std::find(spec.cuda_dtypes->begin(), spec.cuda_dtypes->end(), d) !=
+          spec.cuda_dtypes->end())
+        r.push_back(d);
+    return r;
+  };
   auto configs = functional_configs(arity);
   for (const ShapeConfig& c : configs) {
+    bool first = &c == &configs.front();
     cs.push_back({.name = base + "_" + c.label,
                   .ops = {spec.name},
                   .dtypes = spec.dtypes,
@@ -292,7 +380,11 @@ void add_pointwise(Cases& cs, const PointwiseSpec& spec, F& f, I& inplace, O& ou
                   .kiln = [fp = &f, body](
                               const KArgs& x) { return KTensors{body(CallFunctional<F>{*fp}, x)}; },
                   .aten = aten,
-                  .tol = spec.tol});
+                  .tol = spec.tol,
+                  .grad = spec.grad && grad_config(c),
+                  .grads = first ? spec.grads : GradSamples{},
+                  .errors = first ? spec.errors : std::vector<ErrorCase>{},
+                  .cuda_dtypes = on_cuda(spec.dtypes)});
   }
   if (spec.special) {
     std::vector<Draw> draws(arity, [](Gen& g, const Spec& s) {
@@ -308,7 +400,8 @@ void add_pointwise(Cases& cs, const PointwiseSpec& spec, F& f, I& inplace, O& ou
                   .kiln = [fp = &f, body](
                               const KArgs& x) { return KTensors{body(CallFunctional<F>{*fp}, x)}; },
                   .aten = aten,
-                  .tol = spec.tol});
+                  .tol = spec.tol,
+                  .cuda_dtypes = on_cuda(kFloatDTypes)});
   }
   std::vector<DType> in_dtypes;
   if (spec.inplace_dtypes) {
@@ -326,7 +419,9 @@ void add_pointwise(Cases& cs, const PointwiseSpec& spec, F& f, I& inplace, O& ou
                            body](const KArgs& x) { return KTensors{body(CallInPlace<I>{*ip}, x)}; },
                   .aten = aten,
                   .tol = spec.tol,
-                  .mode = Mode::InPlace});
+                  .mode = Mode::InPlace,
+                  .grad = spec.grad && grad_config(c),
+                  .cuda_dtypes = on_cuda(in_dtypes)});
   }
   for (const ShapeConfig& c : out_configs(arity)) {
     bool wider = c.label == "wider";
@@ -342,11 +437,13 @@ void add_pointwise(Cases& cs, const PointwiseSpec& spec, F& f, I& inplace, O& ou
                   .tol = spec.tol,
                   .mode = Mode::Out,
                   .out_dtype = wider ? OutDType::Wider : OutDType::Same,
-                  .out_layout = c.label == "noncontig" ? Layout::Transposed : Layout::Contig});
+                  .out_layout = c.label == "noncontig" ? Layout::Transposed : Layout::Contig,
+                  .cuda_dtypes = on_cuda(spec.dtypes)});
   }
 }
 
-// A copy of `base` that runs the op's out= form through `kiln` (renamed `<base>_out<suffix>`).
+// A copy of `base` that runs the op's out= form through `kiln` (renamed `<base>_out<suffix>`),
+// without base's gradchecks and error samples.
 OpCase out_variant(const OpCase& base, const std::string& op, KilnFn kiln,
                    const std::string& suffix = "", Layout out_layout = Layout::Contig,
                    OutDType out_dtype = OutDType::Same);
