@@ -30,7 +30,9 @@ namespace kiln::compiler {
 // expects is the one the value had when the trace first touched it, read or written:
 // HostCell::set and host_value_changing note the old value before the first change. A value
 // the call changes and does not restore is a CompileError: a replay runs no host code, so
-// the host state after a replay would differ from the eager call's.
+// the host state after a replay would differ from the eager call's. A value whose owner the
+// call destroyed (a module made inside the function) is no guard: the call made it, and will
+// make it again.
 //
 // Values fixed for the life of their owner (an SGD's momentum, a Linear's shape) need no
 // guard: the trace holds the owner's tensors by identity, and nothing can change them.
@@ -95,6 +97,10 @@ void HostGuardRecorder::read(const HostReader& reader) {
   guards_.push_back({nullptr, &reader, reader.read(), reader.what});
 }
 void HostGuardRecorder::changing(const HostReader& reader) { read(reader); }
+
+void HostGuardRecorder::forget_released() {
+  std::erase_if(guards_, [](const HostGuard& g) { return g.cell && !g.cell->alive(); });
+}
 
 std::vector<std::string> HostGuardRecorder::unrestored() const {
   std::vector<std::string> out;

@@ -179,6 +179,9 @@ class HostGuardRecorder {
   // The values whose current value differs from that ("module '1' (Dropout) training flag
   // changed from true to false"): a replay would not change them.
   std::vector<std::string> unrestored() const;
+  // Drops the guards on cells released during the call (a module made and destroyed inside
+  // the traced function): the call set their values itself, and will again.
+  void forget_released();
 
  private:
   HostGuard* find(const void* key);

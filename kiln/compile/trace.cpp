@@ -236,6 +236,7 @@ void Tracer::host_read(const TensorImpl& impl, const char* what) {
 
 Graph Tracer::finish(std::span<const Tensor> outputs, TraceProblems& problems) {
   problems.host_changes = host_guards_.unrestored();
+  host_guards_.forget_released();
   for (const Tensor& t : outputs) {
     KILN_CHECK(t.defined(), "[compile] the function returned an undefined tensor");
     g_.outputs.push_back(value_for(t));

@@ -62,7 +62,8 @@ class Tracer {
   void released(const void* p);
   // Whether ops called now on this thread are being recorded (not from inside a kernel).
   bool tracing() const;
-  // The host values the traced call read or changed (See Note [Host values steer traces]).
+  // The host values the traced call read or changed, those of objects it destroyed dropped by
+  // finish() (See Note [Host values steer traces]).
   const HostGuardRecorder& host_guards() const { return host_guards_; }
 
  private:

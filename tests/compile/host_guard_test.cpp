@@ -253,6 +253,19 @@ TEST(CompileHostGuards, ModulePathsAndDestroyedModules) {
             "module Dropout training flag: its owner was destroyed after the trace");
 }
 
+TEST(CompileHostGuards, AModuleMadeInsideTheFunctionIsNotGuarded) {
+  CompiledFunction f = compile([](const Tensor& x) {
+    nn::Dropout d(0.5);
+    d.eval();
+    return d.forward(x);
+  });
+  Tensor x = ones({4});
+  for (int i = 0; i < 3; ++i) expect_equal(f({x})[0], x, fmt::format("call {}", i));
+  EXPECT_TRUE(f.miss_reasons().empty()) << f.explain();
+  EXPECT_EQ(f.entries().at(0).hits, 2);
+  EXPECT_EQ(f.explain().find("training flag"), std::string::npos) << f.explain();
+}
+
 // Linear, Dropout, Linear: 8 -> 16 -> 4.
 std::shared_ptr<nn::Sequential> make_net(uint64_t seed, Generator* drop_gen) {
   Generator gen(seed);
