@@ -69,12 +69,15 @@ namespace {
 // A bounded free list of impl-sized blocks per thread. A block freed on another thread joins
 // that thread's list; that is fine, the blocks are plain heap memory. The list itself is plain
 // data in initial-exec TLS (no guard on access); a separate guarded object frees the blocks
-// when the thread exits, registered the first time the thread caches a block.
+// when the thread exits, registered the first time the thread caches a block. Thread-locals
+// are destroyed in reverse order of construction, so one made before that object (a kernel's
+// thread_local scratch tensor) dies after it: once closed, the list frees what it is given.
 struct ImplCache {
   static constexpr int kMax = 128;
   void* blocks[kMax];
   int count;
   bool registered;
+  bool closed;
 };
 thread_local ImplCache t_impl_cache __attribute__((tls_model("initial-exec")));
 
@@ -82,6 +85,7 @@ struct ImplCacheCleanup {
   ~ImplCacheCleanup() {
     ImplCache& c = t_impl_cache;
     while (c.count) ::operator delete(c.blocks[--c.count]);
+    c.closed = true;
   }
 };
 thread_local ImplCacheCleanup t_impl_cache_cleanup;
@@ -95,7 +99,7 @@ void* TensorImpl::operator new(size_t nbytes) {
 
 void TensorImpl::operator delete(void* p, size_t nbytes) {
   ImplCache& c = t_impl_cache;
-  if (nbytes == sizeof(TensorImpl) && c.count < ImplCache::kMax) {
+  if (nbytes == sizeof(TensorImpl) && c.count < ImplCache::kMax && !c.closed) {
     if (!c.registered) {
       (void)&t_impl_cache_cleanup;  // odr-use: constructs it, so its destructor runs at exit
       c.registered = true;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "core/test_util.h"
@@ -29,6 +30,19 @@ struct DefaultDTypeGuard {
   DType saved = default_dtype();
   ~DefaultDTypeGuard() { set_default_dtype(saved); }
 };
+
+// ---------------------------------------------------------------- impl blocks
+
+// At thread exit a thread_local tensor constructed before the thread's first cached impl block
+// (as the CPU kernels' scalar scratch is) is destroyed after the cache is emptied; its impl must
+// be freed, not cached again. LeakSanitizer, in the asan preset's run, reports it otherwise.
+TEST(TensorTest, ThreadLocalTensorOutlivingTheImplCacheIsFreed) {
+  std::thread([] {
+    thread_local Tensor held;  // constructed first, so destroyed last
+    held = empty({2}, kFloat32);
+    { Tensor first = empty({3}, kFloat32); }  // caching its block sets up the cache's cleanup
+  }).join();
+}
 
 // ---------------------------------------------------------------- geometry
 
