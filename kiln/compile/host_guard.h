@@ -32,6 +32,9 @@ class HostValue {
       : bits_(static_cast<uint64_t>(static_cast<int64_t>(v))), kind_(Kind::Int) {}
   HostValue(double v) : bits_(std::bit_cast<uint64_t>(v)), kind_(Kind::Double) {}  // NOLINT
   HostValue(DType v) : bits_(static_cast<uint64_t>(v)), kind_(Kind::DType) {}      // NOLINT
+  // A pointer (a string literal) would silently become a bool.
+  template <class T>
+  HostValue(T*) = delete;
   // An enumerator, named `name` (a string that outlives the value) in messages.
   template <class E>
   requires std::is_enum_v<E>
