@@ -121,6 +121,11 @@ void sin_bw(const BackwardCtx& c, const Grads& g, Grads& gi) { gi[0] = mul(g[0],
 void cos_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   gi[0] = neg(mul(g[0], sin(c.input(0))));
 }
+// d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2)
+void erf_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor x = c.input(0);
+  gi[0] = mul(g[0], mul(exp(neg(mul(x, x))), 2.0 / std::sqrt(std::numbers::pi)));
+}
 void gelu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   gi[0] = gelu_backward(g[0], c.input(0), c.get<bool>(1));
 }
@@ -400,6 +405,7 @@ const Entry kPointwise[] = {
     {&ops::op_silu.def, F(silu_bw, S(0))},
     {&ops::op_sin.def, F(sin_bw, S(0))},
     {&ops::op_cos.def, F(cos_bw, S(0))},
+    {&ops::op_erf.def, F(erf_bw, S(0))},
     {&ops::op_gelu.def, F(gelu_bw, S(0))},
     {&ops::op_clamp.def, F(clamp_bw, S(0))},
     {&ops::op_where.def, F(where_bw, S(0))},

@@ -92,6 +92,7 @@ KILN_FLOAT_UNARY_META(tanh)
 KILN_FLOAT_UNARY_META(sigmoid)
 KILN_FLOAT_UNARY_META(sin)
 KILN_FLOAT_UNARY_META(cos)
+KILN_FLOAT_UNARY_META(erf)
 #undef KILN_FLOAT_UNARY_META
 TensorSpec silu(const Tensor& a) {
   check_defined("silu", a, "self");

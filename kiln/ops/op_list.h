@@ -53,6 +53,7 @@ namespace kiln::ops {
   _(silu, (const Tensor&), "silu(Tensor self)")                                            \
   _(sin, (const Tensor&), "sin(Tensor self)")                                              \
   _(cos, (const Tensor&), "cos(Tensor self)")                                              \
+  _(erf, (const Tensor&), "erf(Tensor self)")                                              \
   _(logical_not, (const Tensor&), "logical_not(Tensor self)")                              \
   _(gelu, (const Tensor&, bool), "gelu(Tensor self, bool approximate_tanh=False)")         \
   _(clamp, (const Tensor&, const OptScalar&, const OptScalar&),                            \

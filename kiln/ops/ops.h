@@ -111,7 +111,8 @@ Tensor logical_xor(const Tensor& a, const Tensor& b);
   _(relu)                           \
   _(silu)                           \
   _(sin)                            \
-  _(cos)
+  _(cos)                            \
+  _(erf)
 #define KILN_DECLARE_PUBLIC_UNARY(name) \
   Tensor name(const Tensor& self);      \
   Tensor& name##_(Tensor& self);

@@ -433,6 +433,7 @@ void add_unary_ops(Cases& cs) {
   unary("tanh", kAllDTypes, draw_any(), R::Float, true, KILN_PW(tanh), &at::tanh);
   unary("sigmoid", kAllDTypes, draw_any(), R::Float, true, KILN_PW(sigmoid), &at::sigmoid);
   unary("sin", kAllDTypes, draw_any(), R::Float, true, KILN_PW(sin), &at::sin);
+  unary("erf", kAllDTypes, draw_any(), R::Float, true, KILN_PW(erf), &at::erf);
   unary("cos", kAllDTypes, draw_any(), R::Float, true, KILN_PW(cos), &at::cos);
   unary("silu", kFloatDTypes, draw_uniform(-6, 6), R::Float, true, KILN_PW(silu), &at::silu,
         {{"silu_int", K::Type, "silu", {"int64"}, [](const Watch&) { silu(i64({3})); }}});

@@ -49,6 +49,7 @@ KILN_FLOAT_UNARY(sigmoid, A<T>(1) / (A<T>(1) + exp_any(-x)))
 KILN_FLOAT_UNARY(silu, x / (A<T>(1) + exp_any(-x)))
 KILN_FLOAT_UNARY(sin, std::sin(x))
 KILN_FLOAT_UNARY(cos, std::cos(x))
+KILN_FLOAT_UNARY(erf, std::erf(x))
 #undef KILN_FLOAT_UNARY
 
 void neg_impl(const Tensor& out, const Tensor& a) {
@@ -177,6 +178,7 @@ KILN_REGISTER_POINTWISE(sigmoid, K, &sigmoid_impl);
 KILN_REGISTER_POINTWISE(silu, K, &silu_impl);
 KILN_REGISTER_POINTWISE(sin, K, &sin_impl);
 KILN_REGISTER_POINTWISE(cos, K, &cos_impl);
+KILN_REGISTER_POINTWISE(erf, K, &erf_impl);
 KILN_REGISTER_POINTWISE(neg, K, &neg_impl);
 KILN_REGISTER_POINTWISE(abs, K, &abs_impl);
 KILN_REGISTER_POINTWISE(relu, K, &relu_impl);

@@ -15,4 +15,5 @@
   _(sigmoid, Sigmoid, A(1) / (A(1) + exp(-x))) \
   _(silu, Silu, x / (A(1) + exp(-x)))          \
   _(sin, Sin, sin(x))                          \
-  _(cos, Cos, cos(x))
+  _(cos, Cos, cos(x))                          \
+  _(erf, Erf, erf(x))
