@@ -22,8 +22,8 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kTile = 64;       // queries per block (forward, dq) and keys per step
-constexpr int kThreads = 128;   // 4 warps of 16 rows
+constexpr int kTile = 64;      // queries per block (forward, dq) and keys per step
+constexpr int kThreads = 128;  // 4 warps of 16 rows
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kLdS = kTile + 4;  // leading dim of the 64 x 64 score tiles (wmma: multiple of 4)
@@ -48,8 +48,8 @@ __device__ __forceinline__ void to_tf32(Frag& f) {
 // Rows [r0, r0 + 64) of `op`'s batch entry b into `tile` (64 x HD, ld HD + 4) as float; rows
 // >= rows and columns >= e are zero. 16 bytes a load where the layout allows.
 template <class T, int HD>
-__device__ void load_tile(float* tile, const AttnOperand& op, int64_t b, int64_t inner,
-                          int64_t r0, int64_t rows, int e) {
+__device__ void load_tile(float* tile, const AttnOperand& op, int64_t b, int64_t inner, int64_t r0,
+                          int64_t rows, int e) {
   constexpr int LD = ld_of<HD>();
   const T* base = static_cast<const T*>(op.data) + (b / inner) * op.outer_stride +
                   (b % inner) * op.inner_stride;
@@ -57,8 +57,7 @@ __device__ void load_tile(float* tile, const AttnOperand& op, int64_t b, int64_t
   struct alignas(16) Vec {
     T v[kVec];
   };
-  if (e % kVec == 0 && op.row_stride % kVec == 0 &&
-      reinterpret_cast<uintptr_t>(base) % 16 == 0) {
+  if (e % kVec == 0 && op.row_stride % kVec == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0) {
     constexpr int kPerRow = HD / kVec;
     for (int idx = static_cast<int>(threadIdx.x); idx < kTile * kPerRow; idx += kThreads) {
       const int r = idx / kPerRow, c = (idx % kPerRow) * kVec;
@@ -74,7 +73,8 @@ __device__ void load_tile(float* tile, const AttnOperand& op, int64_t b, int64_t
       }
 #pragma unroll
       for (int x = 0; x < kVec; x += 4)
-        *reinterpret_cast<float4*>(tile + r * LD + c + x) = make_float4(f[x], f[x + 1], f[x + 2], f[x + 3]);
+        *reinterpret_cast<float4*>(tile + r * LD + c + x) =
+            make_float4(f[x], f[x + 1], f[x + 2], f[x + 3]);
     }
     return;
   }
@@ -362,8 +362,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // Loads lse (in base 2: times log2 e) and delta of queries [i0, i0 + 64) (0 past the end).
 __device__ __forceinline__ void load_row_stats(float* lse_s, float* del_s, const float* lse,
-                                               const float* delta, const AttnShape& sh,
-                                               int64_t b, int64_t i0) {
+                                               const float* delta, const AttnShape& sh, int64_t b,
+                                               int64_t i0) {
   const int tid = static_cast<int>(threadIdx.x);
   if (tid < kTile) {
     const int64_t i = i0 + tid;
@@ -519,8 +519,8 @@ unsigned blocks_of(int64_t batch, int64_t rows) {
 }
 
 template <class T, bool TC, int HD>
-void forward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
-             const AttnOperand& v, void* out, float* lse, cudaStream_t st) {
+void forward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k, const AttnOperand& v,
+             void* out, float* lse, cudaStream_t st) {
   static std::atomic<bool> done[kMaxDevices];
   auto kernel = flash_forward_kernel<T, TC, HD>;
   allow_smem(kernel, forward_smem<HD>(), done);
@@ -529,10 +529,9 @@ void forward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
 }
 
 template <class T, bool TC, int HD>
-void backward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
-              const AttnOperand& v, const AttnOperand& o, const AttnOperand& g, const float* lse,
-              float* delta, bool deterministic, float* dq_acc, void* dq, void* dk, void* dv,
-              cudaStream_t st) {
+void backward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k, const AttnOperand& v,
+              const AttnOperand& o, const AttnOperand& g, const float* lse, float* delta,
+              bool deterministic, float* dq_acc, void* dq, void* dk, void* dv, cudaStream_t st) {
   constexpr int kRowsPerBlock = kThreads / 32;
   unsigned rows = static_cast<unsigned>((sh.n * sh.l + kRowsPerBlock - 1) / kRowsPerBlock);
   attention_delta_kernel<T><<<rows, kThreads, 0, st>>>(sh, o, g, delta);
@@ -546,7 +545,7 @@ void backward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
     kv<<<blocks_of(sh.n, sh.s), kThreads, bytes, st>>>(
         sh, q, k, v, g, lse, delta, static_cast<T*>(dk), static_cast<T*>(dv), nullptr);
     qk<<<blocks_of(sh.n, sh.l), kThreads, bytes, st>>>(sh, q, k, v, g, lse, delta,
-                                                        static_cast<T*>(dq));
+                                                       static_cast<T*>(dq));
     return;
   }
   constexpr bool kFloat = std::is_same_v<T, float>;
@@ -556,8 +555,8 @@ void backward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
   auto kv = flash_backward_kv_kernel<T, TC, HD, true>;
   static std::atomic<bool> done_kv[kMaxDevices];
   allow_smem(kv, backward_smem<HD>(), done_kv);
-  kv<<<blocks_of(sh.n, sh.s), kThreads, bytes, st>>>(
-      sh, q, k, v, g, lse, delta, static_cast<T*>(dk), static_cast<T*>(dv), acc);
+  kv<<<blocks_of(sh.n, sh.s), kThreads, bytes, st>>>(sh, q, k, v, g, lse, delta,
+                                                     static_cast<T*>(dk), static_cast<T*>(dv), acc);
   if constexpr (!kFloat) {
     const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t{1} << 20);
     convert_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, st>>>(acc, static_cast<T*>(dq), n);
@@ -597,9 +596,8 @@ void dispatch(Dt dt, bool tensor_cores, int e, F&& f) {
 void launch_flash_forward(Dt dt, bool tensor_cores, const AttnShape& sh, const AttnOperand& q,
                           const AttnOperand& k, const AttnOperand& v, void* out, float* lse,
                           cudaStream_t stream) {
-  dispatch(dt, tensor_cores, sh.e, [&]<class T, bool TC, int HD>() {
-    forward<T, TC, HD>(sh, q, k, v, out, lse, stream);
-  });
+  dispatch(dt, tensor_cores, sh.e,
+           [&]<class T, bool TC, int HD>() { forward<T, TC, HD>(sh, q, k, v, out, lse, stream); });
 }
 
 void launch_flash_backward(Dt dt, bool tensor_cores, const AttnShape& sh, const AttnOperand& q,

@@ -28,14 +28,14 @@ __global__ void __launch_bounds__(kTile* kTile)
       int64_t s = 0;
       for (int64_t k0 = 0; k0 < k; k0 += kTile) {
         int64_t ka = k0 + tx, kb = k0 + ty;
-        ta[ty][tx] = row < m && ka < k ? static_cast<int64_t>(pa[bi * a.batch_stride +
-                                                                 row * a.row_stride +
-                                                                 ka * a.col_stride])
-                                       : 0;
-        tb[ty][tx] = kb < k && col < n ? static_cast<int64_t>(pb[bi * b.batch_stride +
-                                                                 kb * b.row_stride +
-                                                                 col * b.col_stride])
-                                       : 0;
+        ta[ty][tx] = row < m && ka < k
+                         ? static_cast<int64_t>(
+                               pa[bi * a.batch_stride + row * a.row_stride + ka * a.col_stride])
+                         : 0;
+        tb[ty][tx] = kb < k && col < n
+                         ? static_cast<int64_t>(
+                               pb[bi * b.batch_stride + kb * b.row_stride + col * b.col_stride])
+                         : 0;
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < kTile; ++kk) s += ta[ty][kk] * tb[kk][tx];
@@ -71,8 +71,8 @@ void launch_int_gemm(Dt dt, const MatArg& a, const MatArg& b, void* y, int64_t b
             static_cast<unsigned>(batch < kMaxGridYZ ? batch : kMaxGridYZ));
   auto go = [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    int_gemm_kernel<T><<<grid, block, 0, stream>>>(a, b, static_cast<T*>(y), batch, m, n, k,
-                                                   alpha, beta);
+    int_gemm_kernel<T>
+        <<<grid, block, 0, stream>>>(a, b, static_cast<T*>(y), batch, m, n, k, alpha, beta);
   };
   switch (dt) {
     case Dt::UInt8:

@@ -19,38 +19,54 @@ using fe_acc_t = std::conditional_t<std::is_same_v<T, bool>, int, acc_t<T>>;
 
 template <class C>
 __device__ __forceinline__ C add(C a, C b) {
-  if constexpr (std::is_same_v<C, float>) return __fadd_rn(a, b);
-  else if constexpr (std::is_same_v<C, double>) return __dadd_rn(a, b);
-  else return static_cast<C>(a + b);
+  if constexpr (std::is_same_v<C, float>)
+    return __fadd_rn(a, b);
+  else if constexpr (std::is_same_v<C, double>)
+    return __dadd_rn(a, b);
+  else
+    return static_cast<C>(a + b);
 }
 template <class C>
 __device__ __forceinline__ C sub(C a, C b) {
-  if constexpr (std::is_same_v<C, float>) return __fsub_rn(a, b);
-  else if constexpr (std::is_same_v<C, double>) return __dsub_rn(a, b);
-  else return static_cast<C>(a - b);
+  if constexpr (std::is_same_v<C, float>)
+    return __fsub_rn(a, b);
+  else if constexpr (std::is_same_v<C, double>)
+    return __dsub_rn(a, b);
+  else
+    return static_cast<C>(a - b);
 }
 template <class C>
 __device__ __forceinline__ C mul(C a, C b) {
-  if constexpr (std::is_same_v<C, float>) return __fmul_rn(a, b);
-  else if constexpr (std::is_same_v<C, double>) return __dmul_rn(a, b);
-  else return static_cast<C>(a * b);
+  if constexpr (std::is_same_v<C, float>)
+    return __fmul_rn(a, b);
+  else if constexpr (std::is_same_v<C, double>)
+    return __dmul_rn(a, b);
+  else
+    return static_cast<C>(a * b);
 }
 template <class C>
 __device__ __forceinline__ C div(C a, C b) {  // floating C only
-  if constexpr (std::is_same_v<C, float>) return __fdiv_rn(a, b);
-  else return __ddiv_rn(a, b);
+  if constexpr (std::is_same_v<C, float>)
+    return __fdiv_rn(a, b);
+  else
+    return __ddiv_rn(a, b);
 }
 template <class C>
 __device__ __forceinline__ C sqrt_rn(C a) {  // floating C only
-  if constexpr (std::is_same_v<C, float>) return __fsqrt_rn(a);
-  else return __dsqrt_rn(a);
+  if constexpr (std::is_same_v<C, float>)
+    return __fsqrt_rn(a);
+  else
+    return __dsqrt_rn(a);
 }
 
 template <class C>
 C scalar_as(const ForeachScalar& s) {
-  if constexpr (std::is_same_v<C, double>) return s.f64;
-  else if constexpr (std::is_same_v<C, float>) return s.f32;
-  else return static_cast<C>(s.i);
+  if constexpr (std::is_same_v<C, double>)
+    return s.f64;
+  else if constexpr (std::is_same_v<C, float>)
+    return s.f32;
+  else
+    return static_cast<C>(s.i);
 }
 
 // Element functors: x holds one element of each list (as C); the kernel reads the lists in
@@ -272,18 +288,16 @@ void launch_foreach(ForeachOp op, Dt dt, const ForeachTable<L>& tab, const Forea
         run<scalar_t>(tab, AddOp<C>{{}, scalar_as<C>(s)}, stream);
       })
     else if (op == ForeachOp::MulList)
-      KILN_CUDA_DISPATCH_ALL(dt, [&] {
-        run<scalar_t>(tab, MulListOp<fe_acc_t<scalar_t>>{}, stream);
-      })
+      KILN_CUDA_DISPATCH_ALL(dt,
+                             [&] { run<scalar_t>(tab, MulListOp<fe_acc_t<scalar_t>>{}, stream); })
     else if (op == ForeachOp::Lerp)
       KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
         using C = acc_t<scalar_t>;
         run<scalar_t>(tab, LerpOp<C>{{}, scalar_as<C>(s)}, stream);
       })
     else if (op == ForeachOp::SqrtOut)
-      KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
-        run<scalar_t>(tab, SqrtOutOp<acc_t<scalar_t>>{}, stream);
-      })
+      KILN_CUDA_DISPATCH_FLOAT(dt,
+                               [&] { run<scalar_t>(tab, SqrtOutOp<acc_t<scalar_t>>{}, stream); })
   } else {
     if (op == ForeachOp::Addcmul)
       KILN_CUDA_DISPATCH_ALL(dt, [&] {
@@ -306,8 +320,7 @@ template void launch_foreach<3>(ForeachOp, Dt, const ForeachTable<3>&, const For
 
 void launch_adamw_check(const StepTable& steps, const double* lr, int* flag, bool first, int* err,
                         int lr_code, int step_code, cudaStream_t stream) {
-  adamw_check_kernel<<<1, kThreads, 0, stream>>>(steps, lr, flag, first, err, lr_code,
-                                                 step_code);
+  adamw_check_kernel<<<1, kThreads, 0, stream>>>(steps, lr, flag, first, err, lr_code, step_code);
 }
 
 void launch_adamw(Dt dt, const ForeachTable<5>& tab, const AdamWArgs& args, cudaStream_t stream) {

@@ -6,8 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include "kiln/backend/cuda/kernel_args.h"
@@ -57,8 +57,8 @@ struct In {
   __device__ __forceinline__ T at(int64_t off) const { return scalar ? s : p[off]; }
 };
 template <class T>
-inline constexpr bool is_floating_v = std::is_floating_point_v<T> || std::is_same_v<T, __half> ||
-                                      std::is_same_v<T, __nv_bfloat16>;
+inline constexpr bool is_floating_v =
+    std::is_floating_point_v<T> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 template <class T>
 In<T> in_of(const Operand& o) {
   In<T> r{static_cast<const T*>(o.data), T{}, o.scalar};
@@ -179,8 +179,8 @@ void launch_elementwise(const Indexer<sizeof...(T) + 1>& ix, void* out, F f, cud
   }
   if (ix.contiguous) {
     int64_t blocks = (ix.numel + kBlock * kUnroll - 1) / (kBlock * kUnroll);
-    flat_kernel<Out, F, T...><<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(ix.numel, o,
-                                                                                   f, in...);
+    flat_kernel<Out, F, T...>
+        <<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(ix.numel, o, f, in...);
   } else {
     int64_t blocks = (ix.numel + kBlock - 1) / kBlock;
     if (fits_32(ix))
@@ -199,25 +199,25 @@ void launch_elementwise(const Indexer<sizeof...(T) + 1>& ix, void* out, F f, cud
     __VA_ARGS__();                \
     break;                        \
   }
-#define KILN_CUDA_DISPATCH_ALL(d, ...)                          \
-  switch (d) {                                                  \
-    KILN_CUDA_CASE(Bool, bool, __VA_ARGS__)                     \
-    KILN_CUDA_CASE(UInt8, uint8_t, __VA_ARGS__)                 \
-    KILN_CUDA_CASE(Int32, int32_t, __VA_ARGS__)                 \
-    KILN_CUDA_CASE(Int64, int64_t, __VA_ARGS__)                 \
-    KILN_CUDA_CASE(Float16, __half, __VA_ARGS__)                \
-    KILN_CUDA_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__)        \
-    KILN_CUDA_CASE(Float32, float, __VA_ARGS__)                 \
-    KILN_CUDA_CASE(Float64, double, __VA_ARGS__)                \
+#define KILN_CUDA_DISPATCH_ALL(d, ...)                   \
+  switch (d) {                                           \
+    KILN_CUDA_CASE(Bool, bool, __VA_ARGS__)              \
+    KILN_CUDA_CASE(UInt8, uint8_t, __VA_ARGS__)          \
+    KILN_CUDA_CASE(Int32, int32_t, __VA_ARGS__)          \
+    KILN_CUDA_CASE(Int64, int64_t, __VA_ARGS__)          \
+    KILN_CUDA_CASE(Float16, __half, __VA_ARGS__)         \
+    KILN_CUDA_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__) \
+    KILN_CUDA_CASE(Float32, float, __VA_ARGS__)          \
+    KILN_CUDA_CASE(Float64, double, __VA_ARGS__)         \
   }
-#define KILN_CUDA_DISPATCH_FLOAT(d, ...)                        \
-  switch (d) {                                                  \
-    KILN_CUDA_CASE(Float16, __half, __VA_ARGS__)                \
-    KILN_CUDA_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__)        \
-    KILN_CUDA_CASE(Float32, float, __VA_ARGS__)                 \
-    KILN_CUDA_CASE(Float64, double, __VA_ARGS__)                \
-    default:                                                    \
-      break;                                                    \
+#define KILN_CUDA_DISPATCH_FLOAT(d, ...)                 \
+  switch (d) {                                           \
+    KILN_CUDA_CASE(Float16, __half, __VA_ARGS__)         \
+    KILN_CUDA_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__) \
+    KILN_CUDA_CASE(Float32, float, __VA_ARGS__)          \
+    KILN_CUDA_CASE(Float64, double, __VA_ARGS__)         \
+    default:                                             \
+      break;                                             \
   }
 
 }  // namespace kiln::cuda

@@ -297,9 +297,9 @@ void launch_norm(Dt dt, const void* x, const void* w, const void* b, void* y, in
 void launch_gelu_backward(Dt dt, const Indexer<3>& ix, void* out, const Operand& grad,
                           const Operand& x, bool approximate_tanh, cudaStream_t stream) {
   KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
-    launch_elementwise<scalar_t, scalar_t, scalar_t>(ix, out, GeluBackward<scalar_t>{approximate_tanh},
-                                                     stream, in_of<scalar_t>(grad),
-                                                     in_of<scalar_t>(x));
+    launch_elementwise<scalar_t, scalar_t, scalar_t>(
+        ix, out, GeluBackward<scalar_t>{approximate_tanh}, stream, in_of<scalar_t>(grad),
+        in_of<scalar_t>(x));
   });
 }
 

@@ -41,9 +41,7 @@ __device__ __forceinline__ Lanes philox4x32(uint64_t counter_lo, uint64_t counte
 __device__ __forceinline__ double u53(uint32_t hi, uint32_t lo) {
   return static_cast<double>(((static_cast<uint64_t>(hi) << 32) | lo) >> 11) * 0x1.0p-53;
 }
-__device__ __forceinline__ float u24(uint32_t x) {
-  return static_cast<float>(x >> 8) * 0x1.0p-24f;
-}
+__device__ __forceinline__ float u24(uint32_t x) { return static_cast<float>(x >> 8) * 0x1.0p-24f; }
 
 // Box-Muller in double on (0, 1] x [0, 1), as the CPU. CUDA's double log and cos are not
 // correctly rounded (glibc's nearly always are), so float64 normals differ from the CPU's in
@@ -177,8 +175,8 @@ __global__ void __launch_bounds__(kBlock)
     out[i] = cvt<T>(fused(static_cast<A>(fstep), static_cast<A>(i), static_cast<A>(fstart)));
   } else {
     // Wrapping int64 arithmetic (the CPU's signed overflow is undefined; this is what it does).
-    uint64_t v = static_cast<uint64_t>(istart) + static_cast<uint64_t>(istep) *
-                                                     static_cast<uint64_t>(i);
+    uint64_t v =
+        static_cast<uint64_t>(istart) + static_cast<uint64_t>(istep) * static_cast<uint64_t>(i);
     out[i] = cvt<T>(static_cast<int64_t>(v));
   }
 }
@@ -195,7 +193,7 @@ __global__ void __launch_bounds__(kBlock)
   using A = linspace_acc_t<T>;
   int64_t i = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   if (i >= steps) return;
-  A v = steps == 1     ? s
+  A v = steps == 1      ? s
         : i < steps / 2 ? fused(step, static_cast<A>(i), s)
                         : fused(-step, static_cast<A>(steps - i - 1), e);
   if constexpr (std::is_same_v<T, uint8_t>) {
@@ -226,13 +224,13 @@ void launch_randint(Dt d, void* out, int64_t n, int64_t low, uint64_t range, Phi
   });
 }
 
-void launch_dropout(Dt d, const void* x, void* out, bool* mask, int64_t n, double p,
-                    PhiloxArgs ph, cudaStream_t stream) {
+void launch_dropout(Dt d, const void* x, void* out, bool* mask, int64_t n, double p, PhiloxArgs ph,
+                    cudaStream_t stream) {
   KILN_CUDA_DISPATCH_FLOAT(d, [&] {
     using F = acc_t<scalar_t>;
     F scale = p >= 1 ? F(0) : static_cast<F>(1.0 / (1.0 - p));
-    Dropout<scalar_t> store{static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out), mask,
-                            p, scale};
+    Dropout<scalar_t> store{static_cast<const scalar_t*>(x), static_cast<scalar_t*>(out), mask, p,
+                            scale};
     launch_philox<kDropoutPerBlock>(n, ph, store, stream);
   });
 }
@@ -245,8 +243,8 @@ void launch_arange(Dt d, void* out, int64_t n, double fstart, double fstep, int6
                    int64_t istep, cudaStream_t stream) {
   if (n == 0) return;
   KILN_CUDA_DISPATCH_ALL(d, [&] {
-    arange_kernel<scalar_t><<<grid_for(n), kBlock, 0, stream>>>(
-        n, static_cast<scalar_t*>(out), fstart, fstep, istart, istep);
+    arange_kernel<scalar_t><<<grid_for(n), kBlock, 0, stream>>>(n, static_cast<scalar_t*>(out),
+                                                                fstart, fstep, istart, istep);
   });
 }
 
@@ -258,8 +256,8 @@ void launch_linspace(Dt d, void* out, int64_t steps, double start, double end,
     A s = static_cast<A>(start), e = static_cast<A>(end);
     // The step is computed here, on the host, exactly as the CPU kernel does.
     A step = steps > 1 ? (e - s) / static_cast<A>(steps - 1) : A(0);
-    linspace_kernel<scalar_t><<<grid_for(steps), kBlock, 0, stream>>>(
-        steps, static_cast<scalar_t*>(out), s, e, step);
+    linspace_kernel<scalar_t>
+        <<<grid_for(steps), kBlock, 0, stream>>>(steps, static_cast<scalar_t*>(out), s, e, step);
   });
 }
 
