@@ -13,10 +13,6 @@
 namespace kiln::test {
 namespace {
 
-using Watch = std::function<void(const Tensor&)>;
-using K = ErrorKind;
-
-Tensor f32(IntArrayRef shape) { return ones(shape, kFloat32); }
 Device meta() { return Device("meta"); }
 
 GradSample view_grad(const std::string& name, std::vector<std::string> ops, Dims shape,

@@ -15,11 +15,6 @@ std::vector<DType> without_bool() { return kNumericDTypes; }
 
 // ---------------------------------------------------------------- gradcheck and error samples
 
-using Watch = std::function<void(const Tensor&)>;
-using K = ErrorKind;
-Tensor f32(IntArrayRef shape) { return ones(shape, kFloat32); }
-Tensor i64(IntArrayRef shape) { return ones(shape, kInt64); }
-
 // copy_ into non-leaves: a broadcast source, into a slice, from a float32 source.
 GradSamples copy_grads() {
   GradSamples cs;

@@ -18,11 +18,6 @@ constexpr auto E = Layout::Expanded;
 
 // ---------------------------------------------------------------- gradcheck and error samples
 
-using Watch = std::function<void(const Tensor&)>;
-using K = ErrorKind;
-Tensor f32(IntArrayRef shape) { return ones(shape, kFloat32); }
-Tensor i64(IntArrayRef shape) { return ones(shape, kInt64); }
-
 // matmul, in the record of the op it lowers to (`op`: mm or bmm).
 GradSamples matmul_grads(const std::string& op) {
   GradSamples cs;

@@ -120,12 +120,6 @@ GradSample unary_sample(const std::string& name, const std::string& op,
   return {name, {op}, std::move(in), [f](const TensorList& x) { return TensorList{f(x[0])}; }};
 }
 
-// Error samples are calls that must raise (see Note [The op record] in op_test.cpp).
-using Watch = std::function<void(const Tensor&)>;
-using K = ErrorKind;
-Tensor f32(IntArrayRef shape) { return ones(shape, kFloat32); }
-Tensor i64(IntArrayRef shape) { return ones(shape, kInt64); }
-
 // where: the condition broadcasts too.
 GradSamples where_grads() {
   GradSamples cs;

@@ -15,10 +15,6 @@ constexpr auto E = Layout::Expanded;
 
 // ---------------------------------------------------------------- gradcheck and error samples
 
-using Watch = std::function<void(const Tensor&)>;
-using K = ErrorKind;
-Tensor f32(IntArrayRef shape) { return ones(shape, kFloat32); }
-
 // Gradchecks of sum, mean, amax, amin and var (`op`) over all dims, some dims, keepdim and 0-d
 // inputs (not amax, amin and var). amax/amin draw continuous values: no ties (ties are
 // checked against ATen instead).

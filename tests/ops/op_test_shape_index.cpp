@@ -15,9 +15,6 @@ using AOne = std::function<ATensors(const at::Tensor&)>;
 
 // ---------------------------------------------------------------- gradcheck and error samples
 
-using Watch = std::function<void(const Tensor&)>;
-Tensor f32(IntArrayRef shape) { return ones(shape, kFloat32); }
-Tensor i64(IntArrayRef shape) { return ones(shape, kInt64); }
 Tensor idx(std::vector<int64_t> v) { return from_vector(v); }
 
 // A gradcheck of `f` on one input of `shape`; outputs are views of the input, or are multiplied

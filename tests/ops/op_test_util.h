@@ -158,6 +158,11 @@ struct ErrorCase {
   std::vector<std::string> contains;  // and contains each of these
   std::function<void(const std::function<void(const Tensor&)>& watch)> run;
 };
+// Shorthands for writing error samples.
+using Watch = std::function<void(const Tensor&)>;
+using K = ErrorKind;
+inline Tensor f32(IntArrayRef shape) { return ones(shape, kFloat32); }
+inline Tensor i64(IntArrayRef shape) { return ones(shape, kInt64); }
 
 // Draws a gradcheck sample's inputs: float64, contiguous, deterministic per sample (seeded by
 // its name). var/away/pos/grid/avoiding require grad; fixed and mask do not.
