@@ -85,8 +85,6 @@ size_t Guards::size() const {
 
 bool Guards::check(std::span<const Tensor> inputs, const ModeState& modes) const {
   if (inputs.size() != inputs_.size() || !(modes == modes_)) return false;
-  for (const HostGuard& h : host_)
-    if (!h.passes()) return false;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const InputGuard& g = inputs_[i];
     const TensorImpl* t = inputs[i].impl();
@@ -109,6 +107,8 @@ bool Guards::check(std::span<const Tensor> inputs, const ModeState& modes) const
     if (f.impl->use_count() <= f.internal_refs) return false;
   for (const GradGuard& g : grads_)
     if (g.param.grad().impl() != g.grad) return false;
+  for (const HostGuard& h : host_)
+    if (!h.passes()) return false;
   return true;
 }
 

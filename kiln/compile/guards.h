@@ -63,7 +63,6 @@ class Guards {
  private:
   std::vector<InputGuard> inputs_;
   ModeState modes_;
-  std::vector<HostGuard> host_;
   bool has_dynamic_ = false;
   // Free tensors by identity: each must still be referenced outside the compiled function (one
   // that was dropped or replaced will not be reached by the function again).
@@ -80,6 +79,8 @@ class Guards {
     std::string label;
   };
   std::vector<GradGuard> grads_;
+  // Host values the trace read (rarely any: last, off the common path).
+  std::vector<HostGuard> host_;
 };
 
 // "input 0 ('x')" or "input 0".
