@@ -11,19 +11,13 @@
 #include <string>
 
 #include "kiln/ops/ops.h"
+#include "tests/core/test_util.h"
 
 namespace kiln::cpu {
 namespace {
 
 std::string internal_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InternalError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<another exception: ") + e.what() + ">";
-  }
-  return "<no exception>";
+  return kiln_test::message_of<InternalError>(f);
 }
 
 TEST(CpuLoops, CopiesAndBroadcasts) {

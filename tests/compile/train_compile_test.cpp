@@ -23,6 +23,15 @@ std::shared_ptr<nn::Sequential> make_mlp(uint64_t seed) {
   return m;
 }
 
+// One training step of an MLP (a UnaryModule): cross entropy, backward, the optimizer's step.
+Tensor step(nn::Module& m, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+  opt.zero_grad();
+  Tensor loss = cross_entropy(static_cast<nn::UnaryModule&>(m).forward(x), y);
+  loss.backward();
+  opt.step();
+  return loss.detach();
+}
+
 void expect_params_equal(const nn::Module& a, const nn::Module& b, int step) {
   auto pa = a.named_parameters(), pb = b.named_parameters();
   ASSERT_EQ(pa.size(), pb.size());
@@ -35,13 +44,6 @@ TEST(CompileTrain, MlpTenStepsMatchEagerBitwise) {
   auto eager = make_mlp(1), compiled = make_mlp(1);
   optim::AdamW eager_opt(eager->parameters(), {.lr = 1e-2});
   optim::AdamW opt(compiled->parameters(), {.lr = 1e-2});
-  auto step = [](nn::Module& m, optim::Optimizer& o, const Tensor& x, const Tensor& y) {
-    o.zero_grad();
-    Tensor loss = cross_entropy(static_cast<nn::UnaryModule&>(m).forward(x), y);
-    loss.backward();
-    o.step();
-    return loss.detach();
-  };
   CompiledFunction f =
       compile([&](const Tensor& x, const Tensor& y) { return step(*compiled, opt, x, y); },
               {.name = "mlp_step"});
@@ -71,13 +73,6 @@ TEST(CompileTrain, SgdSetLrReachesTheReplay) {
   auto eager = make_mlp(2), compiled = make_mlp(2);
   const optim::SGDOptions o{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
   optim::SGD eager_opt(eager->parameters(), o), opt(compiled->parameters(), o);
-  auto step = [](nn::Module& m, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
-    opt.zero_grad();
-    Tensor loss = cross_entropy(static_cast<nn::UnaryModule&>(m).forward(x), y);
-    loss.backward();
-    opt.step();
-    return loss.detach();
-  };
   CompiledFunction f =
       compile([&](const Tensor& x, const Tensor& y) { return step(*compiled, opt, x, y); },
               {.name = "sgd_step"});
