@@ -10,6 +10,7 @@
 #include "kiln/core/scalar.h"
 #include "kiln/core/stream.h"
 #include "kiln/core/tensor.h"
+#include "kiln/distributed/distributed.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/transformer.h"

@@ -68,9 +68,10 @@ struct Node {
   std::vector<int> writes;          // buffers this node mutates
   const char* host_read = nullptr;  // "item", "to_vector", ...: a read of `args[0]` on the host
   bool random = false;              // draws from a generator (never merged or dropped)
+  bool communicates = false;        // a collective (OpDef::side_effects): never merged or dropped
 
   std::string_view name() const;
-  bool has_effects() const { return !writes.empty() || host_read || random; }
+  bool has_effects() const { return !writes.empty() || host_read || random || communicates; }
 };
 
 class Graph {

@@ -171,6 +171,7 @@ int Tracer::value_for(const Tensor& t) {
 void Tracer::record(const OpDef& op, Stack& stack) {
   Node n;
   n.op = &op;
+  n.communicates = op.side_effects();
   n.args.reserve(stack.size());
   for (const IValue& v : stack) {
     Arg a;

@@ -184,6 +184,8 @@ void manual_seed_devices(uint64_t seed) {
 
 // The defaults: a synchronous device without graphs (Note in device.h).
 uint64_t DeviceInterface::create_stream(int) { return 0; }
+void DeviceInterface::launch_host_task(int, std::string_view, std::function<void()> fn) { fn(); }
+void* DeviceInterface::host_task_address(int, void*) { return nullptr; }
 void DeviceInterface::destroy_stream(int, uint64_t) {}
 uint64_t DeviceInterface::current_stream(int) { return 0; }
 void DeviceInterface::set_current_stream(int, uint64_t) {}

@@ -77,6 +77,16 @@ class DeviceInterface {
   virtual int graph_nodes(int index, uint64_t graph);
   virtual void destroy_graph(int index, uint64_t graph);
   virtual void destroy_exec(int index, uint64_t exec);
+
+  // Host tasks (cudaLaunchHostFunc): queues `fn` on the current stream of device `index`; it
+  // runs on a host thread once the stream reaches it, in order with kernels, and a capturing
+  // stream records it into its graph (each replay runs it again). `name` names it in errors.
+  // The default, for a synchronous device, runs it at once.
+  virtual void launch_host_task(int index, std::string_view name, std::function<void()> fn);
+  // The host address of this device's memory at `p` where host tasks may read and write it
+  // directly (sim: its memory is host memory behind the interface); nullptr where they cannot
+  // (CUDA), the default.
+  virtual void* host_task_address(int index, void* p);
 };
 
 // Note [Canonical devices]

@@ -167,6 +167,10 @@ class OpDef {
   AutocastPolicy autocast_policy() const { return autocast_; }
   void set_python_exposure(PythonExposure e) { python_ = e; }
   PythonExposure python_exposure() const { return python_; }
+  // Whether a call does something beyond its outputs and written arguments (a collective
+  // talks to other processes): compile never drops, merges or reorders such a call.
+  void set_side_effects(bool on) { side_effects_ = on; }
+  bool side_effects() const { return side_effects_; }
 
   // Where the fast path found no kernel: walks down `ks` to the first key with a kernel or a
   // boxed fallback (layers above the backends fall through; a backend without either throws).
@@ -185,6 +189,7 @@ class OpDef {
   const void* sharding_rule_ = nullptr;
   AutocastPolicy autocast_ = AutocastPolicy::Unset;
   PythonExposure python_ = PythonExposure::Unset;
+  bool side_effects_ = false;
   void* unboxed_[kNumDispatchKeys] = {};
 };
 

@@ -21,8 +21,22 @@ namespace kiln::ops {
                                            KILN_STRUCTURED_VARIANTS(name)};                \
   constinit TypedOp<void(const Tensor&, KILN_EXPAND ARGS)> op_##name##_out{                \
       #name "_out", "out=" schema " -> ()", OpKind::Out, KILN_STRUCTURED_VARIANTS(name)};
+// Of the other ops, only the collectives have several forms.
+constexpr OpVariants other_variants(std::string_view name) {
+  if (name == "all_reduce" || name == "all_reduce_")
+    return {&op_all_reduce.def, &op_all_reduce_.def, nullptr};
+  if (name == "broadcast" || name == "broadcast_")
+    return {&op_broadcast.def, &op_broadcast_.def, nullptr};
+  if (name == "all_gather_into_tensor" || name == "all_gather_into_tensor_out")
+    return {&op_all_gather_into_tensor.def, nullptr, &op_all_gather_into_tensor_out.def};
+  if (name == "reduce_scatter_tensor" || name == "reduce_scatter_tensor_out")
+    return {&op_reduce_scatter_tensor.def, nullptr, &op_reduce_scatter_tensor_out.def};
+  if (name == "all_to_all_single" || name == "all_to_all_single_out")
+    return {&op_all_to_all_single.def, nullptr, &op_all_to_all_single_out.def};
+  return {};
+}
 #define KILN_DEFINE_OTHER(name, kind, sig, schema) \
-  constinit TypedOp<sig> op_##name{#name, schema, OpKind::kind};
+  constinit TypedOp<sig> op_##name{#name, schema, OpKind::kind, other_variants(#name)};
 
 KILN_FORALL_POINTWISE(KILN_DEFINE_POINTWISE)
 KILN_FORALL_STRUCTURED(KILN_DEFINE_STRUCTURED)

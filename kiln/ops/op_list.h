@@ -201,7 +201,38 @@ namespace kiln::ops {
          const TensorList&, const Tensor&, double, double, double, double),                        \
     "foreach_adamw_(Tensor(a!)[] self, Tensor[] grads, Tensor(b!)[] exp_avg, "                     \
     "Tensor(c!)[] exp_avg_sq, Tensor(d!)[] steps, Tensor lr, float beta1, float beta2, "           \
-    "float eps, float weight_decay) -> ()")
+    "float eps, float weight_decay) -> ()")                                                        \
+  /* collectives (kiln/distributed, Note [Collectives are ops] in collective_kernels.cpp):         \
+     `group` is a process group's id; `group_size` its size, so meta functions know shapes.        \
+     In-place and out= forms name their functional form (variants set in op_list.cpp) */           \
+  _(all_reduce, Functional, Tensor(const Tensor&, int64_t, int64_t),                               \
+    "all_reduce(Tensor self, int reduce_op, int group) -> Tensor")                                 \
+  _(all_reduce_, InPlace, void(const Tensor&, int64_t, int64_t),                                   \
+    "all_reduce(Tensor(a!) self, int reduce_op, int group) -> ()")                                 \
+  _(all_gather_into_tensor, Functional, Tensor(const Tensor&, int64_t, int64_t),                   \
+    "all_gather_into_tensor(Tensor self, int group_size, int group) -> Tensor")                    \
+  _(all_gather_into_tensor_out, Out, void(const Tensor&, const Tensor&, int64_t, int64_t),         \
+    "out=all_gather_into_tensor(Tensor self, int group_size, int group) -> ()")                    \
+  _(reduce_scatter_tensor, Functional, Tensor(const Tensor&, int64_t, int64_t, int64_t),           \
+    "reduce_scatter_tensor(Tensor self, int reduce_op, int group_size, int group) -> Tensor")      \
+  _(reduce_scatter_tensor_out, Out, void(const Tensor&, const Tensor&, int64_t, int64_t, int64_t), \
+    "out=reduce_scatter_tensor(Tensor self, int reduce_op, int group_size, int group) -> ()")      \
+  _(broadcast, Functional, Tensor(const Tensor&, int64_t, int64_t),                                \
+    "broadcast(Tensor self, int src, int group) -> Tensor")                                        \
+  _(broadcast_, InPlace, void(const Tensor&, int64_t, int64_t),                                    \
+    "broadcast(Tensor(a!) self, int src, int group) -> ()")                                        \
+  _(all_to_all_single, Functional, Tensor(const Tensor&, IntArrayRef, IntArrayRef, int64_t),       \
+    "all_to_all_single(Tensor self, int[] output_split_sizes, int[] input_split_sizes, int "       \
+    "group) -> Tensor")                                                                            \
+  _(all_to_all_single_out, Out,                                                                    \
+    void(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, int64_t),                         \
+    "out=all_to_all_single(Tensor self, int[] output_split_sizes, int[] input_split_sizes, "       \
+    "int group) -> ()")                                                                            \
+  _(send, Functional, void(const Tensor&, int64_t, int64_t),                                       \
+    "send(Tensor self, int dst, int group) -> ()")                                                 \
+  _(recv_, InPlace, void(const Tensor&, int64_t, int64_t),                                         \
+    "recv_(Tensor(a!) self, int src, int group) -> ()")                                            \
+  _(barrier, Factory, void(Device, int64_t), "barrier(Device device, int group) -> ()")
 
 #define KILN_EXPAND(...) __VA_ARGS__
 

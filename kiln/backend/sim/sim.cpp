@@ -110,6 +110,12 @@ class Interface final : public DeviceInterface {
     std::shared_ptr<Event> x = ev(e);
     return x->reached >= x->recorded;
   }
+  // Host tasks run on the stream's worker like kernels (and are recorded like kernels while
+  // capturing); sim memory is host memory, so they may address it directly.
+  void launch_host_task(int index, std::string_view name, std::function<void()> fn) override {
+    device_state(index).launch(name, std::move(fn));
+  }
+  void* host_task_address(int, void* p) override { return p; }
   uint64_t create_pool(int index) override { return device_state(index).create_pool(); }
   void release_pool(int index, uint64_t p) override { device_state(index).release_pool(p); }
   void begin_capture(int index, uint64_t s, uint64_t pool) override {

@@ -1,0 +1,159 @@
+#include "kiln/distributed/init.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "kiln/core/error.h"
+#include "kiln/distributed/process_group.h"
+
+#ifdef KILN_HAVE_MPI
+#include <mpi.h>
+#endif
+
+// Note [Launch]
+// Kiln starts no processes: `mpirun -n N prog` does, and each process finds its place from MPI.
+// A process counts as launched when the launcher's environment says so (OMPI_COMM_WORLD_SIZE
+// from Open MPI's mpirun, PMIX_RANK from PMIx launchers); otherwise it is a world of one, works
+// unchanged and never calls MPI_Init (which would make a singleton MPI job, slow to start and
+// noisy). MPI is initialised asking for MPI_THREAD_MULTIPLE: collectives run on the threads of
+// device streams (sim) and on the caller's thread at once, each on its own communicator. A
+// library that gets less raises at init rather than corrupting state later. An MPI that is
+// already initialised (mpi4py in a Python host) is used as it is and left for its owner to
+// finalise.
+namespace kiln::distributed {
+namespace {
+
+struct State {
+  std::once_flag once;
+  bool initialized = false;
+  bool mpi_active = false;
+  bool we_initialized_mpi = false;
+  bool finalized = false;
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+};
+State& state() {
+  static State s;
+  return s;
+}
+
+bool launched() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+}
+
+#ifdef KILN_HAVE_MPI
+void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw DistributedError(fmt::format("[distributed] {} failed: {}", call, std::string(msg, len)));
+}
+
+void init_mpi(State& s) {
+  int already = 0;
+  MPI_Initialized(&already);
+  if (!already) {
+    int provided = 0;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    s.we_initialized_mpi = true;
+    if (provided < MPI_THREAD_MULTIPLE)
+      throw DistributedError(fmt::format(
+          "[distributed] MPI provides thread level {} but Kiln needs MPI_THREAD_MULTIPLE ({}): "
+          "collectives run on device stream threads too",
+          provided, MPI_THREAD_MULTIPLE));
+  } else {
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE)
+      throw DistributedError(fmt::format(
+          "[distributed] MPI was initialised by someone else with thread level {}; Kiln needs "
+          "MPI_THREAD_MULTIPLE ({})",
+          provided, MPI_THREAD_MULTIPLE));
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  check(MPI_Comm_rank(MPI_COMM_WORLD, &s.rank), "MPI_Comm_rank");
+  check(MPI_Comm_size(MPI_COMM_WORLD, &s.size), "MPI_Comm_size");
+  MPI_Comm local;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &local),
+        "MPI_Comm_split_type");
+  MPI_Comm_rank(local, &s.local_rank);
+  MPI_Comm_size(local, &s.local_size);
+  MPI_Comm_free(&local);
+  s.mpi_active = true;
+}
+#endif
+
+}  // namespace
+
+void init() {
+  State& s = state();
+  std::call_once(s.once, [&s] {
+#ifdef KILN_HAVE_MPI
+    int already = 0;
+    MPI_Initialized(&already);
+    if (launched() || already) init_mpi(s);
+#endif
+    s.initialized = true;
+    std::atexit([] { finalize(); });
+  });
+}
+
+bool is_initialized() { return state().initialized; }
+
+bool built_with_mpi() {
+#ifdef KILN_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool mpi_active() {
+  init();
+  return state().mpi_active;
+}
+
+int rank() {
+  init();
+  return state().rank;
+}
+int world_size() {
+  init();
+  return state().size;
+}
+int local_rank() {
+  init();
+  return state().local_rank;
+}
+int local_world_size() {
+  init();
+  return state().local_size;
+}
+
+void finalize() {
+  State& s = state();
+  if (!s.initialized || s.finalized) return;
+  s.finalized = true;
+#ifdef KILN_HAVE_MPI
+  if (s.we_initialized_mpi) {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) MPI_Finalize();
+  }
+#endif
+}
+
+void abort_job(const std::string& message, int code) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fflush(stderr);
+#ifdef KILN_HAVE_MPI
+  if (state().mpi_active) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::_Exit(code);
+}
+
+}  // namespace kiln::distributed

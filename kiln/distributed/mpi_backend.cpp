@@ -1,0 +1,109 @@
+#include <utility>
+#include <vector>
+
+#include "kiln/core/tensor_impl.h"
+#include "kiln/distributed/backends.h"
+#include "kiln/distributed/mpi_comm.h"
+
+// Note [Collectives as host tasks]
+// CPU tensors are reduced by MPI on the calling thread, at once. A device whose memory host
+// code may address (sim: DeviceInterface::host_task_address) gets the same MPI calls as a host
+// task queued on its current stream: the task runs when the stream reaches it, in order with
+// the kernels before and after it, and a capturing stream records it into its graph like a
+// kernel, so each replay runs the collective again over the graph's own buffers. The
+// communicator is chosen when the call is issued (Note [One communicator per stream]). The task
+// holds raw addresses, as a kernel does: frees are ordered on the stream (a block is reused
+// only once the stream has run what was queued before the free), so the bytes outlive it. The
+// device plugin never calls MPI; kiln/distributed queues the task through the device interface.
+namespace kiln::distributed {
+namespace {
+
+class MpiBackend final : public CollectiveBackend {
+ public:
+  MpiBackend(const ProcessGroup& group, DeviceInterface* host_tasks)
+      : group_(group), host_tasks_(host_tasks) {}
+  std::string_view name() const override { return host_tasks_ ? "mpi (host tasks)" : "mpi"; }
+
+  void all_reduce(const Tensor& in, const Tensor& out, const Collective& c) override {
+    run(in, info(c, in, in.numel()),
+        [a = addr(in), b = addr(out), n = in.numel()](MpiComm& comm, const CallInfo& i) {
+          comm.all_reduce(a, b, n, i);
+        });
+  }
+  void all_gather(const Tensor& in, const Tensor& out, const Collective& c) override {
+    run(in, info(c, in, in.numel()),
+        [a = addr(in), b = addr(out), n = in.numel()](MpiComm& comm, const CallInfo& i) {
+          comm.all_gather(a, b, n, i);
+        });
+  }
+  void reduce_scatter(const Tensor& in, const Tensor& out, const Collective& c) override {
+    run(in, info(c, in, in.numel()),
+        [a = addr(in), b = addr(out), n = out.numel()](MpiComm& comm, const CallInfo& i) {
+          comm.reduce_scatter(a, b, n, i);
+        });
+  }
+  void broadcast(const Tensor& t, const Collective& c) override {
+    run(t, info(c, t, t.numel()),
+        [a = addr(t), n = t.numel(), root = c.peer](MpiComm& comm, const CallInfo& i) {
+          comm.broadcast(a, n, root, i);
+        });
+  }
+  void all_to_all(const Tensor& in, const Tensor& out, const Collective& c) override {
+    std::vector<int64_t> sc(c.send_counts.begin(), c.send_counts.end());
+    std::vector<int64_t> rc(c.recv_counts.begin(), c.recv_counts.end());
+    run(in, info(c, in, in.numel()),
+        [a = addr(in), b = addr(out), sc = std::move(sc), rc = std::move(rc)](
+            MpiComm& comm, const CallInfo& i) { comm.all_to_all(a, sc, b, rc, i); });
+  }
+  void send(const Tensor& t, const Collective& c) override {
+    run(t, info(c, t, t.numel()),
+        [a = addr(t), n = t.numel(), dst = c.peer](MpiComm& comm, const CallInfo& i) {
+          comm.send(a, n, dst, i);
+        });
+  }
+  void recv(const Tensor& t, const Collective& c) override {
+    run(t, info(c, t, t.numel()),
+        [a = addr(t), n = t.numel(), src = c.peer](MpiComm& comm, const CallInfo& i) {
+          comm.recv(a, n, src, i);
+        });
+  }
+  void barrier(Device device, const Collective& c) override {
+    CallInfo i{c.op, c.group, DType::Float32, 0, c.reduce, -1};
+    MpiComm* comm = group_.comm(stream_key(device));
+    if (!host_tasks_) return comm->barrier(i);
+    host_tasks_->launch_host_task(device.index(), c.op, [comm, i] { comm->barrier(i); });
+  }
+
+ private:
+  static CallInfo info(const Collective& c, const Tensor& t, int64_t numel) {
+    return CallInfo{c.op, c.group, t.dtype(), numel, c.reduce, c.peer};
+  }
+  void* addr(const Tensor& t) const {
+    void* p = t.impl()->data();
+    return host_tasks_ ? host_tasks_->host_task_address(t.device().index(), p) : p;
+  }
+  // Runs `fn` now (CPU) or as a host task on the device's current stream, holding `keep`.
+  template <class F>
+  void run(const Tensor& t, CallInfo i, F fn) {
+    Device d = t.device();
+    MpiComm* comm = group_.comm(stream_key(d));
+    if (!host_tasks_) return fn(*comm, i);
+    host_tasks_->launch_host_task(d.index(), i.op, [comm, i, fn = std::move(fn)] { fn(*comm, i); });
+  }
+
+  const ProcessGroup& group_;
+  DeviceInterface* host_tasks_;  // null for CPU tensors
+};
+
+}  // namespace
+
+std::unique_ptr<CollectiveBackend> make_builtin_backend(const ProcessGroup& group, Device device) {
+  if (device.type() == kCPU) return std::make_unique<MpiBackend>(group, nullptr);
+  DeviceInterface* iface = device_interface(device.type());
+  int probe = 0;  // any host address: a device with host-addressable memory hands it back
+  if (iface && iface->host_task_address(device.index(), &probe))
+    return std::make_unique<MpiBackend>(group, iface);
+  return nullptr;
+}
+
+}  // namespace kiln::distributed

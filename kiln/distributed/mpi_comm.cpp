@@ -1,0 +1,553 @@
+#include "kiln/distributed/mpi_comm.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kiln/core/error.h"
+#include "kiln/core/half.h"
+#include "kiln/distributed/collectives.h"
+#include "kiln/distributed/flight_recorder.h"
+#include "kiln/distributed/init.h"
+#include "kiln/distributed/watchdog.h"
+
+#ifdef KILN_HAVE_MPI
+#include <mpi.h>
+#endif
+
+// Note [Deadlines]
+// Every collective gets a deadline (its group's timeout, or a TimeoutGuard's). The call runs
+// as the plain blocking MPI call, as fast as a bare MPI loop, while the process's watchdog
+// thread (watchdog.h) holds the deadline: when it passes, the watchdog writes the flight
+// recorder, prints a DistributedError naming the op, the group, the call's sequence number
+// and its sizes, and ends the job with MPI_Abort. Nothing else can end it: MPI offers no way to
+// cancel a collective, and MPI_Finalize hangs when a peer is dead. Errors MPI reports
+// (MPI_ERRORS_RETURN on every communicator) raise a DistributedError in the caller.
+//
+// Note [Debug checks]
+// With KILN_DIST_DEBUG=detail every collective (not send/recv) first all-gathers a fingerprint
+// of the call (op, sizes, dtype, reduction, root, sequence number) over the same communicator
+// and compares: ranks that call different collectives, or the same one with other sizes, all
+// raise the same DistributedError listing what each rank called, instead of hanging or
+// reducing garbage. A rank that skips a collective is caught the same way by its next one (or
+// by the deadline).
+namespace kiln::distributed {
+namespace {
+
+bool debug_detail() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_DIST_DEBUG");
+    return v && std::string_view(v) == "detail";
+  }();
+  return on;
+}
+
+std::string describe(const CallInfo& c, uint64_t seq, int rank, int size) {
+  std::string peer = c.peer >= 0 ? fmt::format(", peer {}", c.peer) : "";
+  return fmt::format(
+      "group {} (rank {} of {}), collective {} of its communicator, {} {} elements{}",
+      c.group ? c.group->name() : std::string("?"), rank, size, seq, c.numel, name(c.dtype), peer);
+}
+
+bool is_16bit_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+void to_float(const void* in, float* out, int64_t n, DType t) {
+  if (t == DType::Float16) {
+    auto* p = static_cast<const Half*>(in);
+    for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+  } else {
+    auto* p = static_cast<const BFloat16*>(in);
+    for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+  }
+}
+void from_float(const float* in, void* out, int64_t n, DType t) {
+  if (t == DType::Float16) {
+    auto* p = static_cast<Half*>(out);
+    for (int64_t i = 0; i < n; ++i) p[i] = Half(in[i]);
+  } else {
+    auto* p = static_cast<BFloat16*>(out);
+    for (int64_t i = 0; i < n; ++i) p[i] = BFloat16(in[i]);
+  }
+}
+// Divides n elements by `d` in place (Avg: MPI has no average).
+void divide(void* buf, int64_t n, DType t, int d) {
+  if (t == DType::Float64) {
+    auto* p = static_cast<double*>(buf);
+    for (int64_t i = 0; i < n; ++i) p[i] /= d;
+  } else {
+    auto* p = static_cast<float*>(buf);
+    for (int64_t i = 0; i < n; ++i) p[i] /= static_cast<float>(d);
+  }
+}
+
+int to_int(int64_t n, const CallInfo& c, const char* what) {
+  if (n > INT_MAX)
+    throw DistributedError(fmt::format(
+        "[{}] {} of {} exceeds MPI's int count ({}); split the tensor", c.op, what, n, INT_MAX));
+  return static_cast<int>(n);
+}
+
+#ifdef KILN_HAVE_MPI
+MPI_Comm& mpi(void* h) { return *static_cast<MPI_Comm*>(h); }
+
+void check(int rc, const CallInfo& c, const char* call, int rank, int size, uint64_t seq) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw DistributedError(fmt::format("[{}] {} failed on {}: {}", c.op, call,
+                                     describe(c, seq, rank, size), std::string(msg, len)));
+}
+void check_bootstrap(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw DistributedError(fmt::format("[distributed] {} failed: {}", call, std::string(msg, len)));
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::Bool:
+      return MPI_C_BOOL;
+    case DType::UInt8:
+      return MPI_UINT8_T;
+    case DType::Int32:
+      return MPI_INT32_T;
+    case DType::Int64:
+      return MPI_INT64_T;
+    case DType::Float16:
+    case DType::BFloat16:
+    case DType::Float32:
+      return MPI_FLOAT;  // 16-bit floats are reduced in float32
+    case DType::Float64:
+      return MPI_DOUBLE;
+  }
+  return MPI_BYTE;
+}
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  if (t == DType::Bool)  // sum and max are "any", min and product "all"
+    return op == ReduceOp::Sum || op == ReduceOp::Max ? MPI_LOR : MPI_LAND;
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      return MPI_SUM;
+    case ReduceOp::Max:
+      return MPI_MAX;
+    case ReduceOp::Min:
+      return MPI_MIN;
+    case ReduceOp::Product:
+      return MPI_PROD;
+  }
+  return MPI_SUM;
+}
+
+// What every rank all-gathers under KILN_DIST_DEBUG=detail (Note [Debug checks]).
+struct Fingerprint {
+  char op[40] = {};
+  int64_t numel = 0;
+  int32_t dtype = 0;
+  int32_t reduce = 0;
+  int32_t peer = 0;
+  int32_t pad = 0;
+  uint64_t seq = 0;
+};
+#endif
+
+}  // namespace
+
+std::unique_ptr<MpiComm> MpiComm::solo() { return std::unique_ptr<MpiComm>(new MpiComm()); }
+
+MpiComm::~MpiComm() {
+#ifdef KILN_HAVE_MPI
+  if (!handle_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owned_ && !finalized) MPI_Comm_free(&mpi(handle_));
+  delete static_cast<MPI_Comm*>(handle_);
+#endif
+}
+
+std::unique_ptr<MpiComm> MpiComm::adopt([[maybe_unused]] void* mpi_comm) {
+#ifdef KILN_HAVE_MPI
+  std::unique_ptr<MpiComm> c(new MpiComm());
+  MPI_Comm comm = *static_cast<MPI_Comm*>(mpi_comm);
+  c->handle_ = new MPI_Comm(comm);
+  c->owned_ = comm != MPI_COMM_WORLD && comm != MPI_COMM_SELF;
+  check_bootstrap(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check_bootstrap(MPI_Comm_rank(comm, &c->rank_), "MPI_Comm_rank");
+  check_bootstrap(MPI_Comm_size(comm, &c->size_), "MPI_Comm_size");
+  return c;
+#else
+  throw DistributedError("[distributed] Kiln was built without MPI");
+#endif
+}
+
+std::unique_ptr<MpiComm> MpiComm::dup() const {
+  if (!handle_) return solo();
+#ifdef KILN_HAVE_MPI
+  MPI_Comm d;
+  check_bootstrap(MPI_Comm_dup(mpi(handle_), &d), "MPI_Comm_dup");
+  return adopt(&d);
+#else
+  return solo();
+#endif
+}
+
+std::unique_ptr<MpiComm> MpiComm::split(int color, int key) const {
+  if (!handle_) return color < 0 ? nullptr : solo();
+#ifdef KILN_HAVE_MPI
+  MPI_Comm d;
+  check_bootstrap(MPI_Comm_split(mpi(handle_), color < 0 ? MPI_UNDEFINED : color, key, &d),
+                  "MPI_Comm_split");
+  if (d == MPI_COMM_NULL) return nullptr;
+  return adopt(&d);
+#else
+  return nullptr;
+#endif
+}
+
+// Runs `body` (the MPI calls of one collective) with its sequence number, flight-recorder entry,
+// deadline and, under KILN_DIST_DEBUG=detail, the cross-rank check first.
+template <class F>
+static void run_collective(MpiComm& comm, uint64_t seq, const CallInfo& c, F&& body) {
+  const ProcessGroup* g = c.group;
+  std::string group = g ? g->name() : "?";
+  FlightRecorder& fr = FlightRecorder::get();
+  uint64_t slot = fr.start(c.op, group, seq, c.numel, c.dtype, c.peer);
+  std::chrono::milliseconds timeout = g ? timeout_for(*g) : default_timeout();
+  std::string what = fmt::format("[{}] timed out after {} ms on {}", c.op, timeout.count(),
+                                 describe(c, seq, comm.rank(), comm.size()));
+  int world = rank();
+  Deadline deadline(Clock::now() + timeout, [what, world] {
+    std::string path = FlightRecorder::get().dump(world);
+    abort_job(fmt::format("kiln: DistributedError: {}; flight recorder written to {}", what,
+                          path.empty() ? "(could not write)" : path));
+  });
+  try {
+    body();
+  } catch (...) {
+    fr.finish(slot, CallState::Failed);
+    throw;
+  }
+  fr.finish(slot, CallState::Completed);
+}
+
+#ifdef KILN_HAVE_MPI
+// Note [Debug checks]: raises on every rank when the ranks' calls differ.
+static void debug_check(MpiComm& comm, uint64_t seq, const CallInfo& c) {
+  Fingerprint mine;
+  std::strncpy(mine.op, std::string(c.op).c_str(), sizeof(mine.op) - 1);
+  bool sizes_agree = c.op != "all_to_all_single";
+  mine.numel = sizes_agree ? c.numel : 0;
+  mine.dtype = static_cast<int32_t>(c.dtype);
+  mine.reduce = static_cast<int32_t>(c.reduce);
+  mine.peer = c.peer;
+  mine.seq = seq;
+  std::vector<Fingerprint> all(comm.size());
+  comm.all_gather_bytes(&mine, all.data(), sizeof(Fingerprint));
+  bool same = std::all_of(all.begin(), all.end(), [&](const Fingerprint& f) {
+    return std::memcmp(&f, &all[0], sizeof(Fingerprint)) == 0;
+  });
+  if (same) return;
+  std::string calls;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const Fingerprint& f = all[r];
+    calls += fmt::format("{}rank {}: {} of {} {} (reduce {}, peer {}, collective {})",
+                         r ? "; " : "", r, f.op, f.numel, name(static_cast<DType>(f.dtype)),
+                         reduce_op_name(static_cast<ReduceOp>(f.reduce)), f.peer, f.seq);
+  }
+  throw DistributedError(
+      fmt::format("[{}] ranks disagree on collective {} of group {} "
+                  "(KILN_DIST_DEBUG=detail): {}",
+                  c.op, seq, c.group ? c.group->name() : std::string("?"), calls));
+}
+#endif
+
+// The common head of every collective: numbering, the debug check, then run_collective.
+#define KILN_MPI_COLLECTIVE(c, ...)                                                              \
+  do {                                                                                           \
+    uint64_t seq_now = ++seq_;                                                                   \
+    run_collective(*this, seq_now, c, [&] {                                                      \
+      if (debug_detail() && c.op != "send" && c.op != "recv_") KILN_MPI_DEBUG_CHECK(c, seq_now); \
+      __VA_ARGS__;                                                                               \
+    });                                                                                          \
+  } while (0)
+#ifdef KILN_HAVE_MPI
+#define KILN_MPI_DEBUG_CHECK(c, seq) debug_check(*this, seq, c)
+#define KILN_MPI_CALL(call) check(call, c, #call, rank_, size_, seq_)
+#else
+#define KILN_MPI_DEBUG_CHECK(c, seq) ((void)0)
+#endif
+
+void MpiComm::all_reduce(const void* in, void* out, int64_t count, const CallInfo& c) {
+  const size_t nbytes = static_cast<size_t>(count) * itemsize(c.dtype);
+  if (!handle_) {
+    if (in != out && nbytes) std::memmove(out, in, nbytes);
+    return;
+  }
+#ifdef KILN_HAVE_MPI
+  KILN_MPI_COLLECTIVE(c, {
+    int n = to_int(count, c, "an all-reduce");
+    MPI_Op op = mpi_op(c.reduce, c.dtype);
+    if (is_16bit_float(c.dtype)) {
+      std::vector<float> buf(count);
+      to_float(in, buf.data(), count, c.dtype);
+      KILN_MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, buf.data(), n, MPI_FLOAT, op, mpi(handle_)));
+      if (c.reduce == ReduceOp::Avg) divide(buf.data(), count, DType::Float32, size_);
+      from_float(buf.data(), out, count, c.dtype);
+    } else {
+      const void* send = in == out ? MPI_IN_PLACE : in;
+      KILN_MPI_CALL(MPI_Allreduce(send, out, n, mpi_type(c.dtype), op, mpi(handle_)));
+      if (c.reduce == ReduceOp::Avg) divide(out, count, c.dtype, size_);
+    }
+  });
+#endif
+}
+
+void MpiComm::all_gather(const void* in, void* out, int64_t count, const CallInfo& c) {
+  const size_t nbytes = static_cast<size_t>(count) * itemsize(c.dtype);
+  if (!handle_) {
+    if (in != out && nbytes) std::memmove(out, in, nbytes);
+    return;
+  }
+#ifdef KILN_HAVE_MPI
+  KILN_MPI_COLLECTIVE(c, {
+    int n = to_int(static_cast<int64_t>(nbytes), c, "a block's bytes");
+    to_int(static_cast<int64_t>(nbytes) * size_, c, "the gathered bytes");
+    KILN_MPI_CALL(MPI_Allgather(in, n, MPI_BYTE, out, n, MPI_BYTE, mpi(handle_)));
+  });
+#endif
+}
+
+void MpiComm::reduce_scatter(const void* in, void* out, int64_t count, const CallInfo& c) {
+  const size_t nbytes = static_cast<size_t>(count) * itemsize(c.dtype);
+  if (!handle_) {
+    if (in != out && nbytes) std::memmove(out, in, nbytes);
+    return;
+  }
+#ifdef KILN_HAVE_MPI
+  KILN_MPI_COLLECTIVE(c, {
+    int n = to_int(count, c, "a reduce-scatter block");
+    to_int(count * size_, c, "a reduce-scatter");
+    MPI_Op op = mpi_op(c.reduce, c.dtype);
+    if (is_16bit_float(c.dtype)) {
+      std::vector<float> all(count * size_), mine(count);
+      to_float(in, all.data(), count * size_, c.dtype);
+      KILN_MPI_CALL(
+          MPI_Reduce_scatter_block(all.data(), mine.data(), n, MPI_FLOAT, op, mpi(handle_)));
+      if (c.reduce == ReduceOp::Avg) divide(mine.data(), count, DType::Float32, size_);
+      from_float(mine.data(), out, count, c.dtype);
+    } else {
+      KILN_MPI_CALL(MPI_Reduce_scatter_block(in, out, n, mpi_type(c.dtype), op, mpi(handle_)));
+      if (c.reduce == ReduceOp::Avg) divide(out, count, c.dtype, size_);
+    }
+  });
+#endif
+}
+
+void MpiComm::broadcast(void* buf, int64_t count, int root, const CallInfo& c) {
+  if (!handle_) return;
+#ifdef KILN_HAVE_MPI
+  KILN_MPI_COLLECTIVE(c, {
+    int n = to_int(count * static_cast<int64_t>(itemsize(c.dtype)), c, "a broadcast's bytes");
+    KILN_MPI_CALL(MPI_Bcast(buf, n, MPI_BYTE, root, mpi(handle_)));
+  });
+#else
+  (void)buf, (void)count, (void)root, (void)c;
+#endif
+}
+
+void MpiComm::all_to_all(const void* in, std::span<const int64_t> send_counts, void* out,
+                         std::span<const int64_t> recv_counts, const CallInfo& c) {
+  const int64_t isz = static_cast<int64_t>(itemsize(c.dtype));
+  if (!handle_) {
+    size_t nbytes = static_cast<size_t>(send_counts.empty() ? 0 : send_counts[0] * isz);
+    if (in != out && nbytes) std::memmove(out, in, nbytes);
+    return;
+  }
+#ifdef KILN_HAVE_MPI
+  KILN_MPI_COLLECTIVE(c, {
+    std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+    int64_t so = 0, ro = 0;
+    for (int r = 0; r < size_; ++r) {
+      sc[r] = to_int(send_counts[r] * isz, c, "a send count's bytes");
+      rc[r] = to_int(recv_counts[r] * isz, c, "a receive count's bytes");
+      sd[r] = to_int(so, c, "a send offset");
+      rd[r] = to_int(ro, c, "a receive offset");
+      so += sc[r];
+      ro += rc[r];
+    }
+    KILN_MPI_CALL(MPI_Alltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(), rd.data(),
+                                MPI_BYTE, mpi(handle_)));
+  });
+#endif
+}
+
+void MpiComm::send(const void* buf, int64_t count, int dst, const CallInfo& c) {
+  KILN_ASSERT(handle_, "send in a world of one passed validation");
+#ifdef KILN_HAVE_MPI
+  KILN_MPI_COLLECTIVE(c, {
+    int n = to_int(count * static_cast<int64_t>(itemsize(c.dtype)), c, "a message's bytes");
+    KILN_MPI_CALL(MPI_Send(buf, n, MPI_BYTE, dst, 0, mpi(handle_)));
+  });
+#else
+  (void)buf, (void)count, (void)dst, (void)c;
+#endif
+}
+
+void MpiComm::recv(void* buf, int64_t count, int src, const CallInfo& c) {
+  KILN_ASSERT(handle_, "recv in a world of one passed validation");
+#ifdef KILN_HAVE_MPI
+  KILN_MPI_COLLECTIVE(c, {
+    int n = to_int(count * static_cast<int64_t>(itemsize(c.dtype)), c, "a message's bytes");
+    MPI_Status st;
+    KILN_MPI_CALL(MPI_Recv(buf, n, MPI_BYTE, src, 0, mpi(handle_), &st));
+    int got = 0;
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    if (got != n)
+      throw DistributedError(fmt::format("[recv_] expected {} bytes from rank {}, got {} ({})", n,
+                                         src, got, describe(c, seq_, rank_, size_)));
+  });
+#else
+  (void)buf, (void)count, (void)src, (void)c;
+#endif
+}
+
+void MpiComm::barrier(const CallInfo& c) {
+  if (!handle_) return;
+#ifdef KILN_HAVE_MPI
+  KILN_MPI_COLLECTIVE(c, { KILN_MPI_CALL(MPI_Barrier(mpi(handle_))); });
+#endif
+}
+
+void MpiComm::broadcast_bytes(void* buf, size_t nbytes, int root) const {
+  if (!handle_) return;
+#ifdef KILN_HAVE_MPI
+  KILN_CHECK(nbytes <= INT_MAX, "[distributed] a bootstrap broadcast of {} bytes", nbytes);
+  check_bootstrap(MPI_Bcast(buf, static_cast<int>(nbytes), MPI_BYTE, root, mpi(handle_)),
+                  "MPI_Bcast");
+#else
+  (void)buf, (void)nbytes, (void)root;
+#endif
+}
+
+void MpiComm::all_gather_bytes(const void* in, void* out, size_t nbytes_per_rank) const {
+  if (!handle_) {
+    if (nbytes_per_rank) std::memmove(out, in, nbytes_per_rank);
+    return;
+  }
+#ifdef KILN_HAVE_MPI
+  int n = static_cast<int>(nbytes_per_rank);
+  check_bootstrap(MPI_Allgather(in, n, MPI_BYTE, out, n, MPI_BYTE, mpi(handle_)), "MPI_Allgather");
+#endif
+}
+
+namespace {
+// A finished request (a world of one).
+struct DoneRequest final : MpiComm::Request {
+  bool test() override { return true; }
+  void wait() override {}
+};
+#ifdef KILN_HAVE_MPI
+struct MpiRequest final : MpiComm::Request {
+  MPI_Request req = MPI_REQUEST_NULL;
+  void* buf = nullptr;
+  int64_t count = 0;
+  DType dtype = DType::Float32;
+  ReduceOp reduce = ReduceOp::Sum;
+  int size = 1;
+  std::vector<float> staging;  // 16-bit floats travel as float32
+  std::string op;
+  uint64_t slot = 0;
+  std::unique_ptr<Deadline> deadline;
+  bool done = false;
+
+  void complete() {
+    done = true;
+    deadline.reset();
+    if (!staging.empty()) {
+      if (reduce == ReduceOp::Avg) divide(staging.data(), count, DType::Float32, size);
+      from_float(staging.data(), buf, count, dtype);
+    } else if (reduce == ReduceOp::Avg) {
+      divide(buf, count, dtype, size);
+    }
+    FlightRecorder::get().finish(slot, CallState::Completed);
+  }
+  bool test() override {
+    if (done) return true;
+    int flag = 0;
+    int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) fail(rc);
+    if (flag) complete();
+    return done;
+  }
+  void wait() override {
+    if (done) return;
+    int rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) fail(rc);
+    complete();
+  }
+  [[noreturn]] void fail(int rc) {
+    done = true;
+    deadline.reset();
+    FlightRecorder::get().finish(slot, CallState::Failed);
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw DistributedError(
+        fmt::format("[{}] MPI_Iallreduce failed: {}", op, std::string(msg, len)));
+  }
+  ~MpiRequest() override {
+    // An abandoned request still has to finish: MPI owns the buffer until it does.
+    if (!done && req != MPI_REQUEST_NULL) MPI_Wait(&req, MPI_STATUS_IGNORE);
+  }
+};
+#endif
+}  // namespace
+
+std::unique_ptr<MpiComm::Request> MpiComm::start_all_reduce(void* buf, int64_t count,
+                                                            const CallInfo& c) {
+  if (!handle_) return std::make_unique<DoneRequest>();
+#ifdef KILN_HAVE_MPI
+  uint64_t seq = ++seq_;
+  auto r = std::make_unique<MpiRequest>();
+  r->buf = buf;
+  r->count = count;
+  r->dtype = c.dtype;
+  r->reduce = c.reduce;
+  r->size = size_;
+  r->op = std::string(c.op);
+  const ProcessGroup* g = c.group;
+  r->slot = FlightRecorder::get().start(c.op, g ? g->name() : "?", seq, count, c.dtype, -1);
+  std::chrono::milliseconds timeout = g ? timeout_for(*g) : default_timeout();
+  std::string what = fmt::format("[{}] timed out after {} ms on {}", c.op, timeout.count(),
+                                 describe(c, seq, rank_, size_));
+  int world = kiln::distributed::rank();
+  r->deadline = std::make_unique<Deadline>(Clock::now() + timeout, [what, world] {
+    std::string path = FlightRecorder::get().dump(world);
+    abort_job(fmt::format("kiln: DistributedError: {}; flight recorder written to {}", what,
+                          path.empty() ? "(could not write)" : path));
+  });
+  int n = to_int(count, c, "an all-reduce");
+  void* data = buf;
+  MPI_Datatype type = mpi_type(c.dtype);
+  if (is_16bit_float(c.dtype)) {
+    r->staging.resize(count);
+    to_float(buf, r->staging.data(), count, c.dtype);
+    data = r->staging.data();
+  }
+  int rc =
+      MPI_Iallreduce(MPI_IN_PLACE, data, n, type, mpi_op(c.reduce, c.dtype), mpi(handle_), &r->req);
+  if (rc != MPI_SUCCESS) r->fail(rc);
+  return r;
+#else
+  (void)buf, (void)count, (void)c;
+  return std::make_unique<DoneRequest>();
+#endif
+}
+
+}  // namespace kiln::distributed

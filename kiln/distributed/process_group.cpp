@@ -1,0 +1,243 @@
+#include "kiln/distributed/process_group.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <map>
+
+#include "kiln/core/error.h"
+#include "kiln/core/stream.h"
+#include "kiln/distributed/backends.h"
+#include "kiln/distributed/collective_backend.h"
+#include "kiln/distributed/init.h"
+#include "kiln/distributed/mpi_comm.h"
+
+#ifdef KILN_HAVE_MPI
+#include <mpi.h>
+#endif
+
+// Note [Process groups]
+// A group is a communicator plus, per device type, the backend that moves tensors of that type
+// (collective_backend.h). Groups are made collectively (every rank of the parent calls) and live
+// until exit; collective ops name them by id, an int that traces and graphs can hold. Ids are
+// local to a process: ranks agree on which group a call uses because they run the same program,
+// not because the numbers match. Device backends (NCCL) are made when the group is made, never
+// inside a capture: their set-up is itself collective and may not be captured.
+//
+// Note [One communicator per stream]
+// MPI matches collectives on a communicator in the order they are issued. Two threads (the
+// caller's, and a sim stream's worker running host tasks) issuing on one communicator could
+// interleave differently on different ranks and deadlock or mix data. So each context that
+// issues collectives gets its own duplicate of the group's communicator: the host collectives
+// of each thread, and each device stream. The duplicate is made the first time the context
+// issues, on the issuing thread, in program order (so in the same order on every rank); the
+// group's own communicator is used only to make duplicates and for set-up.
+namespace kiln::distributed {
+
+struct GroupFactory {
+  static std::shared_ptr<ProcessGroup> make(std::unique_ptr<MpiComm> comm,
+                                            std::vector<int> world_ranks, std::string name);
+  // Makes (or remakes) `g`'s backend for device type `type`.
+  static void set_backend(ProcessGroup& g, int type, const BackendFactory& factory) {
+    std::unique_ptr<CollectiveBackend> b = factory(g);
+    std::lock_guard<std::mutex> lock(g.mu_);
+    std::erase_if(g.backends_, [type](const auto& e) { return e.first == type; });
+    g.backends_.emplace_back(type, std::move(b));
+  }
+};
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::shared_ptr<ProcessGroup>> groups;  // by id
+  int64_t next_id = 0;
+  std::vector<std::pair<std::string, BackendFactory>> factories;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Product:
+      return "product";
+  }
+  return "?";
+}
+
+ReduceOp reduce_op_from(int64_t v, std::string_view op) {
+  KILN_CHECK(v >= 0 && v <= static_cast<int64_t>(ReduceOp::Product),
+             "[{}] reduce_op {} is not a ReduceOp (0 sum, 1 avg, 2 max, 3 min, 4 product)", op, v);
+  return static_cast<ReduceOp>(v);
+}
+
+std::chrono::milliseconds default_timeout() {
+  static const std::chrono::milliseconds t = [] {
+    const char* v = std::getenv("KILN_DIST_TIMEOUT");
+    double s = v ? std::strtod(v, nullptr) : 0;
+    return std::chrono::milliseconds(s > 0 ? static_cast<int64_t>(s * 1000) : 600'000);
+  }();
+  return t;
+}
+
+std::shared_ptr<ProcessGroup> GroupFactory::make(std::unique_ptr<MpiComm> comm,
+                                                 std::vector<int> world_ranks, std::string name) {
+  std::shared_ptr<ProcessGroup> g(new ProcessGroup());
+  g->rank_ = comm->rank();
+  g->world_ranks_ = std::move(world_ranks);
+  g->timeout_ = default_timeout();
+  g->base_ = std::move(comm);
+  Registry& r = registry();
+  std::vector<std::pair<std::string, BackendFactory>> factories;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    g->id_ = r.next_id++;
+    g->name_ = name.empty() ? fmt::format("group{}", g->id_) : std::move(name);
+    r.groups.push_back(g);
+    factories = r.factories;
+  }
+  // Device backends are made now, collectively (Note [Process groups]).
+  for (auto& [type, factory] : factories) {
+    int t = find_device_type(type);
+    if (t >= 0) set_backend(*g, t, factory);
+  }
+  return g;
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+int ProcessGroup::group_rank_of(int world_rank) const {
+  auto it = std::find(world_ranks_.begin(), world_ranks_.end(), world_rank);
+  return it == world_ranks_.end() ? -1 : static_cast<int>(it - world_ranks_.begin());
+}
+
+CollectiveBackend& ProcessGroup::backend(Device device, std::string_view op) const {
+  const int type = device.type();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [t, b] : backends_)
+    if (t == type) return *b;
+  std::unique_ptr<CollectiveBackend> made = make_builtin_backend(*this, device);
+  if (!made)
+    throw DistributedError(
+        fmt::format("[{}] group {} (rank {} of {}) has no collective backend for {} tensors{}", op,
+                    name_, rank_, size(), device,
+                    device_type_name(device.type()) == "cuda"
+                        ? " (load the CUDA plugin before making the group)"
+                        : ""));
+  backends_.emplace_back(type, std::move(made));
+  return *backends_.back().second;
+}
+
+MpiComm* ProcessGroup::comm(uint64_t key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [k, c] : comms_)
+    if (k == key) return c.get();
+  comms_.emplace_back(key, base_->dup());
+  return comms_.back().second.get();
+}
+
+ProcessGroup& world() {
+  init();
+  static ProcessGroup* w = [] {
+#ifdef KILN_HAVE_MPI
+    if (mpi_active()) {
+      MPI_Comm comm = MPI_COMM_WORLD;
+      std::vector<int> ranks(world_size());
+      for (int i = 0; i < world_size(); ++i) ranks[i] = i;
+      return GroupFactory::make(MpiComm::adopt(&comm), std::move(ranks), "world").get();
+    }
+#endif
+    return GroupFactory::make(MpiComm::solo(), {0}, "world").get();
+  }();
+  return *w;
+}
+
+std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) {
+  ProcessGroup& w = world();
+  KILN_CHECK(!ranks.empty(), "[new_group] the rank list is empty");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    KILN_CHECK(ranks[i] >= 0 && ranks[i] < w.size(),
+               "[new_group] rank {} is outside the world of {} ranks (ranks {})", ranks[i],
+               w.size(), ranks);
+    for (size_t j = 0; j < i; ++j)
+      KILN_CHECK(ranks[j] != ranks[i], "[new_group] rank {} is listed twice (ranks {})", ranks[i],
+                 ranks);
+  }
+  int pos = static_cast<int>(std::find(ranks.begin(), ranks.end(), w.rank()) - ranks.begin());
+  bool member = pos < static_cast<int>(ranks.size());
+  std::unique_ptr<MpiComm> c = w.base_comm()->split(member ? 0 : -1, pos);
+  if (!member) {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    registry().next_id++;  // every rank numbers the same groups alike
+    return nullptr;
+  }
+  return GroupFactory::make(std::move(c), ranks, "");
+}
+
+std::shared_ptr<ProcessGroup> split_group(const ProcessGroup& parent, int color, int key) {
+  std::unique_ptr<MpiComm> c = parent.base_comm()->split(color, key);
+  if (!c) {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    registry().next_id++;
+    return nullptr;
+  }
+  int me = parent.world_ranks()[parent.rank()];
+  std::vector<int> ranks(c->size());
+  c->all_gather_bytes(&me, ranks.data(), sizeof(int));
+  return GroupFactory::make(std::move(c), std::move(ranks), "");
+}
+
+const ProcessGroup& group_by_id(int64_t id, std::string_view op) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  KILN_CHECK(id >= 0 && id < static_cast<int64_t>(r.groups.size()) && r.groups[id],
+             "[{}] group {} does not exist on rank {} (groups 0..{} were made; a rank outside a "
+             "group cannot call its collectives)",
+             op, id, rank(), static_cast<int64_t>(r.groups.size()) - 1);
+  return *r.groups[id];
+}
+
+void register_collective_backend(std::string_view device_type, BackendFactory factory) {
+  Registry& r = registry();
+  std::vector<std::shared_ptr<ProcessGroup>> existing;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = std::find_if(r.factories.begin(), r.factories.end(),
+                           [&](const auto& f) { return f.first == device_type; });
+    if (it != r.factories.end())
+      it->second = factory;
+    else
+      r.factories.emplace_back(std::string(device_type), factory);
+    for (auto& g : r.groups)
+      if (g) existing.push_back(g);
+  }
+  int t = find_device_type(device_type);
+  if (t < 0) return;
+  for (auto& g : existing) GroupFactory::set_backend(*g, t, factory);
+}
+
+uint64_t stream_key(Device device) {
+  if (device.dispatch_key() == DispatchKey::CPU) {
+    // Host collectives: one context per thread.
+    static std::atomic<uint64_t> next{1};
+    thread_local uint64_t mine = next++;
+    return mine;
+  }
+  Stream s = Stream::current(device);
+  return (uint64_t{1} << 63) | ((static_cast<uint64_t>(device.type()) << 56) ^
+                                (static_cast<uint64_t>(device.index()) << 48) ^ s.id());
+}
+
+}  // namespace kiln::distributed
