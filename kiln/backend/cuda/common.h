@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <exception>
 #include <initializer_list>
 #include <vector>
 
@@ -40,6 +41,10 @@ bool capturing(int index);
 // an index is out of range [0, num_embeddings)")`).
 int* error_word(int index);
 int error_code(const char* message);
+// A failure found off the device's streams (an NCCL collective its deadline aborted, nccl.cpp;
+// a host task that threw): the next synchronize or copy to the host of device `index` raises
+// `error` (the first one posted, once) instead of returning results that are not valid.
+void post_device_error(int index, std::exception_ptr error);
 // The device's default generator as the kernels see it: {seed, offset} in device memory. A
 // random kernel reads both when it runs (so a replayed graph draws fresh numbers) and the op
 // then advances the offset on the device with advance_philox() (see random.cu).

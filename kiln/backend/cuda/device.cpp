@@ -12,8 +12,11 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "kiln/backend/cuda/allocator.h"
@@ -40,6 +43,10 @@ struct DeviceState {
   int* error_word_host = nullptr;  // pinned, mapped: the host reads it after a synchronize
   int* error_word_device = nullptr;
   uint64_t* philox = nullptr;  // {seed, offset} in device memory
+  // A failure found off the streams (post_device_error), raised by the next synchronize.
+  std::atomic<bool> has_posted{false};
+  std::mutex posted_mu;
+  std::exception_ptr posted;
 };
 
 std::once_flag g_count_once;
@@ -105,6 +112,15 @@ std::vector<std::string>& codes() {
 // Raises what a kernel reported through the device's error word (after a synchronize).
 void raise_device_error(int index) {
   DeviceState& s = state(index);
+  if (s.has_posted.load(std::memory_order_acquire)) {
+    std::exception_ptr e;
+    {
+      std::lock_guard<std::mutex> lock(s.posted_mu);
+      e = std::exchange(s.posted, nullptr);
+      s.has_posted.store(false, std::memory_order_release);
+    }
+    if (e) std::rethrow_exception(e);
+  }
   int code = __atomic_exchange_n(s.error_word_host, 0, __ATOMIC_ACQ_REL);
   if (code == 0) return;
   std::string msg;
@@ -213,6 +229,34 @@ class Interface final : public DeviceInterface {
     KILN_CUDA_CHECK(r);
     return true;
   }
+  // cudaLaunchHostFunc: `fn` runs on CUDA's callback thread when the stream reaches it, and must
+  // not call CUDA. Captured, it is recorded into the graph and kept until exit (each replay
+  // runs it). An exception it throws is posted to the device (post_device_error).
+  void launch_host_task(int index, std::string_view, std::function<void()> fn) override {
+    struct Task {
+      int index;
+      std::function<void()> fn;
+      bool once;
+    };
+    cudaStream_t s = cuda::current_stream(index);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    KILN_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+    auto* task = new Task{index, std::move(fn), capture == cudaStreamCaptureStatusNone};
+    cudaError_t err = cudaLaunchHostFunc(
+        s,
+        [](void* p) {
+          auto* t = static_cast<Task*>(p);
+          try {
+            t->fn();
+          } catch (...) {
+            post_device_error(t->index, std::current_exception());
+          }
+          if (t->once) delete t;
+        },
+        task);
+    if (err != cudaSuccess) delete task;
+    KILN_CUDA_CHECK(err);
+  }
   uint64_t create_pool(int index) override { return state(index).allocator.create_pool(); }
   void release_pool(int index, uint64_t pool) override {
     state(index).allocator.release_pool(pool);
@@ -315,6 +359,13 @@ cudaStream_t current_stream(int index) {
 bool capturing(int index) { return tls_is_capturing[index]; }
 
 int* error_word(int index) { return state(index).error_word_device; }
+
+void post_device_error(int index, std::exception_ptr error) {
+  DeviceState& s = state(index);
+  std::lock_guard<std::mutex> lock(s.posted_mu);
+  if (!s.posted) s.posted = std::move(error);  // the first failure explains the others
+  s.has_posted.store(true, std::memory_order_release);
+}
 
 int error_code(const char* message) {
   std::lock_guard<std::mutex> lock(g_codes_mu);
