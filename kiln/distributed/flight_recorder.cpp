@@ -16,15 +16,6 @@ namespace kiln::distributed {
 // went wrong. Entries are strings copied at start (a group may be gone by the dump).
 namespace {
 
-size_t capacity() {
-  static const size_t n = [] {
-    const char* v = std::getenv("KILN_DIST_FLIGHT_ENTRIES");
-    long x = v ? std::strtol(v, nullptr, 10) : 0;
-    return x > 0 ? static_cast<size_t>(x) : size_t{256};
-  }();
-  return n;
-}
-
 struct Ring {
   std::mutex mu;
   std::vector<FlightEntry> slots;
@@ -56,6 +47,15 @@ std::string_view state_name(CallState s) {
 FlightRecorder& FlightRecorder::get() {
   static FlightRecorder r;
   return r;
+}
+
+size_t FlightRecorder::capacity() {
+  static const size_t n = [] {
+    const char* v = std::getenv("KILN_DIST_FLIGHT_ENTRIES");
+    long x = v ? std::strtol(v, nullptr, 10) : 0;
+    return x > 0 ? static_cast<size_t>(x) : size_t{256};
+  }();
+  return n;
 }
 
 uint64_t FlightRecorder::start(std::string_view op, std::string_view group, uint64_t seq,

@@ -2,6 +2,7 @@
 // The flight recorder: the last collectives of this process (op, group, sequence number,
 // sizes, dtype, state), written to a file when a collective times out so that a user sees which
 // rank stopped where. See Note [Flight recorder] in flight_recorder.cpp.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -27,8 +28,10 @@ struct FlightEntry {
 
 class FlightRecorder {
  public:
-  // The process's recorder; keeps the last KILN_DIST_FLIGHT_ENTRIES (default 256) calls.
+  // The process's recorder; keeps the last capacity() calls.
   static FlightRecorder& get();
+  // KILN_DIST_FLIGHT_ENTRIES (default 256), read once.
+  static size_t capacity();
   // Records a started call; returns its slot for finish().
   uint64_t start(std::string_view op, std::string_view group, uint64_t seq, int64_t numel,
                  DType dtype, int peer);

@@ -25,7 +25,12 @@
 // recorder, prints a DistributedError naming the op, the group, the call's sequence number
 // and its sizes, and ends the job with MPI_Abort. Nothing else can end it: MPI offers no way to
 // cancel a collective, and MPI_Finalize hangs when a peer is dead. Errors MPI reports
-// (MPI_ERRORS_RETURN on every communicator) raise a DistributedError in the caller.
+// (MPI_ERRORS_RETURN on every communicator) raise a DistributedError in the caller. The
+// bootstrap calls (MPI_Comm_dup, MPI_Comm_split and the byte exchanges that set up groups and
+// device backends) have the default deadline too: a thread's communicator for a group is made
+// at its first collective there (Note [One communicator per stream] in process_group.cpp), so a
+// rank that fails before its first collective would otherwise leave the others in MPI_Comm_dup
+// for ever (tests/distributed/fault_test.cpp, scenario throw_first).
 //
 // Note [Debug checks]
 // With KILN_DIST_DEBUG=detail every collective (not send/recv) first all-gathers a fingerprint
@@ -93,12 +98,14 @@ int to_int(int64_t n, const CallInfo& c, const char* what) {
 #ifdef KILN_HAVE_MPI
 MPI_Comm& mpi(void* h) { return *static_cast<MPI_Comm*>(h); }
 
+// `call` is the call's text (KILN_MPI_CALL): the message names its function.
 void check(int rc, const CallInfo& c, const char* call, int rank, int size, uint64_t seq) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  throw DistributedError(fmt::format("[{}] {} failed on {}: {}", c.op, call,
+  std::string_view fn(call);
+  throw DistributedError(fmt::format("[{}] {} failed on {}: {}", c.op, fn.substr(0, fn.find('(')),
                                      describe(c, seq, rank, size), std::string(msg, len)));
 }
 void check_bootstrap(int rc, const char* call) {
@@ -157,6 +164,34 @@ struct Fingerprint {
 };
 #endif
 
+// The deadline of a bootstrap call (Note [Deadlines]): the default timeout, for a group's
+// communicators are made collectively outside any one collective.
+class BootstrapDeadline {
+ public:
+  BootstrapDeadline(const char* call, int rank, int size)
+      : deadline_(Clock::now() + default_timeout(),
+                  [call, rank, size, world = kiln::distributed::rank()] {
+                    std::string path = FlightRecorder::get().dump(world);
+                    abort_job(fmt::format(
+                        "kiln: DistributedError: [distributed] {} timed out after {} ms on rank "
+                        "{} of {}: it makes or sets up a group's communicator (a thread's or "
+                        "stream's own is made at its first collective on the group), and some "
+                        "rank has not called it; flight recorder written to {}",
+                        call, default_timeout().count(), rank, size,
+                        path.empty() ? "(could not write)" : path));
+                  }) {}
+
+ private:
+  Deadline deadline_;
+};
+
+#ifdef KILN_HAVE_MPI
+void gather_bytes(void* handle, const void* in, void* out, size_t nbytes_per_rank) {
+  int n = static_cast<int>(nbytes_per_rank);
+  check_bootstrap(MPI_Allgather(in, n, MPI_BYTE, out, n, MPI_BYTE, mpi(handle)), "MPI_Allgather");
+}
+#endif
+
 }  // namespace
 
 std::unique_ptr<MpiComm> MpiComm::solo() { return std::unique_ptr<MpiComm>(new MpiComm()); }
@@ -190,6 +225,7 @@ std::unique_ptr<MpiComm> MpiComm::dup() const {
   if (!handle_) return solo();
 #ifdef KILN_HAVE_MPI
   MPI_Comm d;
+  BootstrapDeadline deadline("MPI_Comm_dup", rank_, size_);
   check_bootstrap(MPI_Comm_dup(mpi(handle_), &d), "MPI_Comm_dup");
   return adopt(&d);
 #else
@@ -201,6 +237,7 @@ std::unique_ptr<MpiComm> MpiComm::split(int color, int key) const {
   if (!handle_) return color < 0 ? nullptr : solo();
 #ifdef KILN_HAVE_MPI
   MPI_Comm d;
+  BootstrapDeadline deadline("MPI_Comm_split", rank_, size_);
   check_bootstrap(MPI_Comm_split(mpi(handle_), color < 0 ? MPI_UNDEFINED : color, key, &d),
                   "MPI_Comm_split");
   if (d == MPI_COMM_NULL) return nullptr;
@@ -248,7 +285,8 @@ static void debug_check(MpiComm& comm, uint64_t seq, const CallInfo& c) {
   mine.peer = c.peer;
   mine.seq = seq;
   std::vector<Fingerprint> all(comm.size());
-  comm.all_gather_bytes(&mine, all.data(), sizeof(Fingerprint));
+  // Under the collective's own deadline (run_collective), not a bootstrap's.
+  gather_bytes(comm.handle(), &mine, all.data(), sizeof(Fingerprint));
   bool same = std::all_of(all.begin(), all.end(), [&](const Fingerprint& f) {
     return std::memcmp(&f, &all[0], sizeof(Fingerprint)) == 0;
   });
@@ -428,6 +466,7 @@ void MpiComm::broadcast_bytes(void* buf, size_t nbytes, int root) const {
   if (!handle_) return;
 #ifdef KILN_HAVE_MPI
   KILN_CHECK(nbytes <= INT_MAX, "[distributed] a bootstrap broadcast of {} bytes", nbytes);
+  BootstrapDeadline deadline("MPI_Bcast", rank_, size_);
   check_bootstrap(MPI_Bcast(buf, static_cast<int>(nbytes), MPI_BYTE, root, mpi(handle_)),
                   "MPI_Bcast");
 #else
@@ -441,8 +480,8 @@ void MpiComm::all_gather_bytes(const void* in, void* out, size_t nbytes_per_rank
     return;
   }
 #ifdef KILN_HAVE_MPI
-  int n = static_cast<int>(nbytes_per_rank);
-  check_bootstrap(MPI_Allgather(in, n, MPI_BYTE, out, n, MPI_BYTE, mpi(handle_)), "MPI_Allgather");
+  BootstrapDeadline deadline("MPI_Allgather", rank_, size_);
+  gather_bytes(handle_, in, out, nbytes_per_rank);
 #endif
 }
 

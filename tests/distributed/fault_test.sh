@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Runs one scenario of kiln_fault_test (fault_test.cpp) on 2 ranks and checks that every rank
+# that lives ends with a clear message, that the job ends non-zero, and that it ends within the
+# deadline plus a margin, never hangs. See Note [Fault tests] in fault_test.cpp.
+#   tests/distributed/fault_test.sh path/to/kiln_fault_test SCENARIO
+set -uo pipefail
+prog=$1
+scenario=$2
+root=$(cd "$(dirname "$0")/../.." && pwd)
+
+dump=$(mktemp -d)
+trap 'rm -rf "$dump"' EXIT
+export KILN_DIST_DUMP_DIR=$dump KILN_DIST_TIMEOUT=5
+unset KILN_DIST_DEBUG KILN_MPIRUN_EXTRA
+deadline_s=5
+margin_s=20  # mpirun's start on an oversubscribed machine, ASan
+case $scenario in
+  *_detail | detail_agree) export KILN_DIST_DEBUG=detail ;;
+  guard) export KILN_DIST_TIMEOUT=60 ;;  # the TimeoutGuard's 5 s is what must fire
+  kill) export KILN_MPIRUN_EXTRA=--enable-recovery ;;
+esac
+
+# Each rank runs under a shell that reports its exit status: under --enable-recovery mpirun
+# exits 0 whatever its ranks did (Open MPI 4.1).
+start=$(date +%s%N)
+out=$(timeout $((deadline_s * 12)) "$root/scripts/mpirun.sh" 2 bash -c \
+  '"$0" "$@"; s=$?; echo "kiln-fault-test: rank ${OMPI_COMM_WORLD_RANK:-?} exited $s" >&2; exit $s' \
+  "$prog" "$scenario" 2>&1)
+rc=$?
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+printf '%s\n' "$out"
+echo "fault_test.sh: $scenario: mpirun exited $rc after $elapsed_ms ms"
+
+failed=0
+fail() {
+  echo "fault_test.sh: $scenario: FAILED: $*"
+  failed=1
+}
+has() { grep -Eq -- "$1" <<<"$out" || fail "no line matches: $1"; }
+lacks() { ! grep -Eq -- "$1" <<<"$out" || fail "a line matches: $1"; }
+file_has() { grep -Eq -- "$2" "$1" 2>/dev/null || fail "no line of $1 matches: $2"; }
+job_failed() { [ "$rc" -ne 0 ] || fail "mpirun exited 0"; }
+within_deadline() {
+  [ "$elapsed_ms" -lt $(((deadline_s + margin_s) * 1000)) ] ||
+    fail "took $elapsed_ms ms, over the deadline of $deadline_s s plus $margin_s s"
+}
+# The watchdog's message (Note [Deadlines] in mpi_comm.cpp): op, milliseconds, group rank,
+# collective number, elements (and the peer where there is one).
+timed_out() {  # OP RANK SEQ NUMEL
+  echo "kiln: DistributedError: \[$1\] timed out after 5000 ms on group world \(rank $2 of 2\), collective $3 of its communicator, $4 float32 elements(, peer [0-9]+)?; flight recorder written to $dump/kiln_flight_rank$2.txt"
+}
+disagree() {  # SEQ CALLS...
+  echo "raised DistributedError: \[[a-z_]+\] ranks disagree on collective $1 of group world \(KILN_DIST_DEBUG=detail\): $2"
+}
+
+case $scenario in
+  ops)  # both ranks wait; whichever deadline fires first ends the job
+    has "$(timed_out '(all_reduce_?|broadcast_?)' '[01]' 2 4)"
+    job_failed
+    within_deadline
+    ;;
+  ops_detail | sizes_detail)  # both ranks raise the same error at once, listing every rank's call
+    if [ "$scenario" = ops_detail ]; then
+      calls='rank 0: all_reduce_? of 4 float32 .*; rank 1: broadcast_? of 4 float32 .*'
+    else
+      calls='rank 0: all_reduce_? of 4 float32 .*; rank 1: all_reduce_? of 8 float32 .*'
+    fi
+    has "kiln-fault-test: rank 0 $(disagree 2 "$calls")"
+    has "kiln-fault-test: rank 1 $(disagree 2 "$calls")"
+    lacks 'timed out'
+    job_failed
+    ;;
+  sizes)  # Open MPI reports truncation on one rank; the other then waits at the barrier
+    for r in 0 1; do
+      has "kiln-fault-test: rank $r raised DistributedError: \[all_reduce_?\] MPI_Allreduce failed on group world \(rank $r of 2\), collective 2 of its communicator, [48] float32 elements: MPI_ERR_TRUNCATE|kiln: DistributedError: \[[a-z_]+\] timed out after 5000 ms on group world \(rank $r of 2\)"
+    done
+    lacks 'finished'
+    job_failed
+    within_deadline
+    ;;
+  skip)
+    has "$(timed_out 'all_reduce_?' 0 2 4)"
+    f=$dump/kiln_flight_rank0.txt
+    file_has "$f" '^# kiln flight recorder, rank 0'
+    file_has "$f" '^all_reduce_? group world seq 1 numel 4 float32 completed'
+    file_has "$f" '^all_reduce_? group world seq 2 numel 4 float32 started'
+    job_failed
+    within_deadline
+    ;;
+  throw)
+    has 'kiln-fault-test: rank 1 raised: \[fault_test\] rank 1 failed mid-step'
+    has "$(timed_out 'all_reduce_?' 0 2 4)"
+    job_failed
+    within_deadline
+    ;;
+  throw_first)  # rank 0 waits while making its thread's communicator
+    has 'kiln-fault-test: rank 1 raised: \[fault_test\] rank 1 failed before its first collective'
+    has 'kiln: DistributedError: \[distributed\] MPI_Comm_dup timed out after 5000 ms on rank 0 of 2'
+    job_failed
+    within_deadline
+    ;;
+  throw_uncaught)  # std::terminate: the launcher ends the job, no deadline needed
+    has "what\(\): +\[fault_test\] rank 1 failed mid-step"
+    lacks 'timed out'
+    job_failed
+    within_deadline
+    ;;
+  kill)
+    has 'kiln-fault-test: rank 1 kills itself'
+    has "$(timed_out 'all_reduce_?' 0 2 4)"
+    has 'kiln-fault-test: rank 0 exited [1-9]'
+    within_deadline
+    ;;
+  guard)
+    has "$(timed_out 'all_reduce_?' 0 2 4)"
+    job_failed
+    within_deadline
+    ;;
+  detail_agree)
+    has 'kiln-fault-test: rank 0 finished'
+    has 'kiln-fault-test: rank 1 finished'
+    lacks 'timed out|raised'
+    [ "$rc" -eq 0 ] || fail "mpirun exited $rc"
+    ;;
+  *)
+    fail "no such scenario"
+    ;;
+esac
+[ "$failed" -eq 0 ] && echo "fault_test.sh: $scenario: passed"
+exit "$failed"
