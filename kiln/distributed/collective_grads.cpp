@@ -62,8 +62,10 @@ constexpr Derivative kReduceScatter = F(reduce_scatter_bw);
 constexpr Derivative kBroadcast = F(broadcast_bw);
 constexpr Derivative kAllToAll = F(all_to_all_bw);
 
-// The out= forms, send, recv_ and barrier keep the default (Unsupported): asking a gradient of
-// them raises NotImplementedError at the call.
+constexpr Derivative kNone{Differentiability::None, nullptr, 0, 0};
+
+// The out= forms, send and recv_ keep the default (Unsupported): asking a gradient of them
+// raises NotImplementedError at the call. barrier has no tensors.
 const bool registered = [] {
   ops::op_all_reduce.def.set_derivative(&kAllReduce);
   ops::op_all_reduce_.def.set_derivative(&kAllReduce);
@@ -72,6 +74,7 @@ const bool registered = [] {
   ops::op_broadcast.def.set_derivative(&kBroadcast);
   ops::op_broadcast_.def.set_derivative(&kBroadcast);
   ops::op_all_to_all_single.def.set_derivative(&kAllToAll);
+  ops::op_barrier.def.set_derivative(&kNone);
   return true;
 }();
 

@@ -54,9 +54,11 @@ struct Registry {
   int64_t next_id = 0;
   std::vector<std::pair<std::string, BackendFactory>> factories;
 };
+// Never destroyed: factories may hold code of plugins unloaded before static destructors run,
+// and groups live until exit anyway.
 Registry& registry() {
-  static Registry r;
-  return r;
+  static Registry* r = new Registry;
+  return *r;
 }
 
 }  // namespace
@@ -180,7 +182,10 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) {
   std::unique_ptr<MpiComm> c = w.base_comm()->split(member ? 0 : -1, pos);
   if (!member) {
     std::lock_guard<std::mutex> lock(registry().mu);
-    registry().next_id++;  // every rank numbers the same groups alike
+    // Every rank numbers the same groups alike: a non-member keeps the id's slot empty, so
+    // that ids stay indices of `groups`.
+    registry().groups.push_back(nullptr);
+    registry().next_id++;
     return nullptr;
   }
   return GroupFactory::make(std::move(c), ranks, "");
@@ -190,6 +195,7 @@ std::shared_ptr<ProcessGroup> split_group(const ProcessGroup& parent, int color,
   std::unique_ptr<MpiComm> c = parent.base_comm()->split(color, key);
   if (!c) {
     std::lock_guard<std::mutex> lock(registry().mu);
+    registry().groups.push_back(nullptr);  // as in new_group
     registry().next_id++;
     return nullptr;
   }

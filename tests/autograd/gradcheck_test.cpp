@@ -57,9 +57,11 @@ TEST(GradcheckTool, DetectsAWrongGradient) {
 
 using autograd::Differentiability;
 
-// ..._backward ops are backward formulas themselves: Kiln has no double backward.
+// ..._backward ops are backward formulas themselves: Kiln has no double backward. send and
+// recv_ are point-to-point: asking a gradient of them raises, as in torch.distributed.nn.
 bool is_out_or_foreach(std::string_view name) {
-  return name.starts_with("foreach_") || name.ends_with("_out") || name.ends_with("_backward");
+  return name.starts_with("foreach_") || name.ends_with("_out") || name.ends_with("_backward") ||
+         name == "send" || name == "recv_";
 }
 
 // Every op but the out= variants and foreach updates says how it differentiates.

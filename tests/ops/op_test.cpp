@@ -563,8 +563,11 @@ TEST(OpCoverage, EveryOpHasARow) {
         EXPECT_TRUE(known.count(op)) << "row " << c.name << " names an unknown op '" << op << "'";
         covered.insert(op);
       }
-  for (const std::string& op : known)
-    EXPECT_TRUE(covered.count(op)) << "op '" << op << "' has no row in the op table";
+  // Collectives (OpDef::side_effects) are exempt: their results depend on the other ranks, so
+  // tests/distributed checks them under mpirun on 1 to 4 ranks, on CPU and sim.
+  for (OpDef* op : ops::all_ops())
+    EXPECT_TRUE(covered.count(std::string(op->name())) || op->side_effects())
+        << "op '" << op->name() << "' has no row in the op table";
 }
 
 TEST(OpCoverage, RowsAreWellFormed) {
@@ -602,6 +605,8 @@ TEST(OpCoverage, EveryFormulaHasAGradcheck) {
   std::string missing;
   for (const OpDef* op : ops::all_ops()) {
     if (autograd::derivative_of(*op).kind != autograd::Differentiability::Formula) continue;
+    // Collectives' gradients are checked on several ranks (tests/distributed).
+    if (op->side_effects()) continue;
     if (!covered.count(std::string(op->name())))
       missing += std::string(missing.empty() ? "" : ", ") + std::string(op->name());
   }
