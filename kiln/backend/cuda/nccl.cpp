@@ -475,7 +475,9 @@ void NcclBackend::issue(const dist::Collective& call, Device device, CallDesc d,
   {
     std::lock_guard<std::mutex> lock(c.mu);
     if (c.aborted) raise_aborted(c, d.op);
-    retire(c);
+    // A capturing thread may not query events (cudaErrorStreamCaptureUnsupported would end its
+    // capture); the next eager call retires what finished meanwhile.
+    if (capture == cudaStreamCaptureStatusNone) retire(c);
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(c.nccl, &async);
     const uint64_t seq = ++c.seq;
