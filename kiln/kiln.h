@@ -16,4 +16,5 @@
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
+#include "kiln/parallel/ddp.h"
 #include "kiln/profiler/profiler.h"

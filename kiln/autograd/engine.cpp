@@ -44,21 +44,54 @@ void accumulate(TensorList& buffer, uint32_t nr, Tensor g) {
     buffer[nr] = add(buffer[nr], g);
 }
 
+// The callbacks of the pass running on this thread (queue_callback), or null.
+thread_local std::vector<std::function<void()>>* tls_callbacks = nullptr;
+
+// Makes `list` this thread's callback queue while it lives (a hook may run a nested pass).
+class CallbackScope {
+ public:
+  explicit CallbackScope(std::vector<std::function<void()>>& list) : saved_(tls_callbacks) {
+    tls_callbacks = &list;
+  }
+  ~CallbackScope() { tls_callbacks = saved_; }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+
+ private:
+  std::vector<std::function<void()>>* saved_;
+};
+
+// Note [Leaves finish early]
+// A leaf can be reached through several AccumulateGrad nodes (gradient_edge makes one per use).
+// The dependency pass counts them per leaf; when the last one has run, the leaf's gradient for
+// this pass is complete, so its hooks run and it is accumulated into .grad right then, while
+// the rest of the graph is still being differentiated. DDP relies on this: its
+// post-accumulate hooks start a bucket's all-reduce as soon as the bucket's gradients are in,
+// overlapping the communication with the rest of backward (as PyTorch's engine does). A
+// leaf's sum is still formed in order of arrival, so the values are as before.
 void execute(const std::vector<Edge>& roots, TensorList root_grads, bool retain_graph,
              Capture* capture) {
   NoGradGuard no_grad;
+  std::vector<std::function<void()>> callbacks;
+  CallbackScope callback_scope(callbacks);
   std::unordered_map<Node*, int> deps;
   std::unordered_set<Node*> seen;
   std::vector<Node*> todo;
-  for (const Edge& e : roots)
-    if (seen.insert(e.fn.get()).second) todo.push_back(e.fn.get());
+  // Per leaf: its AccumulateGrad nodes not yet run, and the gradient summed so far.
+  std::unordered_map<const TensorImpl*, std::pair<int, Tensor>> leaves;
+  auto discover = [&](Node* n) {
+    if (!seen.insert(n).second) return;
+    todo.push_back(n);
+    if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) ++leaves[acc->variable.impl()].first;
+  };
+  for (const Edge& e : roots) discover(e.fn.get());
   while (!todo.empty()) {
     Node* n = todo.back();
     todo.pop_back();
     for (const Edge& e : n->next_edges) {
       if (!e.valid()) continue;
       ++deps[e.fn.get()];
-      if (seen.insert(e.fn.get()).second) todo.push_back(e.fn.get());
+      discover(e.fn.get());
     }
   }
 
@@ -77,9 +110,19 @@ void execute(const std::vector<Edge>& roots, TensorList root_grads, bool retain_
   for (const Edge& e : roots)
     if (deps[e.fn.get()] == 0 && queued.insert(e.fn.get()).second) ready.push(e.fn.get());
 
-  // What reaches each leaf, summed over its AccumulateGrad nodes, in order of first arrival.
-  std::vector<std::pair<Tensor, Tensor>> leaves;
-  std::unordered_map<const TensorImpl*, size_t> leaf_index;
+  // See Note [Leaves finish early].
+  auto finish_leaf = [&](const Tensor& variable, Tensor g) {
+    AutogradMeta* m = meta_of(variable);
+    if (m && m->hooks) g = m->hooks->run(std::move(g));
+    if (capture) {  // grad() returns the gradients and leaves .grad alone
+      for (size_t i = 0; i < capture->leaf.size(); ++i)
+        if (capture->leaf[i] == variable.impl()) capture->add(i, g);
+      return;
+    }
+    accumulate_grad(variable, std::move(g));
+    if (m && m->hooks)
+      for (const PostAccumulateGradHook& fn : m->hooks->post) fn(variable);
+  };
 
   while (!ready.empty()) {
     Node* n = ready.top();
@@ -94,12 +137,9 @@ void execute(const std::vector<Edge>& roots, TensorList root_grads, bool retain_
         if (capture->edge[i].fn.get() == n) capture->add(i, grads[capture->edge[i].input_nr]);
     }
     if (auto* acc = dynamic_cast<AccumulateGrad*>(n)) {
-      if (!grads[0].defined()) continue;
-      auto [it, fresh] = leaf_index.emplace(acc->variable.impl(), leaves.size());
-      if (fresh)
-        leaves.emplace_back(acc->variable, std::move(grads[0]));
-      else
-        leaves[it->second].second = add(leaves[it->second].second, grads[0]);
+      auto& [pending, sum] = leaves.at(acc->variable.impl());
+      if (grads[0].defined()) sum = sum.defined() ? add(sum, grads[0]) : std::move(grads[0]);
+      if (--pending == 0 && sum.defined()) finish_leaf(acc->variable, std::move(sum));
       continue;
     }
     bool any = false;
@@ -121,15 +161,9 @@ void execute(const std::vector<Edge>& roots, TensorList root_grads, bool retain_
     }
   }
 
-  for (auto& [variable, g] : leaves) {
-    AutogradMeta* m = meta_of(variable);
-    if (m && m->hooks) g = m->hooks->run(std::move(g));
-    if (capture) {  // grad() returns the gradients and leaves .grad alone
-      for (size_t i = 0; i < capture->leaf.size(); ++i)
-        if (capture->leaf[i] == variable.impl()) capture->add(i, g);
-      continue;
-    }
-    accumulate_grad(variable, std::move(g));
+  for (size_t i = 0; i < callbacks.size(); ++i) {  // a callback may queue more
+    std::function<void()> fn = std::move(callbacks[i]);
+    fn();
   }
 }
 
@@ -166,6 +200,13 @@ void prepare_roots(const char* op, const TensorList& outputs, const TensorList& 
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  KILN_CHECK(tls_callbacks != nullptr,
+             "[queue_callback] no backward pass is running on this thread: call it from a hook");
+  KILN_CHECK(static_cast<bool>(fn), "[queue_callback] the callback is empty");
+  tls_callbacks->push_back(std::move(fn));
+}
 
 void backward(const TensorList& outputs, const TensorList& grad_outputs, bool retain_graph) {
   std::vector<Edge> edges;

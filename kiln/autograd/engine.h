@@ -28,4 +28,16 @@ using GradHook = std::function<Tensor(const Tensor&)>;
 // once per backward, on the total gradient.
 void register_hook(const Tensor& t, GradHook hook);
 
+// Runs after a leaf's gradient of the current backward was accumulated into its .grad, which
+// it receives (PyTorch's post-accumulate-grad hook). A leaf is finished, and its hooks run,
+// as soon as every node that sends it a gradient has run, not at the end of the pass (See
+// Note [Leaves finish early] in engine.cpp). grad() accumulates nothing and runs none.
+using PostAccumulateGradHook = std::function<void(const Tensor&)>;
+void register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateGradHook hook);
+
+// Queues `fn` to run on this thread when the backward pass now running (backward() or grad())
+// ends, after every leaf is finished; callbacks run in queue order, may queue more, and one
+// that throws ends the pass with its exception. Only from inside a pass (a hook).
+void queue_callback(std::function<void()> fn);
+
 }  // namespace kiln::autograd

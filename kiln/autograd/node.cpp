@@ -149,6 +149,20 @@ void register_hook(const Tensor& t, GradHook hook) {
   m.hooks->fns.push_back(std::move(hook));
 }
 
+void register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateGradHook hook) {
+  KILN_CHECK(leaf.defined() && leaf.requires_grad(),
+             "[register_post_accumulate_grad_hook] the tensor does not require grad, so no "
+             "gradient will reach it");
+  KILN_CHECK(leaf.is_leaf(),
+             "[register_post_accumulate_grad_hook] the tensor is not a leaf (it has grad_fn {}): "
+             "only leaves accumulate a gradient",
+             leaf.grad_fn_name());
+  KILN_CHECK(static_cast<bool>(hook), "[register_post_accumulate_grad_hook] the hook is empty");
+  AutogradMeta& m = ensure_meta(leaf);
+  if (!m.hooks) m.hooks = std::make_shared<GradHooks>();
+  m.hooks->post.push_back(std::move(hook));
+}
+
 Tensor as_strided_backward(const Tensor& g, IntArrayRef base_sizes, IntArrayRef base_strides,
                            int64_t base_offset, IntArrayRef sizes, IntArrayRef strides,
                            int64_t offset) {

@@ -26,6 +26,7 @@ class Node;
 // gradient. `retained` holds the gradient of a non-leaf after retain_grad().
 struct GradHooks {
   std::vector<GradHook> fns;
+  std::vector<PostAccumulateGradHook> post;  // leaves only
   bool retain = false;
   Tensor retained;
   // Runs the hooks on `g`, then keeps it if asked; returns the (possibly replaced) gradient.

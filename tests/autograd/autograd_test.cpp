@@ -438,6 +438,60 @@ TEST(AutogradHooks, GradAppliesHooks) {
   EXPECT_FALSE(x.grad().defined());
 }
 
+// See Note [Leaves finish early] in engine.cpp: w2, used last in the forward, is accumulated
+// (and its post hook run) before the backward reaches the node that sends w1 its gradient.
+TEST(AutogradHooks, PostAccumulateHookRunsWhenTheLeafIsComplete) {
+  Tensor w1 = leaf({2, 3}), w2 = leaf({5, 7});
+  int calls = 0;
+  bool w1_done_before = true;
+  std::vector<double> w2_grad;
+  autograd::register_post_accumulate_grad_hook(w2, [&](const Tensor& t) {
+    ++calls;
+    w2_grad = values(t.grad());
+    w1_done_before = w1.grad().defined();
+  });
+  Tensor h = w1 * 2.0;
+  sum(h * w2 + w2).backward();  // two paths into w2: the hook sees their total, once
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(w2_grad, (std::vector<double>{5, 7}));  // 2 w1 + 1
+  EXPECT_FALSE(w1_done_before);
+  EXPECT_EQ(values(w1.grad()), (std::vector<double>{10, 14}));
+  sum(w2).backward();  // the hook sees .grad after accumulation
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(w2_grad, (std::vector<double>{6, 8}));
+}
+
+TEST(AutogradHooks, GradRunsNoPostAccumulateHook) {
+  Tensor x = leaf({1, 2});
+  int calls = 0;
+  autograd::register_post_accumulate_grad_hook(x, [&](const Tensor&) { ++calls; });
+  autograd::grad({sum(x * x)}, {x});
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(AutogradHooks, QueuedCallbacksRunAfterEveryLeaf) {
+  Tensor a = leaf({1}), b = leaf({2});
+  std::vector<std::string> order;
+  autograd::register_post_accumulate_grad_hook(b, [&](const Tensor&) {
+    order.push_back("b");
+    autograd::queue_callback([&] {
+      order.push_back(fmt::format("end a={} b={}", values(a.grad())[0], values(b.grad())[0]));
+      autograd::queue_callback([&] { order.push_back("queued by a callback"); });
+    });
+  });
+  sum(a * 3.0 + b * a).backward();
+  EXPECT_EQ(order, (std::vector<std::string>{"b", "end a=5 b=1", "queued by a callback"}));
+}
+
+TEST(AutogradHooks, ACallbackThatThrowsEndsTheBackward) {
+  Tensor x = leaf({1});
+  autograd::register_post_accumulate_grad_hook(x, [](const Tensor&) {
+    autograd::queue_callback([] { KILN_THROW(Value, "[test] from a callback"); });
+  });
+  expect_error<ValueError>([&] { sum(x).backward(); }, {"[test] from a callback"});
+  EXPECT_EQ(values(x.grad()), (std::vector<double>{1}));
+}
+
 TEST(AutogradHooks, Errors) {
   Tensor x = leaf({1, 2});
   autograd::register_hook(x, [](const Tensor&) { return zeros({3}, kFloat64); });
@@ -447,6 +501,14 @@ TEST(AutogradHooks, Errors) {
       [&] { autograd::register_hook(plain, [](const Tensor& g) { return g; }); },
       {"[register_hook]", "does not require grad"});
   expect_error<ValueError>([&] { plain.retain_grad(); }, {"[retain_grad]"});
+  expect_error<ValueError>(
+      [&] { autograd::register_post_accumulate_grad_hook(plain, [](const Tensor&) {}); },
+      {"[register_post_accumulate_grad_hook]", "does not require grad"});
+  expect_error<ValueError>(
+      [&] { autograd::register_post_accumulate_grad_hook(x * 2.0, [](const Tensor&) {}); },
+      {"[register_post_accumulate_grad_hook]", "not a leaf", "MulBackward"});
+  expect_error<ValueError>([&] { autograd::queue_callback([] {}); },
+                           {"[queue_callback]", "no backward pass is running"});
 }
 
 }  // namespace

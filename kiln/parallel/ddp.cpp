@@ -1,0 +1,327 @@
+#include "kiln/parallel/ddp.h"
+
+#include <chrono>
+#include <map>
+#include <unordered_set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "kiln/autograd/engine.h"
+#include "kiln/autograd/grad_mode.h"
+#include "kiln/compile/host_guard.h"
+#include "kiln/core/error.h"
+#include "kiln/distributed/collectives.h"
+#include "kiln/ops/ops.h"
+
+namespace kiln::parallel {
+
+// Note [DDP's buckets]
+// Parameters are taken in reverse registration order (roughly the order backward produces
+// their gradients) and packed into buckets, one flat contiguous tensor per (device, dtype): a
+// bucket closes once it holds at least its cap, 1 MiB for the first bucket of each (device,
+// dtype) so that communication starts early, 25 MiB after that (PyTorch's defaults). Each
+// parameter's .grad is a view of its slice of the bucket, so backward accumulates straight
+// into the bucket and the all-reduce needs no copy in or out; the views keep their address,
+// which compiled steps and device graphs rely on. Buckets are reduced in index order on every
+// rank, so the ranks' collectives always match one for one whatever order the gradients
+// arrive in. A parameter shared by several modules (tied weights) has one slice.
+//
+// Note [When a bucket is reduced]
+// A parameter is ready when backward has accumulated its gradient of this pass into .grad:
+// the post-accumulate-grad hook (autograd/engine.h) fires then, and the engine finishes a
+// leaf as soon as the last node sending it a gradient has run (Note [Leaves finish early] in
+// engine.cpp), so the first buckets are all-reduced (distributed::all_reduce_async, averaging)
+// while backward still runs. A plain gradient hook would not do: it runs before accumulation,
+// on the gradient of this pass alone, and would have to write the bucket itself. On the cpu,
+// Open MPI progresses a non-blocking collective only inside MPI calls, so every later hook
+// tests the buckets in flight. The first ready parameter of a pass queues a callback
+// (autograd::queue_callback) that runs when backward ends: it checks that every parameter got
+// a gradient and waits for the all-reduces, so .grad holds the average when backward()
+// returns, and nothing needs calling before the optimizer step. A parameter that got no
+// gradient is an error naming it, raised on every rank alike (they ran the same graph) after
+// waiting only for buckets every rank started, never a hang. If backward fails midway, the
+// buckets already started are waited for when the pass's callback queue is dropped.
+//
+// Under kiln::compile, all_reduce_async is traced as the synchronous all_reduce_, so a
+// compiled step holds its bucketed all-reduces in order with backward (captured into device
+// graphs on sim and CUDA); its replays run no hooks. no_sync() is a HostCell read by the hooks
+// while tracing, so it is one of the step's guards.
+
+struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
+  struct Bucket {
+    Tensor flat;  // [numel]
+    std::vector<size_t> params;
+    size_t pending = 0;  // its parameters not yet ready in this pass
+    distributed::Work work;
+    bool launched = false, done = false;
+  };
+
+  nn::Module* module = nullptr;
+  const distributed::ProcessGroup* group = nullptr;
+  std::vector<std::string> names;
+  TensorList params;
+  TensorList views;  // views[i] is params[i]'s .grad
+  std::vector<size_t> bucket_of;
+  std::vector<Bucket> buckets;
+  std::vector<DDPBucket> info;
+  std::shared_ptr<compiler::HostCell> sync;
+
+  // The pass in progress (armed between its first ready parameter and its end).
+  bool armed = false;
+  std::vector<char> ready;
+  size_t ready_count = 0;
+  size_t next_launch = 0;
+  std::chrono::steady_clock::time_point first_launch;
+  DDPSyncStats stats;
+
+  static std::string describe_sync(const void*) {
+    return "DistributedDataParallel gradient sync (false inside no_sync())";
+  }
+
+  void start_pass() {
+    armed = true;
+    std::fill(ready.begin(), ready.end(), 0);
+    ready_count = 0;
+    next_launch = 0;
+    for (Bucket& b : buckets) {
+      b.pending = b.params.size();
+      b.launched = b.done = false;
+      b.work = {};
+    }
+  }
+
+  void on_accumulated(size_t i) {
+    const Tensor& p = params[i];
+    if (p.grad().impl() != views[i].impl()) {  // .grad was replaced (zero_grad(set_to_none))
+      autograd::NoGradGuard no_grad;
+      views[i].copy_(p.grad());
+      p.set_grad(views[i]);
+    }
+    if (!sync->get().as_bool()) return;
+    if (!armed) {
+      start_pass();
+      auto token = std::make_shared<PassToken>(weak_from_this());
+      autograd::queue_callback([token] {
+        token->finished = true;
+        if (auto s = token->state.lock()) s->finish();
+      });
+    }
+    KILN_ASSERT(!ready[i], "DDP parameter '{}' was made ready twice in one backward", names[i]);
+    ready[i] = 1;
+    ++ready_count;
+    if (--buckets[bucket_of[i]].pending == 0) launch_ready();
+    progress();
+  }
+
+  // Starts every bucket that is full, in index order (See Note [DDP's buckets]).
+  void launch_ready() {
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+      Bucket& b = buckets[next_launch++];
+      if (next_launch == 1) first_launch = std::chrono::steady_clock::now();
+      b.work = distributed::all_reduce_async(b.flat, distributed::ReduceOp::Avg, group);
+      b.launched = true;
+    }
+  }
+
+  void progress() {
+    for (size_t k = 0; k < next_launch; ++k) {
+      Bucket& b = buckets[k];
+      if (!b.done) b.done = b.work.is_completed();
+    }
+  }
+
+  void wait_launched() {
+    for (size_t k = 0; k < next_launch; ++k) {
+      buckets[k].work.wait();
+      buckets[k].work = {};
+    }
+  }
+
+  void finish() {
+    armed = false;
+    auto end = std::chrono::steady_clock::now();
+    if (ready_count < params.size()) {
+      std::vector<std::string> unused;
+      for (size_t i = 0; i < params.size(); ++i)
+        if (!ready[i]) unused.push_back("'" + names[i] + "'");
+      wait_launched();
+      KILN_THROW(Value,
+                 "[DistributedDataParallel] parameter {} received no gradient in this backward "
+                 "({} of {} parameters did not: {}); every parameter must take part in the loss "
+                 "of every synchronised backward, on every rank (freeze it with "
+                 "requires_grad_(false) before wrapping the module, or accumulate with "
+                 "no_sync())",
+                 unused.front(), unused.size(), params.size(), fmt::join(unused, ", "));
+    }
+    wait_launched();
+    auto waited = std::chrono::steady_clock::now();
+    using ms = std::chrono::duration<double, std::milli>;
+    stats.syncs += 1;
+    stats.bytes = 0;
+    for (const Bucket& b : buckets)
+      stats.bytes += b.flat.numel() * static_cast<int64_t>(itemsize(b.flat.dtype()));
+    stats.overlap_ms = ms(end - first_launch).count();
+    stats.wait_ms = ms(waited - end).count();
+  }
+
+  // A pass that ended without running its callback (backward threw): wait for the buckets
+  // every rank started, so the next pass does not write into a bucket still being reduced.
+  void abandon() {
+    armed = false;
+    try {
+      wait_launched();
+    } catch (...) {  // the pass already failed; its own error is the one to report
+    }
+  }
+
+  struct PassToken {
+    explicit PassToken(std::weak_ptr<State> s) : state(std::move(s)) {}
+    ~PassToken() {
+      if (finished) return;
+      if (auto s = state.lock()) s->abandon();
+    }
+    std::weak_ptr<State> state;
+    bool finished = false;
+  };
+};
+
+namespace {
+
+// FNV-1a of every parameter's name, shape and dtype: equal modules, equal hashes.
+uint64_t signature(const std::vector<std::string>& names, const TensorList& params) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::string_view s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  };
+  for (size_t i = 0; i < params.size(); ++i)
+    mix(fmt::format("{}[{}]{};", names[i], fmt::join(params[i].sizes(), ","),
+                    name(params[i].dtype())));
+  return h;
+}
+
+// Raises on every rank alike when the ranks' modules differ, before any broadcast could hang
+// on or scramble mismatched tensors.
+void check_same_module(const distributed::ProcessGroup& g, const std::vector<std::string>& names,
+                       const TensorList& params) {
+  int64_t numel = 0;
+  for (const Tensor& p : params) numel += p.numel();
+  uint64_t h = signature(names, params);
+  Tensor mine = from_vector(
+      std::vector<int64_t>{static_cast<int64_t>(params.size()), numel, static_cast<int64_t>(h)});
+  std::vector<int64_t> all = distributed::all_gather_into_tensor(mine, &g).to_vector<int64_t>();
+  std::vector<std::string> differ;
+  for (int r = 1; r < g.size(); ++r)
+    if (all[3 * r + 2] != all[2])
+      differ.push_back(fmt::format("rank {} has {} ({} elements)", r, all[3 * r], all[3 * r + 1]));
+  KILN_CHECK(differ.empty(),
+             "[DistributedDataParallel] the ranks of group '{}' wrap different modules: rank 0 "
+             "has {} parameters ({} elements), {}; every rank must wrap the same module (same "
+             "parameter names, shapes and dtypes)",
+             g.name(), all[0], all[1], fmt::join(differ, ", "));
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(nn::Module& module, DDPOptions options)
+    : state_(std::make_shared<State>()) {
+  KILN_CHECK(options.bucket_cap_bytes > 0 && options.first_bucket_cap_bytes > 0,
+             "[DistributedDataParallel] bucket caps must be positive, got bucket_cap_bytes {} "
+             "and first_bucket_cap_bytes {}",
+             options.bucket_cap_bytes, options.first_bucket_cap_bytes);
+  State& s = *state_;
+  s.module = &module;
+  s.group = options.group ? options.group : &distributed::world();
+  s.sync = compiler::HostCell::make(true, nullptr, &State::describe_sync);
+
+  // Parameters that require grad, each once (tied weights are one tensor).
+  std::unordered_set<const TensorImpl*> seen;
+  for (auto& [name, p] : module.named_parameters()) {
+    if (!p.requires_grad() || !seen.insert(p.impl()).second) continue;
+    s.names.push_back(name);
+    s.params.push_back(p);
+  }
+  check_same_module(*s.group, s.names, s.params);
+
+  autograd::NoGradGuard no_grad;
+  for (const Tensor& p : s.params) distributed::broadcast_(p, 0, s.group);
+  if (options.broadcast_buffers)
+    for (auto& [name, b] : module.named_buffers()) distributed::broadcast_(b, 0, s.group);
+
+  // See Note [DDP's buckets]: reverse registration order, one open bucket per (device, dtype).
+  struct Open {
+    size_t bucket;
+    int64_t bytes = 0;
+    int64_t cap;
+  };
+  std::map<std::pair<std::string, int>, Open> open;
+  std::map<std::pair<std::string, int>, bool> had_first;
+  s.bucket_of.resize(s.params.size());
+  std::vector<int64_t> offset(s.params.size());
+  for (size_t i = s.params.size(); i-- > 0;) {
+    const Tensor& p = s.params[i];
+    auto key = std::make_pair(fmt::format("{}", p.device()), static_cast<int>(p.dtype()));
+    auto it = open.find(key);
+    if (it == open.end()) {
+      int64_t cap = had_first[key] ? options.bucket_cap_bytes : options.first_bucket_cap_bytes;
+      had_first[key] = true;
+      it = open.emplace(key, Open{s.buckets.size(), 0, cap}).first;
+      s.buckets.emplace_back();
+      s.info.push_back({p.dtype(), p.device(), 0, {}});
+    }
+    size_t b = it->second.bucket;
+    s.bucket_of[i] = b;
+    offset[i] = s.info[b].numel;
+    s.info[b].numel += p.numel();
+    s.info[b].params.push_back(s.names[i]);
+    s.buckets[b].params.push_back(i);
+    it->second.bytes += p.numel() * static_cast<int64_t>(itemsize(p.dtype()));
+    if (it->second.bytes >= it->second.cap) open.erase(it);
+  }
+  for (size_t b = 0; b < s.buckets.size(); ++b)
+    s.buckets[b].flat = zeros({s.info[b].numel}, s.info[b].dtype, s.info[b].device);
+  s.views.resize(s.params.size());
+  s.ready.assign(s.params.size(), 0);
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const Tensor& p = s.params[i];
+    Tensor view = narrow(s.buckets[s.bucket_of[i]].flat, 0, offset[i], p.numel()).view(p.sizes());
+    if (p.grad().defined()) view.copy_(p.grad());
+    p.set_grad(view);
+    s.views[i] = view;
+    std::weak_ptr<State> weak = state_;
+    autograd::register_post_accumulate_grad_hook(p, [weak, i](const Tensor&) {
+      if (auto st = weak.lock()) st->on_accumulated(i);
+    });
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+DistributedDataParallel::DistributedDataParallel(DistributedDataParallel&&) noexcept = default;
+DistributedDataParallel& DistributedDataParallel::operator=(DistributedDataParallel&&) noexcept =
+    default;
+
+nn::Module& DistributedDataParallel::module() const { return *state_->module; }
+const distributed::ProcessGroup& DistributedDataParallel::group() const { return *state_->group; }
+
+DistributedDataParallel::NoSync::NoSync(std::shared_ptr<State> state)
+    : state_(std::move(state)), previous_(state_->sync->peek().as_bool()) {
+  state_->sync->set(false);
+}
+DistributedDataParallel::NoSync::~NoSync() { state_->sync->set(previous_); }
+
+DistributedDataParallel::NoSync DistributedDataParallel::no_sync() { return NoSync(state_); }
+
+bool DistributedDataParallel::sync_enabled() const { return state_->sync->get().as_bool(); }
+
+void DistributedDataParallel::zero_grad() {
+  autograd::NoGradGuard no_grad;
+  State& s = *state_;
+  for (State::Bucket& b : s.buckets) b.flat.zero_();
+  for (size_t i = 0; i < s.params.size(); ++i)
+    if (s.params[i].grad().impl() != s.views[i].impl()) s.params[i].set_grad(s.views[i]);
+}
+
+const std::vector<DDPBucket>& DistributedDataParallel::buckets() const { return state_->info; }
+const DDPSyncStats& DistributedDataParallel::stats() const { return state_->stats; }
+
+}  // namespace kiln::parallel
