@@ -252,17 +252,19 @@ std::unique_ptr<MpiComm> MpiComm::split(int color, int key) const {
 template <class F>
 static void run_collective(MpiComm& comm, uint64_t seq, const CallInfo& c, F&& body) {
   const ProcessGroup* g = c.group;
-  std::string group = g ? g->name() : "?";
   FlightRecorder& fr = FlightRecorder::get();
-  uint64_t slot = fr.start(c.op, group, seq, c.numel, c.dtype, c.peer);
+  uint64_t slot =
+      fr.start(c.op, g ? std::string_view(g->name()) : "?", seq, c.numel, c.dtype, c.peer);
   std::chrono::milliseconds timeout = g ? timeout_for(*g) : default_timeout();
-  std::string what = fmt::format("[{}] timed out after {} ms on {}", c.op, timeout.count(),
-                                 describe(c, seq, comm.rank(), comm.size()));
-  int world = rank();
-  Deadline deadline(Clock::now() + timeout, [what, world] {
+  // The message is formatted only if the deadline passes: this runs on every collective.
+  // (c.op is a literal and groups live until exit, so the copy of `c` stays valid.)
+  const int world = rank(), group_rank = comm.rank(), group_size = comm.size();
+  Deadline deadline(Clock::now() + timeout, [c, seq, group_rank, group_size, timeout, world] {
     std::string path = FlightRecorder::get().dump(world);
-    abort_job(fmt::format("kiln: DistributedError: {}; flight recorder written to {}", what,
-                          path.empty() ? "(could not write)" : path));
+    abort_job(fmt::format(
+        "kiln: DistributedError: [{}] timed out after {} ms on {}; flight recorder written to {}",
+        c.op, timeout.count(), describe(c, seq, group_rank, group_size),
+        path.empty() ? "(could not write)" : path));
   });
   try {
     body();
