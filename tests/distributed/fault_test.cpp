@@ -25,6 +25,7 @@
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/init.h"
 #include "kiln/ops/ops.h"
+#include "tests/backend/sim_util.h"
 
 namespace {
 
@@ -115,6 +116,29 @@ void guard() {
   }
 }
 
+// guard on sim tensors: the broadcast is a host task that runs on the sim stream's thread
+// (Note [Collectives as host tasks] in mpi_backend.cpp), and still has the deadline of the
+// guard in force where it was issued, though the guard may have ended before the stream runs
+// it. Rank 0 receives from rank 1, which never sends.
+void guard_sim() {
+  Device sim = test::sim();
+  dist::world().set_timeout(milliseconds(30'000));
+  Tensor a = full({4}, me() + 1.0, {}, sim);
+  dist::broadcast_(a, 1);  // collective 1 of the sim stream's communicator, on every rank
+  KILN_CHECK(a.to(Device(kCPU)).to_vector<float>() == std::vector<float>(4, 2.0f),
+             "[fault_test] the agreed broadcast on sim gave {}",
+             a.to(Device(kCPU)).to_vector<float>());
+  if (me() == 0) {
+    {
+      dist::TimeoutGuard g(milliseconds(5'000));
+      dist::broadcast_(a, 1);
+    }
+    synchronize(sim);
+  } else {
+    work_past_the_deadline();
+  }
+}
+
 // Under KILN_DIST_DEBUG=detail, calls that agree pass the check, whatever their kind, and give
 // the right values: all-to-all with different split sizes per rank, send/recv (not checked).
 void detail_agree() {
@@ -159,6 +183,7 @@ const std::map<std::string, std::function<void()>>& scenarios() {
       {"throw_uncaught", throw_mid_step},
       {"kill", killed},
       {"guard", guard},
+      {"guard_sim", guard_sim},
       {"detail_agree", detail_agree},
   };
   return s;

@@ -16,7 +16,7 @@ deadline_s=5
 margin_s=20  # mpirun's start on an oversubscribed machine, ASan
 case $scenario in
   *_detail | detail_agree) export KILN_DIST_DEBUG=detail ;;
-  guard) export KILN_DIST_TIMEOUT=60 ;;  # the TimeoutGuard's 5 s is what must fire
+  guard | guard_sim) export KILN_DIST_TIMEOUT=60 ;;  # the TimeoutGuard's 5 s must fire
   kill) export KILN_MPIRUN_EXTRA=--enable-recovery ;;
 esac
 
@@ -113,6 +113,11 @@ case $scenario in
     ;;
   guard)
     has "$(timed_out 'all_reduce_?' 0 2 4)"
+    job_failed
+    within_deadline
+    ;;
+  guard_sim)
+    has "$(timed_out 'broadcast_?' 0 2 4)"
     job_failed
     within_deadline
     ;;
