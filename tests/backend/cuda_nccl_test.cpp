@@ -318,9 +318,12 @@ TEST(NcclErrors, BadCallsRaiseBeforeAnythingIsSent) {
 // the watchdog aborts the group's communicator, the next synchronize raises the
 // DistributedError naming op, group, sequence number and sizes, every later call on the group
 // says it was aborted, and other groups go on. Its own group, so the world's communicator is
-// untouched.
+// untouched. A world of one only: there NCCL's in-place one-rank sum queues no kernel, while with
+// peers the aborted communicator's kernels would still be queued behind the stall (a real hang
+// has them running, and ncclCommAbort ends them).
 TEST(NcclFaults, ACollectivePastItsDeadlineAbortsItsCommunicator) {
   SKIP_WITHOUT_NCCL();
+  if (world_n() > 1) GTEST_SKIP() << "a world of one only (see above)";
   setenv("KILN_DIST_DUMP_DIR", ::testing::TempDir().c_str(), 1);
   std::shared_ptr<dist::ProcessGroup> g = dist::new_group(world_ranks());
   ASSERT_TRUE(g);
