@@ -12,7 +12,7 @@
 
 // Bumped whenever what a plugin compiles against changes shape: DeviceInterface, BackendSpec,
 // OpDef, the tensor classes. A plugin built for another version is refused.
-#define KILN_BACKEND_ABI_VERSION 2u
+#define KILN_BACKEND_ABI_VERSION 3u
 
 namespace kiln {
 

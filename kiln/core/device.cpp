@@ -186,6 +186,7 @@ void manual_seed_devices(uint64_t seed) {
 uint64_t DeviceInterface::create_stream(int) { return 0; }
 void DeviceInterface::launch_host_task(int, std::string_view, std::function<void()> fn) { fn(); }
 void* DeviceInterface::host_task_address(int, void*) { return nullptr; }
+bool DeviceInterface::capturing(int) { return false; }
 void DeviceInterface::destroy_stream(int, uint64_t) {}
 uint64_t DeviceInterface::current_stream(int) { return 0; }
 void DeviceInterface::set_current_stream(int, uint64_t) {}

@@ -87,6 +87,9 @@ class DeviceInterface {
   // directly (sim: its memory is host memory behind the interface); nullptr where they cannot
   // (CUDA), the default.
   virtual void* host_task_address(int index, void* p);
+  // Whether the calling thread is capturing the current stream of device `index`: work queued
+  // now is recorded into a graph, not run. False on a device without graphs, the default.
+  virtual bool capturing(int index);
 };
 
 // Note [Canonical devices]

@@ -6,6 +6,7 @@
 #include "kiln/distributed/backends.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/mpi_comm.h"
+#include "kiln/distributed/shm_allreduce.h"
 
 // Note [Collectives as host tasks]
 // CPU tensors are reduced by MPI on the calling thread, at once. A device whose memory host
@@ -35,10 +36,14 @@ class IssuersTimeout {
 class MpiBackend final : public CollectiveBackend {
  public:
   MpiBackend(const ProcessGroup& group, DeviceInterface* host_tasks)
-      : group_(group), host_tasks_(host_tasks) {}
+      : group_(group),
+        host_tasks_(host_tasks),
+        shm_(host_tasks ? ShmAllReduce::make(group, host_tasks) : nullptr) {}
   std::string_view name() const override { return host_tasks_ ? "mpi (host tasks)" : "mpi"; }
 
   void all_reduce(const Tensor& in, const Tensor& out, const Collective& c) override {
+    // Small messages between ranks of one host: Note [Custom all-reduce] in shm_allreduce.cpp.
+    if (shm_ && shm_->eligible(in, c.reduce)) return shm_->all_reduce(in, out, c);
     run(in, info(c, in, in.numel()),
         [a = addr(in), b = addr(out), n = in.numel()](MpiComm& comm, const CallInfo& i) {
           comm.all_reduce(a, b, n, i);
@@ -113,7 +118,8 @@ class MpiBackend final : public CollectiveBackend {
   }
 
   const ProcessGroup& group_;
-  DeviceInterface* host_tasks_;  // null for CPU tensors
+  DeviceInterface* host_tasks_;        // null for CPU tensors
+  std::unique_ptr<ShmAllReduce> shm_;  // host tasks only; null where the ranks share no host
 };
 
 }  // namespace

@@ -116,6 +116,10 @@ class Interface final : public DeviceInterface {
     device_state(index).launch(name, std::move(fn));
   }
   void* host_task_address(int, void* p) override { return p; }
+  bool capturing(int index) override {
+    const Capture* c = tls_capture;
+    return c && c->device == index && device_state(index).current() == c->stream;
+  }
   uint64_t create_pool(int index) override { return device_state(index).create_pool(); }
   void release_pool(int index, uint64_t p) override { device_state(index).release_pool(p); }
   void begin_capture(int index, uint64_t s, uint64_t pool) override {
