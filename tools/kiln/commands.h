@@ -31,6 +31,9 @@ struct TrainOptions {
   // Also write the checkpoint (--out) every N steps; unset: only at the end.
   std::optional<int64_t> save_every;
   std::string resume;  // a checkpoint to continue from; empty: a fresh run
+  // Data parallel over the ranks of `mpirun -n N` (DistributedDataParallel): each rank trains
+  // on its share of --batch; rank 0 alone logs and writes checkpoints.
+  bool ddp = false;
   // Test hook (hidden): end the process after this step without the final evaluation and
   // save, as a kill would, so that tests can resume from the last --save-every checkpoint.
   std::optional<int64_t> stop_after;

@@ -99,6 +99,9 @@ CLI::App* add_train(CLI::App& app, TrainOptions& o) {
                   "Continue the run that wrote this checkpoint (the same --config, --steps, "
                   "--batch, --seq, --lr, --seed and corpus) to --steps; bitwise the same result "
                   "as a run never stopped, at the same --threads");
+  cmd->add_flag("--ddp", o.ddp,
+                "Data parallel over the ranks of mpirun -n N: each rank trains on its share of "
+                "--batch; rank 0 logs and writes the checkpoint");
   // A test hook, not for users: see TrainOptions::stop_after.
   cmd->add_option("--stop-after", o.stop_after)->group("");
   add_common(cmd, o.common);

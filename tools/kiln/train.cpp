@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -17,9 +18,11 @@
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/compile/compile.h"
 #include "kiln/core/error.h"
+#include "kiln/distributed/distributed.h"
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
+#include "kiln/parallel/ddp.h"
 #include "kiln/profiler/profiler.h"
 #include "tools/kiln/checkpoint.h"
 #include "tools/kiln/commands.h"
@@ -157,12 +160,34 @@ io::StateDict entries_of(const io::StateDict& all, const std::string& prefix) {
 
 }  // namespace
 
+// Note [Data-parallel training]
+// With --ddp each process of `mpirun -n N kiln train --ddp` is one rank. Every rank builds the
+// same model, reads the same corpus and draws the same whole batch of --batch sequences from
+// the same generator (so the data position and a checkpoint's generator state are those of a
+// single-process run), then trains on its own N-th of it; DistributedDataParallel averages
+// the gradients, so each step is the single-process step on the whole batch up to rounding.
+// The loss printed is the ranks' mean. Rank 0 alone prints (the others' stdout goes to
+// /dev/null), evaluates and writes checkpoints; every rank checks the options, so bad ones
+// stop every rank alike. With --device cuda, rank r uses cuda:<its local rank>.
 int run_train(const TrainOptions& o) {
-  const Common common = apply_common(o.common);
+  int rank = 0, ranks = 1;
+  CommonOptions common_options = o.common;
+  if (o.ddp) {
+    distributed::init();
+    rank = distributed::rank();
+    ranks = distributed::world_size();
+    if (common_options.device == "cuda")
+      common_options.device = fmt::format("cuda:{}", distributed::local_rank());
+    if (rank != 0)
+      KILN_CHECK(std::freopen("/dev/null", "w", stdout), "[train] cannot mute rank {}", rank);
+  }
+  const Common common = apply_common(common_options);
   const int threads = common.threads;
   const Device device = common.device;
   nn::GPTConfig cfg = config_named(o.config);
   validate(o, cfg);
+  KILN_CHECK(o.batch % ranks == 0, "[train] --batch {} is not a multiple of the {} ranks (--ddp)",
+             o.batch, ranks);
 
   std::string path = o.data.empty() ? kDefaultCorpus : o.data;
   std::string text = read_text_file(path);
@@ -199,6 +224,10 @@ int run_train(const TrainOptions& o) {
     default_generator().set_seed(st.default_rng_seed);
     default_generator().set_offset(st.default_rng_offset);
   }
+  // See Note [Data-parallel training].
+  std::optional<parallel::DistributedDataParallel> ddp;
+  if (o.ddp) ddp.emplace(model);
+  const int64_t share = o.batch / ranks;
   // What a checkpoint written after `done` steps holds besides the model.
   // See Note [Compiled steps and the optimizers' step counts].
   auto train_state = [&](int64_t done) {
@@ -223,6 +252,9 @@ int run_train(const TrainOptions& o) {
       "seed {}, threads {}, device {}\n",
       path, tokens.size(), corpus.train.size(), corpus.val.size(), o.batch, o.seq, o.steps, o.lr,
       o.seed, threads, device);
+  if (ddp)
+    fmt::print("ddp: {} ranks, {} sequences each, {} bucket{}\n", ranks, share,
+               ddp->buckets().size(), ddp->buckets().size() == 1 ? "" : "s");
   if (resume) fmt::print("resuming from {} at step {}\n", o.resume, start);
   std::fflush(stdout);
 
@@ -241,9 +273,11 @@ int run_train(const TrainOptions& o) {
   if (o.compile)
     compiled.emplace(compile(train_step, {.name = "train_step", .input_names = {"x", "y"}}));
   std::optional<profiler::Session> profile;
-  if (!o.profile.empty()) profile.emplace();
+  if (!o.profile.empty() && rank == 0) profile.emplace();
 
-  Progress progress(o.steps, o.batch * o.seq, stdout_is_tty(), start);
+  // Open MPI gives every rank a pseudo-terminal for stdout, whatever mpirun's own stdout is:
+  // with --ddp the progress is printed as lines.
+  Progress progress(o.steps, o.batch * o.seq, stdout_is_tty() && !ddp, start);
   const uint64_t eval_seed = o.seed + 1;
   auto report = [&](int64_t step) {
     Losses l = evaluate(model, corpus, o.batch, o.seq, eval_seed, device);
@@ -255,15 +289,20 @@ int run_train(const TrainOptions& o) {
     opt_decay.set_lr(schedule(step));
     opt_no_decay.set_lr(schedule(step));
     auto [hx, hy] = sample_batch(corpus.train, o.batch, o.seq, gen);
+    if (ddp) {  // this rank's share of the whole batch
+      hx = narrow(hx, 0, rank * share, share);
+      hy = narrow(hy, 0, rank * share, share);
+    }
     Tensor x = hx.to(device), y = hy.to(device);
     Tensor loss = compiled ? (*compiled)({x, y}).at(0) : train_step(x, y);
+    if (ddp) loss = distributed::all_reduce(loss, distributed::ReduceOp::Avg);
     double l = loss.item<double>();
     KILN_CHECK(std::isfinite(l), "[train] the loss became {} at step {} (try a lower --lr)", l,
                step + 1);
     const int64_t done = step + 1;
     progress.update(done, l);
-    if (o.eval_every > 0 && done % o.eval_every == 0 && done < o.steps) report(done);
-    if (o.save_every && done % *o.save_every == 0 && done < o.steps) {
+    if (rank == 0 && o.eval_every > 0 && done % o.eval_every == 0 && done < o.steps) report(done);
+    if (rank == 0 && o.save_every && done % *o.save_every == 0 && done < o.steps) {
       save_checkpoint(model, o.config, done, train_state(done), o.out);
       progress.print_line(fmt::format("step {}: checkpoint {}", done, o.out));
     }
@@ -274,7 +313,7 @@ int run_train(const TrainOptions& o) {
     }
   }
   double seconds = progress.elapsed_s(), tok_s = progress.tokens_per_s();
-  Losses final = report(o.steps);
+  Losses final = rank == 0 ? report(o.steps) : Losses{0, 0};
   progress.finish();
 
   if (compiled) {
@@ -296,7 +335,7 @@ int run_train(const TrainOptions& o) {
     fmt::print("profile: {} ({} events; open it in https://ui.perfetto.dev)\n", o.profile,
                profile->events().size());
   }
-  save_checkpoint(model, o.config, o.steps, train_state(o.steps), o.out);
+  if (rank == 0) save_checkpoint(model, o.config, o.steps, train_state(o.steps), o.out);
   fmt::print(
       "done: {} steps in {:.1f} s ({:.0f} tokens/s); final train loss {:.4f}, val loss "
       "{:.4f}\ncheckpoint: {}\n",
