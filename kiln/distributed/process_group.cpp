@@ -127,9 +127,25 @@ int ProcessGroup::group_rank_of(int world_rank) const {
 
 CollectiveBackend& ProcessGroup::backend(Device device, std::string_view op) const {
   const int type = device.type();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [t, b] : backends_)
+      if (t == type) return *b;
+  }
+  // A factory registered after this group was made (a plugin loaded later): made now, by every
+  // rank at the same collective of the program (its set-up is collective).
+  BackendFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (auto& [name, f] : r.factories)
+      if (find_device_type(name) == type) factory = f;
+  }
+  if (factory) {
+    GroupFactory::set_backend(const_cast<ProcessGroup&>(*this), type, factory);
+    return backend(device, op);
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [t, b] : backends_)
-    if (t == type) return *b;
   std::unique_ptr<CollectiveBackend> made = make_builtin_backend(*this, device);
   if (!made)
     throw DistributedError(
