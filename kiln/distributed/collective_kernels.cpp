@@ -213,6 +213,8 @@ void all_to_all_out_k(const Tensor& out, const Tensor& self, IntArrayRef out_spl
   Shape out_rows = split_rows(op, g, out_splits, out.dim() ? out.size(0) : 0, "output_split_sizes");
   Shape want(self.sizes());
   want[0] = std::accumulate(out_rows.begin(), out_rows.end(), int64_t{0});
+  // Without splits every rank sends dim 0 of self in equal parts, so out is self's size.
+  if (out_splits.empty() && in_splits.empty()) want[0] = self.size(0);
   check_out(op, g, out, self, want);
   int64_t row = 1;  // elements per row of dim 0
   for (int64_t d = 1; d < self.dim(); ++d) row *= self.size(d);

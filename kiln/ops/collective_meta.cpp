@@ -113,7 +113,8 @@ void meta_all_to_all_out(const Tensor& out, const Tensor& self, IntArrayRef out_
   if (out_splits.empty()) {
     KILN_CHECK(out.defined(), "[all_to_all_single] out is undefined");
     Shape s(self.sizes());
-    s[0] = out.dim() ? out.size(0) : 0;
+    // Without splits every rank sends dim 0 of self in equal parts, so out is self's size.
+    if (!in_splits.empty()) s[0] = out.dim() ? out.size(0) : 0;
     check_out("all_to_all_single", out, self, s);
   } else {
     check_out("all_to_all_single", out, self, want.sizes());
