@@ -95,11 +95,15 @@ std::vector<FlightEntry> FlightRecorder::entries() const {
   return out;
 }
 
+// "all_reduce_ group world seq 2 numel 4 float32 started at 1.250000s" for a call in flight;
+// a finished one gives its span: "completed 1.000000s-1.000093s".
 std::string FlightRecorder::format(const FlightEntry& e) {
   std::string peer = e.peer >= 0 ? fmt::format(" peer {}", e.peer) : "";
-  std::string ended = e.state == CallState::Started ? "" : fmt::format(" ended {:.6f}s", e.ended_s);
-  return fmt::format("{} group {} seq {} numel {} {}{} {} started {:.6f}s{}", e.op, e.group, e.seq,
-                     e.numel, name(e.dtype), peer, state_name(e.state), e.started_s, ended);
+  std::string when = e.state == CallState::Started
+                         ? fmt::format("at {:.6f}s", e.started_s)
+                         : fmt::format("{:.6f}s-{:.6f}s", e.started_s, e.ended_s);
+  return fmt::format("{} group {} seq {} numel {} {}{} {} {}", e.op, e.group, e.seq, e.numel,
+                     name(e.dtype), peer, state_name(e.state), when);
 }
 
 std::string FlightRecorder::dump(int rank) const {
@@ -108,8 +112,10 @@ std::string FlightRecorder::dump(int rank) const {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return "";
   std::vector<FlightEntry> es = entries();
-  std::fprintf(f, "# kiln flight recorder, rank %d: the last %zu collectives, oldest first\n", rank,
-               es.size());
+  std::fprintf(f,
+               "# kiln flight recorder, rank %d: the last %zu collectives, oldest first; times "
+               "in seconds from this process's first collective\n",
+               rank, es.size());
   for (const FlightEntry& e : es) std::fprintf(f, "%s\n", format(e).c_str());
   std::fclose(f);
   return path;

@@ -29,6 +29,9 @@ out=$(timeout $((deadline_s * 12)) "$root/scripts/mpirun.sh" 2 bash -c \
 rc=$?
 elapsed_ms=$((($(date +%s%N) - start) / 1000000))
 printf '%s\n' "$out"
+for f in "$dump"/kiln_flight_rank*.txt; do
+  [ -e "$f" ] && { echo "== $f"; cat "$f"; }
+done
 echo "fault_test.sh: $scenario: mpirun exited $rc after $elapsed_ms ms"
 
 failed=0

@@ -109,12 +109,11 @@ TEST(FlightRecorder, FormatsOneLinePerCall) {
   e.started_s = 1.5;
   e.ended_s = 2.25;
   EXPECT_EQ(FlightRecorder::format(e),
-            "broadcast_ group group1 seq 3 numel 8 bfloat16 peer 1 completed started 1.500000s "
-            "ended 2.250000s");
+            "broadcast_ group group1 seq 3 numel 8 bfloat16 peer 1 completed 1.500000s-2.250000s");
   e.peer = -1;
   e.state = CallState::Started;
   EXPECT_EQ(FlightRecorder::format(e),
-            "broadcast_ group group1 seq 3 numel 8 bfloat16 started started 1.500000s");
+            "broadcast_ group group1 seq 3 numel 8 bfloat16 started at 1.500000s");
 }
 
 TEST(FlightRecorder, DumpWritesEveryEntryToTheDumpDirectory) {
@@ -132,7 +131,8 @@ TEST(FlightRecorder, DumpWritesEveryEntryToTheDumpDirectory) {
   std::string text = read_file(path);
   std::vector<FlightEntry> es = fr.entries();
   std::string want = "# kiln flight recorder, rank 5: the last " + std::to_string(es.size()) +
-                     " collectives, oldest first\n";
+                     " collectives, oldest first; times in seconds from this process's first "
+                     "collective\n";
   for (const FlightEntry& e : es) want += FlightRecorder::format(e) + "\n";
   EXPECT_EQ(text, want);
   EXPECT_NE(text.find("all_reduce_ group world seq 41 numel 4 float32 completed"),
