@@ -1,7 +1,8 @@
 #pragma once
 // One thread per process that watches the deadlines of collectives in flight and runs a call's
 // expiry action when its deadline passes (Note [Deadlines] in mpi_comm.cpp). Arming and
-// disarming cost a lock, not a thread wake-up, unless the new deadline is the earliest.
+// disarming cost a lock, not a thread wake-up, unless the new deadline is earlier than the one
+// the thread sleeps until (Note [Waking the watchdog] in watchdog.cpp).
 #include <chrono>
 #include <cstdint>
 #include <functional>

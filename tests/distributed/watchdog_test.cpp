@@ -64,6 +64,26 @@ TEST(Watchdog, AnEarlierDeadlineWakesTheWatchdog) {
   EXPECT_TRUE(watchdog_disarm(late));
 }
 
+// Note [Waking the watchdog] in watchdog.cpp: after a disarm the thread sleeps on until the
+// deadline it slept for. A shorter deadline armed then must still wake it...
+TEST(Watchdog, AShortDeadlineArmedAfterALongOneWasDisarmedFires) {
+  Fired f;
+  uint64_t late = watchdog_arm(Clock::now() + std::chrono::hours(1), f.action(1));
+  EXPECT_TRUE(watchdog_disarm(late));
+  watchdog_arm(Clock::now() + milliseconds(5), f.action(2));
+  EXPECT_EQ(f.wait_for(1), std::vector<int>{2});
+}
+
+// ... and a later one, armed without waking it, fires once the thread has woken for the old
+// deadline and found it gone.
+TEST(Watchdog, ALaterDeadlineArmedWithoutWakingTheThreadFires) {
+  Fired f;
+  uint64_t first = watchdog_arm(Clock::now() + milliseconds(20), f.action(1));
+  EXPECT_TRUE(watchdog_disarm(first));
+  watchdog_arm(Clock::now() + milliseconds(60), f.action(2));
+  EXPECT_EQ(f.wait_for(1), std::vector<int>{2});
+}
+
 TEST(Watchdog, FiresInDeadlineOrder) {
   Fired f;
   Clock::time_point t = Clock::now();
