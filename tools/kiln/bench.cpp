@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/core/error.h"
+#include "kiln/distributed/init.h"
 #include "kiln/ops/ops.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/workloads.h"
@@ -28,6 +29,8 @@ int run_bench(const BenchOptions& o) {
   if (o.math_attention) set_fused_attention(false);
   std::vector<workloads::Metric> metrics =
       w->run({.iters = iters, .small = o.small, .device = common.device});
+  // Under mpirun (the distributed workloads) every rank times and rank 0 reports.
+  if (distributed::is_initialized() && distributed::rank() != 0) return 0;
 
   if (o.json) {
     nlohmann::ordered_json j;

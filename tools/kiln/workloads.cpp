@@ -10,6 +10,7 @@
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
+#include "tools/kiln/dist_workloads.h"
 
 namespace kiln::workloads {
 
@@ -265,6 +266,10 @@ const std::vector<Workload>& all() {
       {"gpt", "train step of the bench GPT (vocab 512, ctx 128, width 256, 4 layers)", kGptIters,
        gpt},
       {"gpt_large", "train step of a GPT at width 768, 12 layers, ctx 1024, batch 8", 3, gpt_large},
+      // dist_workloads.h: run on N ranks with scripts/mpirun.sh N.
+      {"allreduce", "float32 all_reduce at 4 KB..64 MB against bare MPI_Allreduce (mpirun)", 200,
+       [](const Options& o) { return allreduce(o); }},
+      {"ddp", "the mlp step under DistributedDataParallel against one process (mpirun)", 10, ddp},
   };
   return list;
 }

@@ -34,7 +34,8 @@ struct Workload {
   std::function<std::vector<Metric>(const Options&)> run;
 };
 
-// dispatch, chain, adamw, mlp, gpt (all but dispatch also on an accelerator).
+// dispatch, chain, adamw, mlp, gpt (all but dispatch also on an accelerator), gpt_large, and
+// the distributed allreduce (dist_workloads.h).
 const std::vector<Workload>& all();
 // nullptr when there is no workload of that name.
 const Workload* find(const std::string& name);
