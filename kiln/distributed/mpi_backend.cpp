@@ -87,7 +87,7 @@ class MpiBackend final : public CollectiveBackend {
         });
   }
   void barrier(Device device, const Collective& c) override {
-    CallInfo i{c.op, c.group, DType::Float32, 0, c.reduce, -1};
+    CallInfo i{c.op, c.group, DType::Float32, 0, c.reduce, -1, timeout_for(*c.group)};
     MpiComm* comm = group_.comm(stream_key(device));
     if (!host_tasks_) return comm->barrier(i);
     host_tasks_->launch_host_task(device.index(), c.op, [comm, i, t = timeout_for(*c.group)] {
@@ -98,7 +98,7 @@ class MpiBackend final : public CollectiveBackend {
 
  private:
   static CallInfo info(const Collective& c, const Tensor& t, int64_t numel) {
-    return CallInfo{c.op, c.group, t.dtype(), numel, c.reduce, c.peer};
+    return CallInfo{c.op, c.group, t.dtype(), numel, c.reduce, c.peer, timeout_for(*c.group)};
   }
   void* addr(const Tensor& t) const {
     void* p = t.impl()->data();

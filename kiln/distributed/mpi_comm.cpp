@@ -255,7 +255,9 @@ static void run_collective(MpiComm& comm, uint64_t seq, const CallInfo& c, F&& b
   FlightRecorder& fr = FlightRecorder::get();
   uint64_t slot =
       fr.start(c.op, g ? std::string_view(g->name()) : "?", seq, c.numel, c.dtype, c.peer);
-  std::chrono::milliseconds timeout = g ? timeout_for(*g) : default_timeout();
+  std::chrono::milliseconds timeout = c.timeout.count() > 0 ? c.timeout
+                                      : g                   ? timeout_for(*g)
+                                                            : default_timeout();
   // The message is formatted only if the deadline passes: this runs on every collective.
   // (c.op is a literal and groups live until exit, so the copy of `c` stays valid.)
   const int world = rank(), group_rank = comm.rank(), group_size = comm.size();

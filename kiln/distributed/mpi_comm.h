@@ -24,6 +24,9 @@ struct CallInfo {
   int64_t numel = 0;  // elements this rank contributes
   ReduceOp reduce = ReduceOp::Sum;
   int peer = -1;  // root / destination / source
+  // The deadline's length, fixed where the call was issued (a host task runs on another
+  // thread, which a TimeoutGuard does not reach); 0: timeout_for(group) when it runs.
+  std::chrono::milliseconds timeout{0};
 };
 
 class MpiComm {
