@@ -3,7 +3,6 @@
 // The single-process references are computed on every rank locally, with the whole batch.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -23,13 +22,9 @@ namespace {
 using parallel::DDPOptions;
 using parallel::DistributedDataParallel;
 
-// The world, with a deadline short enough that a rank left behind by a failed assertion ends
-// the job (See Note [Faults] in the distributed layer) instead of hanging the test run.
-const distributed::ProcessGroup& world() {
-  static bool once = (distributed::world().set_timeout(std::chrono::seconds(30)), true);
-  (void)once;
-  return distributed::world();
-}
+// The world (dist_test_main.cpp sets a 30 s deadline: a rank left behind by a failed
+// assertion ends the job instead of hanging the test run).
+const distributed::ProcessGroup& world() { return distributed::world(); }
 
 // Linear(8, 16) -> GELU -> Linear(16, 4), times a buffer; `extra` (when made) is added while
 // use_extra is set. Parameters in registration order: extra, l1.weight, l1.bias,
