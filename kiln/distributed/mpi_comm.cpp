@@ -575,7 +575,20 @@ std::unique_ptr<MpiComm::Request> MpiComm::start_all_reduce(void* buf, int64_t c
     abort_job(fmt::format("kiln: DistributedError: {}; flight recorder written to {}", what,
                           path.empty() ? "(could not write)" : path));
   });
-  int n = to_int(count, c, "an all-reduce");
+  int n = 0;
+  try {
+    // Note [Debug checks]. A blocking all-reduce on one rank never matches a non-blocking one on
+    // another in MPI, so this one is checked under its own name.
+    if (debug_detail()) {
+      CallInfo checked = c;
+      checked.op = "all_reduce_async";
+      debug_check(*this, seq, checked);
+    }
+    n = to_int(count, c, "an all-reduce");
+  } catch (...) {
+    FlightRecorder::get().finish(r->slot, CallState::Failed);
+    throw;
+  }
   void* data = buf;
   MPI_Datatype type = mpi_type(c.dtype);
   if (is_16bit_float(c.dtype)) {

@@ -78,6 +78,25 @@ void skip() {
   dist::barrier();
 }
 
+// Rank 1 skips the second all-reduce, which rank 0 started without waiting (DDP's buckets on
+// the CPU) and polls, as gradient hooks do: the deadline holds for a call in flight too.
+void skip_async() {
+  agree();
+  if (me() == 0) {
+    dist::Work w = dist::all_reduce_async(ones({4}));
+    while (!w.is_completed()) std::this_thread::yield();
+  } else {
+    work_past_the_deadline();
+  }
+  dist::barrier();
+}
+
+// Asynchronous all-reduces of 4 elements on rank 0 and 8 on rank 1 (collective 2).
+void different_sizes_async() {
+  agree();
+  dist::all_reduce_async(ones({me() == 0 ? 4 : 8})).wait();
+}
+
 // Rank 1 raises between the step's collectives; main catches it and returns 1, as the kiln
 // program does.
 void throw_mid_step() {
@@ -178,6 +197,8 @@ const std::map<std::string, std::function<void()>>& scenarios() {
       {"sizes", different_sizes},
       {"sizes_detail", different_sizes},
       {"skip", skip},
+      {"skip_async", skip_async},
+      {"sizes_async_detail", different_sizes_async},
       {"throw", throw_mid_step},
       {"throw_first", throw_first},
       {"throw_uncaught", throw_mid_step},

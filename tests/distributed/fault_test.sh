@@ -62,12 +62,12 @@ case $scenario in
     job_failed
     within_deadline
     ;;
-  ops_detail | sizes_detail)  # both ranks raise the same error at once, listing every rank's call
-    if [ "$scenario" = ops_detail ]; then
-      calls='rank 0: all_reduce_? of 4 float32 .*; rank 1: broadcast_? of 4 float32 .*'
-    else
-      calls='rank 0: all_reduce_? of 4 float32 .*; rank 1: all_reduce_? of 8 float32 .*'
-    fi
+  ops_detail | sizes_detail | sizes_async_detail)  # every rank raises at once, listing the calls
+    case $scenario in
+      ops_detail) calls='rank 0: all_reduce_? of 4 float32 .*; rank 1: broadcast_? of 4 float32 .*' ;;
+      sizes_detail) calls='rank 0: all_reduce_? of 4 float32 .*; rank 1: all_reduce_? of 8 float32 .*' ;;
+      *) calls='rank 0: all_reduce_async of 4 float32 .*; rank 1: all_reduce_async of 8 float32 .*' ;;
+    esac
     has "kiln-fault-test: rank 0 $(disagree 2 "$calls")"
     has "kiln-fault-test: rank 1 $(disagree 2 "$calls")"
     lacks 'timed out'
@@ -87,6 +87,12 @@ case $scenario in
     file_has "$f" '^# kiln flight recorder, rank 0'
     file_has "$f" '^all_reduce_? group world seq 1 numel 4 float32 completed'
     file_has "$f" '^all_reduce_? group world seq 2 numel 4 float32 started'
+    job_failed
+    within_deadline
+    ;;
+  skip_async)
+    has "$(timed_out 'all_reduce_?' 0 2 4)"
+    file_has "$dump/kiln_flight_rank0.txt" '^all_reduce_? group world seq 2 numel 4 float32 started'
     job_failed
     within_deadline
     ;;
