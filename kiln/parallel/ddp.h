@@ -86,7 +86,8 @@ class DistributedDataParallel {
   // function is traced, it becomes a guard.
   bool sync_enabled() const;
 
-  // Zeroes every gradient, one fill per bucket (the same as zeroing each .grad).
+  // Zeroes every gradient, one fill per bucket, and makes each .grad its bucket view again
+  // (after zero_grad(set_to_none) or a set_grad).
   void zero_grad();
 
   const std::vector<DDPBucket>& buckets() const;
