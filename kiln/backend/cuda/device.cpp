@@ -23,6 +23,7 @@
 #include "kiln/backend/cuda/blas.h"
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/cuda.h"
+#include "kiln/backend/cuda/custom_allreduce.h"
 #include "kiln/backend/cuda/floor.h"
 
 namespace kiln::cuda {
@@ -232,6 +233,7 @@ class Interface final : public DeviceInterface {
   // cudaLaunchHostFunc: `fn` runs on CUDA's callback thread when the stream reaches it, and must
   // not call CUDA. Captured, it is recorded into the graph and kept until exit (each replay
   // runs it). An exception it throws is posted to the device (post_device_error).
+  bool capturing(int index) override { return ::kiln::cuda::capturing(index); }
   void launch_host_task(int index, std::string_view, std::function<void()> fn) override {
     struct Task {
       int index;
@@ -294,6 +296,12 @@ class Interface final : public DeviceInterface {
       if (g) cudaGraphDestroy(g);
       KILN_THROW(Device, "[cuda] the capture of stream {} on cuda:{} failed: {} ({})",
                  fmt::ptr(as_stream(s)), index, cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+    try {  // the capture's custom all-reduce registrations (Note [Custom all-reduce on CUDA])
+      CustomAllReduce::end_capture(index);
+    } catch (...) {
+      cudaGraphDestroy(g);
+      throw;
     }
     return reinterpret_cast<uint64_t>(g);
   }

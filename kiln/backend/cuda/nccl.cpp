@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "kiln/backend/cuda/common.h"
+#include "kiln/backend/cuda/custom_allreduce.h"
 #include "kiln/core/error.h"
 #include "kiln/core/tensor_impl.h"
 #include "kiln/distributed/collective_backend.h"
@@ -303,6 +304,10 @@ class NcclBackend final : public dist::CollectiveBackend {
   std::string_view name() const override { return "nccl"; }
 
   void all_reduce(const Tensor& in, const Tensor& out, const dist::Collective& c) override {
+    if (custom_ && custom_->eligible(in, c.reduce)) {  // Note [Custom all-reduce on CUDA]
+      if (debug_detail()) debug_check(*c.group, in.device(), {c.op, in.numel(), in.dtype()});
+      return custom_->all_reduce(in, out, c);
+    }
     const void* src = in.impl()->data();
     void* dst = out.impl()->data();
     const size_t n = static_cast<size_t>(in.numel());
@@ -397,6 +402,7 @@ class NcclBackend final : public dist::CollectiveBackend {
   void issue(const dist::Collective& call, Device device, CallDesc d, bool empty, F&& enqueue);
 
   std::shared_ptr<Comm> comm_;
+  std::unique_ptr<CustomAllReduce> custom_;  // small all-reduces within a host; may be null
 };
 
 NcclBackend::NcclBackend(dist::ProcessGroup& g) : comm_(std::make_shared<Comm>()) {
@@ -447,6 +453,7 @@ NcclBackend::NcclBackend(dist::ProcessGroup& g) : comm_(std::make_shared<Comm>()
   }
   KILN_CUDA_CHECK(cudaMalloc(&c.barrier_buf, sizeof(float)));
   KILN_CUDA_CHECK(cudaMemset(c.barrier_buf, 0, sizeof(float)));
+  custom_ = CustomAllReduce::make(g, c.device);
 }
 
 template <class F>
@@ -526,6 +533,7 @@ void NcclBackend::issue(const dist::Collective& call, Device device, CallDesc d,
 
 const bool g_registered = [] {
   dist::register_collective_backend("cuda", [](dist::ProcessGroup& g) {
+    if (!nccl_enabled()) return make_custom_only_backend(g);  // KILN_NCCL=0
     return std::unique_ptr<dist::CollectiveBackend>(new NcclBackend(g));
   });
   return true;

@@ -1,0 +1,486 @@
+// The host side of the custom all-reduce (custom_allreduce.h): set-up over MPI, eligibility,
+// eager staging, registration of captured buffers and their exchange after the capture.
+//
+// Note [Custom all-reduce on CUDA]
+// The design is Note [Custom all-reduce] in kiln/distributed/shm_allreduce.cpp; on CUDA:
+// - Set-up, when the group is made (the NCCL backend's factory calls make(), never inside a
+//   capture): every rank all-gathers its host, its GPU's UUID and PCI bus id, the co-resident
+//   blocks of the kernels and its KILN_CUSTOM_AR_MAX_BYTES. The path exists only where every
+//   pair of ranks can map each other's memory: the same host, and the same GPU (two processes
+//   on one GPU share memory by IPC too, which is how the tests run on one GPU) or
+//   cudaDeviceCanAccessPeer. Every rank decides from the same gathered rows, so all agree.
+//   Each rank then allocates one buffer, [Signal | tmp | staging], zeroes it, and shares it by
+//   cudaIpcGetMemHandle; the peers open it (cudaIpcOpenMemHandle). Any failure on any rank
+//   leaves every rank without the path (null), never some ranks with it.
+// - Each call's kernel reads its inputs' addresses from a RankData slot in device memory: slot
+//   0 holds every rank's staging buffer (eager calls); each captured call gets a slot of its
+//   own. The slot's address is the kernel's argument, so a graph may hold it while its
+//   contents are written after the capture.
+// - Eager: the input is copied into the rank's staging buffer on the stream, then the kernel.
+// - Captured: the input's address is recorded as a pending registration and the kernel is
+//   captured with the call's slot. When the capture ends (end_capture(), called by the device
+//   plugin's end_capture) every pending registration is completed in one exchange: for each,
+//   a rank sends the IPC handle of the allocation holding its buffer and the buffer's offset
+//   in it (the caching allocator hands out pieces of larger cudaMalloc segments, and IPC
+//   shares whole allocations: cuMemGetAddressRange gives the base), the peers open the handle
+//   (once per allocation) and add the offset, and the slot is written. Replays then read the
+//   graph's own buffers with no copy. An input the kernel cannot read in place (an in-place
+//   call, whose output a one-shot kernel would overwrite while peers read it, or an address not
+//   16-byte aligned) is copied to staging inside the graph instead, and its peers are told so.
+// - Flags: Signal::self_counter, in device memory, is advanced by the kernel at every barrier;
+//   the flag value is never a kernel argument (a graph would freeze it, and the second replay
+//   would wait for a value that was already used). Flags are stored with st.release.sys and
+//   polled with ld.acquire.sys. The grid is no larger than the blocks every kernel can keep
+//   resident at once (block b waits for block b of each peer, so all must run together), and
+//   the same on every rank (the minimum gathered at set-up).
+// - Deadlines: a barrier polls %globaltimer against the call's deadline; on expiry it sets the
+//   device's error word with this group's code, so the next synchronize raises a DeviceError
+//   naming the group, and the kernel ends. The flags are then out of step: the group's custom
+//   all-reduce cannot be used again.
+// - A group's custom all-reduce serves one stream at a time, as an NCCL communicator does: two
+//   streams running its kernels at once would share the staging buffer and the flags.
+#include "kiln/backend/cuda/custom_allreduce.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/backend/cuda/common.h"
+#include "kiln/backend/cuda/nccl.h"
+#include "kiln/core/error.h"
+#include "kiln/core/tensor_impl.h"
+#include "kiln/distributed/collectives.h"
+#include "kiln/distributed/flight_recorder.h"
+#include "kiln/distributed/mpi_comm.h"
+#include "kiln/distributed/shm_allreduce.h"
+
+namespace kiln::cuda {
+
+namespace dist = kiln::distributed;
+
+namespace {
+
+// Up to this size one-shot (every rank reads every input once) beats two-shot.
+constexpr size_t kOneShotMaxBytes = size_t{256} << 10;
+// RankData slots: slot 0 for eager calls, the others one per captured call.
+constexpr int kSlots = 4096;
+
+struct Counters {
+  std::atomic<uint64_t> eager{0}, captured{0}, staged_in_capture{0}, exchanges{0}, registered{0};
+} g_stats;
+
+// cuMemGetAddressRange through the runtime's driver entry point: linking libcuda would make
+// libkiln_cuda unloadable where no driver is installed (CI builds it there, and its tests skip).
+using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+AddressRangeFn address_range() {
+  static AddressRangeFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<AddressRangeFn>(p);
+  }();
+  return fn;
+}
+
+int dtype_code(DType t) { return t == DType::Float16 ? 1 : t == DType::BFloat16 ? 2 : 0; }
+
+}  // namespace
+
+bool nccl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_NCCL");
+    return !(v && std::string_view(v) == "0");
+  }();
+  return on;
+}
+
+CustomAllReduceStats custom_all_reduce_stats() {
+  return {g_stats.eager.load(), g_stats.captured.load(), g_stats.staged_in_capture.load(),
+          g_stats.exchanges.load(), g_stats.registered.load()};
+}
+
+struct CustomAllReduce::State {
+  const dist::ProcessGroup* group = nullptr;
+  dist::MpiComm* base = nullptr;
+  int rank = 0, size = 1, device = 0;
+  size_t capacity = 0;        // staging and tmp bytes, the same on every rank
+  int max_blocks = 0;         // the same on every rank
+  char* buffer = nullptr;     // this rank's [Signal | tmp | staging]
+  std::vector<char*> bases;   // every rank's buffer, mapped here
+  char* rank_data = nullptr;  // kSlots RankData, device memory
+  int error_code = 0;
+  std::mutex mu;
+  int next_slot = 1;  // under mu
+  struct Pending {
+    int slot;
+    const char* ptr;  // null: the replay copies the input to staging
+    size_t bytes;
+  };
+  std::vector<Pending> pending;         // under mu
+  std::map<std::string, char*> opened;  // peer rank + IPC handle -> mapped allocation
+  uint64_t seq = 0;                     // calls issued
+
+  char* staging(int r) const {
+    return bases[r] + detail::custom_all_reduce_signal_bytes() + capacity;
+  }
+  char* slot_at(int slot) const {
+    return rank_data + static_cast<size_t>(slot) * detail::custom_all_reduce_rank_data_bytes();
+  }
+  std::string where() const {
+    return fmt::format("group {} (rank {} of {}) on cuda:{}", group->name(), rank, size, device);
+  }
+  void exchange();
+};
+
+namespace {
+
+std::mutex g_instances_mu;
+std::vector<CustomAllReduce::State*>& instances() {
+  static auto* v = new std::vector<CustomAllReduce::State*>();  // never destroyed: see ~
+  return *v;
+}
+
+// An MPI all-gather with a deadline and a flight-recorder entry: set-up and exchanges.
+void gather(const CustomAllReduce::State& s, const void* in, void* out, size_t nbytes) {
+  dist::CallInfo info{"custom_ar_setup", s.group, DType::UInt8, static_cast<int64_t>(nbytes)};
+  s.base->all_gather(in, out, static_cast<int64_t>(nbytes), info);
+}
+
+// Whether every rank says yes.
+bool all_agree(const CustomAllReduce::State& s, bool mine) {
+  int32_t v = mine ? 1 : 0;
+  std::vector<int32_t> all(s.size);
+  gather(s, &v, all.data(), sizeof v);
+  return std::all_of(all.begin(), all.end(), [](int32_t x) { return x == 1; });
+}
+
+}  // namespace
+
+CustomAllReduce::CustomAllReduce(std::unique_ptr<State> s) : s_(std::move(s)) {
+  std::lock_guard<std::mutex> lock(g_instances_mu);
+  instances().push_back(s_.get());
+}
+
+// Groups live until exit, and CUDA may be shut down by then: the buffers and mappings are left
+// for the process's end to free, as the NCCL communicators are (Note [NCCL communicators]).
+CustomAllReduce::~CustomAllReduce() {
+  std::lock_guard<std::mutex> lock(g_instances_mu);
+  std::erase(instances(), s_.get());
+  (void)s_.release();
+}
+
+std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group, int device) {
+  dist::MpiComm* base = group.base_comm();
+  if (!base || base->size() < 2 || base->size() > detail::custom_all_reduce_max_ranks())
+    return nullptr;
+  auto s = std::make_unique<State>();
+  s->group = &group;
+  s->base = base;
+  s->rank = base->rank();
+  s->size = base->size();
+  s->device = device;
+  current_stream(device);  // makes `device` this thread's device
+
+  struct Row {
+    char host[64] = {};
+    char bus[32] = {};
+    char uuid[16] = {};
+    uint64_t capacity = 0;
+    int32_t blocks = 0;
+    int32_t pad = 0;
+  } mine;
+  gethostname(mine.host, sizeof(mine.host) - 1);
+  cudaDeviceProp prop{};
+  bool ok = cudaGetDeviceProperties(&prop, device) == cudaSuccess &&
+            cudaDeviceGetPCIBusId(mine.bus, sizeof(mine.bus), device) == cudaSuccess;
+  if (ok) std::memcpy(mine.uuid, prop.uuid.bytes, sizeof(mine.uuid));
+  mine.capacity = dist::custom_all_reduce_max_bytes() / 16 * 16;
+  mine.blocks = ok ? detail::custom_all_reduce_max_blocks(device) : 0;
+  cudaGetLastError();
+  std::vector<Row> rows(s->size);
+  gather(*s, &mine, rows.data(), sizeof(Row));
+  s->capacity = mine.capacity;
+  s->max_blocks = mine.blocks;
+  for (int r = 0; r < s->size; ++r) {
+    const Row& row = rows[r];
+    s->capacity = std::min<size_t>(s->capacity, row.capacity);
+    s->max_blocks = std::min(s->max_blocks, static_cast<int>(row.blocks));
+    if (std::strncmp(row.host, mine.host, sizeof(row.host)) != 0) ok = false;
+    if (r == s->rank || !ok || std::memcmp(row.uuid, mine.uuid, sizeof(row.uuid)) == 0) continue;
+    int peer = -1, can = 0;
+    ok = cudaDeviceGetByPCIBusId(&peer, row.bus) == cudaSuccess &&
+         cudaDeviceCanAccessPeer(&can, device, peer) == cudaSuccess && can;
+    cudaGetLastError();
+  }
+  if (!all_agree(*s, ok && s->max_blocks > 0 && s->capacity > 0)) return nullptr;
+
+  // The shared buffers.
+  const size_t bytes = detail::custom_all_reduce_signal_bytes() + 2 * s->capacity;
+  cudaIpcMemHandle_t handle{};
+  ok = cudaMalloc(&s->buffer, bytes) == cudaSuccess &&
+       cudaMemset(s->buffer, 0, bytes) == cudaSuccess &&
+       cudaIpcGetMemHandle(&handle, s->buffer) == cudaSuccess;
+  cudaGetLastError();
+  std::vector<cudaIpcMemHandle_t> handles(s->size);
+  gather(*s, &handle, handles.data(), sizeof handle);
+  if (!all_agree(*s, ok)) {
+    if (s->buffer) cudaFree(s->buffer);
+    return nullptr;
+  }
+  s->bases.assign(s->size, nullptr);
+  s->bases[s->rank] = s->buffer;
+  for (int r = 0; r < s->size && ok; ++r) {
+    if (r == s->rank) continue;
+    void* p = nullptr;
+    ok = cudaIpcOpenMemHandle(&p, handles[r], cudaIpcMemLazyEnablePeerAccess) == cudaSuccess;
+    s->bases[r] = static_cast<char*>(p);
+  }
+  cudaGetLastError();
+  const size_t rd = detail::custom_all_reduce_rank_data_bytes();
+  ok = ok && cudaMalloc(&s->rank_data, kSlots * rd) == cudaSuccess;
+  if (ok) {  // slot 0: every rank's staging buffer
+    std::vector<char> slot0(rd, 0);
+    for (int r = 0; r < s->size; ++r) {
+      char* p = s->staging(r);
+      std::memcpy(slot0.data() + r * sizeof(char*), &p, sizeof p);
+    }
+    ok = cudaMemcpy(s->rank_data, slot0.data(), rd, cudaMemcpyHostToDevice) == cudaSuccess;
+  }
+  cudaGetLastError();
+  if (!all_agree(*s, ok)) {
+    for (int r = 0; r < s->size; ++r)
+      if (r != s->rank && s->bases[r]) cudaIpcCloseMemHandle(s->bases[r]);
+    if (s->rank_data) cudaFree(s->rank_data);
+    cudaFree(s->buffer);
+    return nullptr;
+  }
+  s->error_code = error_code(
+      fmt::format("[all_reduce] the custom all-reduce of {} timed out waiting for a peer (a rank "
+                  "that stopped, or ranks that issued different collectives); its flags are out "
+                  "of step, so the group cannot run it again",
+                  s->where())
+          .c_str());
+  return std::unique_ptr<CustomAllReduce>(new CustomAllReduce(std::move(s)));
+}
+
+bool CustomAllReduce::eligible(const Tensor& in, dist::ReduceOp op) const {
+  const dist::CustomAllReduceMode mode = dist::custom_all_reduce_mode();
+  if (mode == dist::CustomAllReduceMode::Off) return false;
+  if (op != dist::ReduceOp::Sum && op != dist::ReduceOp::Avg) return false;
+  const DType t = in.dtype();
+  if (t != DType::Float32 && t != DType::Float16 && t != DType::BFloat16) return false;
+  const size_t n = in.nbytes();
+  // One size today for both modes: the staging buffer is as large as Auto's threshold.
+  return n > 0 && n % 16 == 0 && n <= s_->capacity;
+}
+
+void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist::Collective& c) {
+  State& s = *s_;
+  KILN_CHECK_DEVICE(in.device().index() == s.device,
+                    "[{}] the tensor is on {} but the custom all-reduce of {} serves cuda:{}", c.op,
+                    in.device(), s.where(), s.device);
+  cudaStream_t stream = current_stream(s.device);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  const size_t n = in.nbytes();
+  const auto* src = static_cast<const char*>(in.impl()->data());
+  auto* dst = static_cast<char*>(out.impl()->data());
+  int slot = 0;
+  bool stage = true;
+  if (capture != cudaStreamCaptureStatusNone) {
+    const bool overlap = src < dst + out.nbytes() && dst < src + n;
+    stage = overlap || reinterpret_cast<uintptr_t>(src) % 16 != 0;
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.next_slot >= kSlots)
+      throw DistributedError(fmt::format(
+          "[{}] the custom all-reduce of {} has registered {} captured calls, its limit; "
+          "capture fewer all-reduces, or set KILN_CUSTOM_AR=0",
+          c.op, s.where(), kSlots - 1));
+    slot = s.next_slot++;
+    s.pending.push_back({slot, stage ? nullptr : src, n});
+    g_stats.captured++;
+    if (stage) g_stats.staged_in_capture++;
+  } else {
+    g_stats.eager++;
+  }
+  if (stage)
+    KILN_CUDA_CHECK(cudaMemcpyAsync(s.staging(s.rank), src, n, cudaMemcpyDeviceToDevice, stream));
+  const auto timeout = dist::timeout_for(*c.group);
+  const uint64_t timeout_ns = static_cast<uint64_t>(timeout.count()) * 1'000'000;
+  detail::launch_custom_all_reduce(
+      dtype_code(in.dtype()), s.slot_at(slot), s.bases.data(), s.rank, s.size,
+      static_cast<int64_t>(n), dst, c.reduce == dist::ReduceOp::Avg, n > kOneShotMaxBytes,
+      s.max_blocks, timeout_ns, error_word(s.device), s.error_code, stream);
+  check_launch("all_reduce");
+  dist::FlightRecorder& fr = dist::FlightRecorder::get();
+  fr.finish(fr.start(c.op, s.group->name(), ++s.seq, in.numel(), in.dtype(), -1),
+            dist::CallState::Completed);  // queued; a hang shows as the kernel's deadline
+}
+
+void CustomAllReduce::State::exchange() {
+  std::vector<Pending> regs;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    regs.swap(pending);
+  }
+  const int64_t count = static_cast<int64_t>(regs.size());
+  std::vector<int64_t> counts(size);
+  gather(*this, &count, counts.data(), sizeof count);
+  for (int r = 0; r < size; ++r)
+    if (counts[r] != count)
+      throw DistributedError(fmt::format(
+          "[all_reduce] the ranks of {} captured different numbers of custom all-reduces: rank "
+          "{} registered {}, rank {} registered {}",
+          where(), rank, count, r, counts[r]));
+  struct Row {
+    uint64_t slot = 0, bytes = 0, offset = 0;
+    int32_t staged = 0, pad = 0;
+    cudaIpcMemHandle_t handle{};
+  };
+  std::vector<Row> mine(regs.size());
+  for (size_t i = 0; i < regs.size(); ++i) {
+    Row& row = mine[i];
+    row.slot = static_cast<uint64_t>(regs[i].slot);
+    row.bytes = regs[i].bytes;
+    row.staged = regs[i].ptr == nullptr;
+    if (row.staged) continue;
+    AddressRangeFn range = address_range();
+    KILN_CHECK_DEVICE(range,
+                      "[all_reduce] the custom all-reduce of {} needs the driver's "
+                      "cuMemGetAddressRange, which this driver does not provide",
+                      where());
+    CUdeviceptr b = 0;
+    size_t sz = 0;
+    KILN_CHECK_DEVICE(range(&b, &sz, reinterpret_cast<CUdeviceptr>(regs[i].ptr)) == CUDA_SUCCESS,
+                      "[all_reduce] cuMemGetAddressRange failed for a captured input at {} ({})",
+                      fmt::ptr(regs[i].ptr), where());
+    row.offset = reinterpret_cast<uintptr_t>(regs[i].ptr) - static_cast<uintptr_t>(b);
+    KILN_CUDA_CHECK(cudaIpcGetMemHandle(&row.handle, reinterpret_cast<void*>(b)));
+  }
+  std::vector<Row> all(regs.size() * size);
+  if (!regs.empty()) gather(*this, mine.data(), all.data(), regs.size() * sizeof(Row));
+  const size_t rd = detail::custom_all_reduce_rank_data_bytes();
+  for (size_t i = 0; i < regs.size(); ++i) {
+    std::vector<char> data(rd, 0);
+    for (int r = 0; r < size; ++r) {
+      const Row& row = all[r * regs.size() + i];
+      if (row.bytes != mine[i].bytes || row.slot != mine[i].slot)
+        throw DistributedError(fmt::format(
+            "[all_reduce] the ranks of {} captured different custom all-reduces: registration "
+            "{} is {} bytes on rank {} and {} bytes on rank {}",
+            where(), i, mine[i].bytes, rank, row.bytes, r));
+      const char* p = nullptr;
+      if (r == rank) {
+        p = regs[i].ptr ? regs[i].ptr : staging(rank);
+      } else if (row.staged) {
+        p = staging(r);
+      } else {
+        std::string key(reinterpret_cast<const char*>(&row.handle), sizeof row.handle);
+        key += std::to_string(r);
+        auto it = opened.find(key);
+        if (it == opened.end()) {
+          void* m = nullptr;
+          KILN_CUDA_CHECK(cudaIpcOpenMemHandle(&m, row.handle, cudaIpcMemLazyEnablePeerAccess));
+          it = opened.emplace(key, static_cast<char*>(m)).first;
+        }
+        p = it->second + row.offset;
+      }
+      std::memcpy(data.data() + r * sizeof(char*), &p, sizeof p);
+    }
+    KILN_CUDA_CHECK(cudaMemcpy(slot_at(regs[i].slot), data.data(), rd, cudaMemcpyHostToDevice));
+  }
+  g_stats.exchanges++;
+  g_stats.registered += regs.size();
+}
+
+void CustomAllReduce::end_capture(int device) {
+  std::vector<State*> todo;
+  {
+    std::lock_guard<std::mutex> lock(g_instances_mu);
+    for (State* s : instances()) {
+      std::lock_guard<std::mutex> l(s->mu);
+      if (s->device == device && !s->pending.empty()) todo.push_back(s);
+    }
+  }
+  for (State* s : todo) s->exchange();
+}
+
+namespace {
+
+// Without NCCL: all_reduce through the custom all-reduce, and every other collective refused.
+class CustomOnlyBackend final : public dist::CollectiveBackend {
+ public:
+  explicit CustomOnlyBackend(dist::ProcessGroup& g)
+      : group_(g), custom_(CustomAllReduce::make(g, nccl_device())) {}
+  std::string_view name() const override { return "custom all-reduce (no NCCL)"; }
+
+  void all_reduce(const Tensor& in, const Tensor& out, const dist::Collective& c) override {
+    if (group_.size() == 1) {  // a world of one: the sum of one tensor
+      if (in.impl()->data() != out.impl()->data() && in.nbytes())
+        KILN_CUDA_CHECK(cudaMemcpyAsync(out.impl()->data(), in.impl()->data(), in.nbytes(),
+                                        cudaMemcpyDeviceToDevice,
+                                        current_stream(in.device().index())));
+      return;
+    }
+    if (custom_ && custom_->eligible(in, c.reduce)) return custom_->all_reduce(in, out, c);
+    throw DistributedError(fmt::format(
+        "[{}] {}: NCCL is off{} and the custom all-reduce {} ({} bytes of {}, reduce {}; it "
+        "takes sum and avg of float32, float16 and bfloat16, a multiple of 16 bytes up to {}, "
+        "between ranks that can map each other's memory)",
+        c.op, where(), nccl_version() ? " (KILN_NCCL=0)" : " (built without NCCL)",
+        custom_ ? "cannot take this call" : "could not be set up for this group", in.nbytes(),
+        in.dtype(), dist::reduce_op_name(c.reduce), dist::custom_all_reduce_max_bytes()));
+  }
+  void all_gather(const Tensor&, const Tensor&, const dist::Collective& c) override { refuse(c); }
+  void reduce_scatter(const Tensor&, const Tensor&, const dist::Collective& c) override {
+    refuse(c);
+  }
+  void broadcast(const Tensor&, const dist::Collective& c) override { refuse(c); }
+  void all_to_all(const Tensor&, const Tensor&, const dist::Collective& c) override { refuse(c); }
+  void send(const Tensor&, const dist::Collective& c) override { refuse(c); }
+  void recv(const Tensor&, const dist::Collective& c) override { refuse(c); }
+  void barrier(Device, const dist::Collective& c) override { refuse(c); }
+
+ private:
+  std::string where() const {
+    return fmt::format("group {} (rank {} of {})", group_.name(), group_.rank(), group_.size());
+  }
+  [[noreturn]] void refuse(const dist::Collective& c) const {
+    throw DistributedError(
+        fmt::format("[{}] {}: NCCL is off{}, so cuda tensors have only the custom all-reduce", c.op,
+                    where(), nccl_version() ? " (KILN_NCCL=0)" : " (built without NCCL)"));
+  }
+
+  dist::ProcessGroup& group_;
+  std::unique_ptr<CustomAllReduce> custom_;
+};
+
+#ifndef KILN_HAVE_NCCL
+// Without NCCL in the build, cuda tensors' groups get the custom all-reduce alone.
+const bool g_registered = [] {
+  dist::register_collective_backend(
+      "cuda", [](dist::ProcessGroup& g) { return make_custom_only_backend(g); });
+  return true;
+}();
+#endif
+
+}  // namespace
+
+std::unique_ptr<dist::CollectiveBackend> make_custom_only_backend(dist::ProcessGroup& group) {
+  return std::make_unique<CustomOnlyBackend>(group);
+}
+
+}  // namespace kiln::cuda
