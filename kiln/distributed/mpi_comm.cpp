@@ -50,11 +50,14 @@ bool debug_detail() {
   return on;
 }
 
+// "group world (rank 0 of 2), collective 2 of its communicator, 4 float32 elements, peer 1";
+// a barrier moves no elements and says none.
 std::string describe(const CallInfo& c, uint64_t seq, int rank, int size) {
+  std::string elements =
+      c.op == "barrier" ? "" : fmt::format(", {} {} elements", c.numel, name(c.dtype));
   std::string peer = c.peer >= 0 ? fmt::format(", peer {}", c.peer) : "";
-  return fmt::format(
-      "group {} (rank {} of {}), collective {} of its communicator, {} {} elements{}",
-      c.group ? c.group->name() : std::string("?"), rank, size, seq, c.numel, name(c.dtype), peer);
+  return fmt::format("group {} (rank {} of {}), collective {} of its communicator{}{}",
+                     c.group ? c.group->name() : std::string("?"), rank, size, seq, elements, peer);
 }
 
 bool is_16bit_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
