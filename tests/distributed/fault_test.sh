@@ -23,6 +23,7 @@ esac
 # Each rank runs under a shell that reports its exit status: under --enable-recovery mpirun
 # exits 0 whatever its ranks did (Open MPI 4.1).
 start=$(date +%s%N)
+# shellcheck disable=SC2016  # the inner shell expands $0, $@ and $?
 out=$(timeout $((deadline_s * 12)) "$root/scripts/mpirun.sh" 2 bash -c \
   '"$0" "$@"; s=$?; echo "kiln-fault-test: rank ${OMPI_COMM_WORLD_RANK:-?} exited $s" >&2; exit $s' \
   "$prog" "$scenario" 2>&1)
