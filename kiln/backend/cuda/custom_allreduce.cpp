@@ -331,6 +331,7 @@ void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist
 }
 
 void CustomAllReduce::State::exchange() {
+  KILN_CUDA_CHECK(cudaSetDevice(device));  // handles are opened on the current device
   std::vector<Pending> regs;
   {
     std::lock_guard<std::mutex> lock(mu);
