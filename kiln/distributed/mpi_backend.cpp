@@ -1,4 +1,3 @@
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -20,18 +19,6 @@
 // device plugin never calls MPI; kiln/distributed queues the task through the device interface.
 namespace kiln::distributed {
 namespace {
-
-// A host task's collective runs on the stream's thread but keeps the deadline of the thread
-// that issued it (its TimeoutGuard or its group's timeout then), as a CPU collective would.
-class IssuersTimeout {
- public:
-  explicit IssuersTimeout(std::chrono::milliseconds t) {
-    if (t.count() > 0) guard_.emplace(t);
-  }
-
- private:
-  std::optional<TimeoutGuard> guard_;
-};
 
 class MpiBackend final : public CollectiveBackend {
  public:
@@ -90,10 +77,7 @@ class MpiBackend final : public CollectiveBackend {
     CallInfo i{c.op, c.group, DType::Float32, 0, c.reduce, -1, timeout_for(*c.group)};
     MpiComm* comm = group_.comm(stream_key(device));
     if (!host_tasks_) return comm->barrier(i);
-    host_tasks_->launch_host_task(device.index(), c.op, [comm, i, t = timeout_for(*c.group)] {
-      IssuersTimeout on(t);
-      comm->barrier(i);
-    });
+    host_tasks_->launch_host_task(device.index(), c.op, [comm, i] { comm->barrier(i); });
   }
 
  private:
@@ -110,11 +94,7 @@ class MpiBackend final : public CollectiveBackend {
     Device d = t.device();
     MpiComm* comm = group_.comm(stream_key(d));
     if (!host_tasks_) return fn(*comm, i);
-    host_tasks_->launch_host_task(d.index(), i.op,
-                                  [comm, i, fn = std::move(fn), t = timeout_for(*i.group)] {
-                                    IssuersTimeout on(t);
-                                    fn(*comm, i);
-                                  });
+    host_tasks_->launch_host_task(d.index(), i.op, [comm, i, fn = std::move(fn)] { fn(*comm, i); });
   }
 
   const ProcessGroup& group_;
