@@ -147,8 +147,8 @@ void compiled_step(CustomAllReduceMode mode) {
   };
   CompiledFunction f = compile(fn, {.name = "custom_allreduce"});
   if (mode == CustomAllReduceMode::Off && !cuda::nccl_enabled()) {
-    EXPECT_THROW_CONTAINS(f({input(0, {64}, kFloat32), input(1, {2, 100000}, kFloat32)}),
-                          DistributedError, "NCCL is off");
+    EXPECT_THROW_CONTAINS(f({input(0, {64}, kFloat32), input(1, {2, 100000}, kFloat32)}), Error,
+                          "NCCL is off");  // raised while tracing
     return;
   }
   auto before = cuda::custom_all_reduce_stats();
