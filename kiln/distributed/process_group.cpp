@@ -88,8 +88,12 @@ ReduceOp reduce_op_from(int64_t v, std::string_view op) {
 std::chrono::milliseconds default_timeout() {
   static const std::chrono::milliseconds t = [] {
     const char* v = std::getenv("KILN_DIST_TIMEOUT");
-    double s = v ? std::strtod(v, nullptr) : 0;
-    return std::chrono::milliseconds(s > 0 ? static_cast<int64_t>(s * 1000) : 600'000);
+    if (!v || !*v) return std::chrono::milliseconds(600'000);
+    char* end = nullptr;
+    double s = std::strtod(v, &end);
+    KILN_CHECK(end && *end == '\0' && s > 0 && s < 1e9,
+               "[distributed] KILN_DIST_TIMEOUT='{}' is not a positive number of seconds", v);
+    return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
   }();
   return t;
 }

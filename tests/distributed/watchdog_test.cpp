@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -136,6 +138,28 @@ TEST(TimeoutGuard, RefusesANonPositiveTimeout) {
   EXPECT_THROW({ TimeoutGuard g(milliseconds(0)); }, ValueError);
   EXPECT_THROW({ TimeoutGuard g(milliseconds(-5)); }, ValueError);
   EXPECT_EQ(timeout_for(world()), world().timeout());
+}
+
+}  // namespace
+}  // namespace kiln::distributed
+
+namespace kiln::distributed {
+namespace {
+
+// KILN_DIST_TIMEOUT is read once per process: ctest runs this with a bad value
+// (kiln_fault_unit_test.bad_timeout_env); elsewhere it skips.
+TEST(DefaultTimeout, ABadEnvironmentValueIsAnError) {
+  const char* v = std::getenv("KILN_DIST_TIMEOUT");
+  if (!v || std::string_view(v) != "5s") GTEST_SKIP() << "run with KILN_DIST_TIMEOUT=5s";
+  try {
+    (void)default_timeout();
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "[distributed] KILN_DIST_TIMEOUT='5s' is not a positive number of seconds"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
