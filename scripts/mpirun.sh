@@ -10,11 +10,17 @@ shift
 args=(-n "$n" --oversubscribe --bind-to none --mca btl self,vader --mca mpi_yield_when_idle 1
       -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1)
 [ "$(id -u)" -eq 0 ] && args+=(--allow-run-as-root)
-# LeakSanitizer needs whole stacks to match Open MPI's own leaks to scripts/lsan.supp's lines
-# (see there): the fast unwinder stops in the plugins MPI_Finalize has unloaded.
-[ -n "${ASAN_OPTIONS:-}" ] && export ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
+# KILN_MPI_PRELOAD: a library to LD_PRELOAD into every rank (not mpirun): scripts/test.sh's
+# sanitizer stage passes scripts/keep_dsos.cpp's, so that Open MPI's leaks match
+# scripts/lsan.supp (see there). ASan's runtime then no longer comes first, which it accepts
+# when told.
+if [ -n "${KILN_MPI_PRELOAD:-}" ]; then
+  args+=(-x "LD_PRELOAD=$KILN_MPI_PRELOAD")
+  if [ -n "${ASAN_OPTIONS:-}" ]; then export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"; fi
+fi
 for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS KILN_DIST_TIMEOUT KILN_DIST_DEBUG \
-         KILN_DIST_DUMP_DIR KILN_PLUGIN_PATH; do
+         KILN_DIST_DUMP_DIR KILN_PLUGIN_PATH KILN_CUSTOM_AR KILN_CUSTOM_AR_MAX_BYTES \
+         KILN_CPU_SHM_MIN_BYTES; do
   [ -n "${!v:-}" ] && args+=(-x "$v")
 done
 exec "${MPIRUN:-mpirun}" "${args[@]}" ${KILN_MPIRUN_EXTRA:-} "$@"

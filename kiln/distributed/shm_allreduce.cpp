@@ -389,16 +389,18 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::make(const ProcessGroup& group,
 
 ShmAllReduce::~ShmAllReduce() = default;
 
-bool ShmAllReduce::eligible(const Tensor& in, ReduceOp op) const {
+bool ShmAllReduce::eligible_in_pieces(const Tensor& in, ReduceOp op) const {
   const CustomAllReduceMode mode = custom_all_reduce_mode();
   if (mode == CustomAllReduceMode::Off) return false;
   if (op != ReduceOp::Sum && op != ReduceOp::Avg) return false;
   const DType t = in.dtype();
-  if (t != DType::Float32 && t != DType::Float16 && t != DType::BFloat16 && t != DType::Float64)
-    return false;
+  return t == DType::Float32 || t == DType::Float16 || t == DType::BFloat16 || t == DType::Float64;
+}
+
+bool ShmAllReduce::eligible(const Tensor& in, ReduceOp op) const {
   const size_t n = in.nbytes();
   // One size today for both modes: the buffers are as large as Auto's threshold.
-  return n > 0 && n <= capacity_;
+  return eligible_in_pieces(in, op) && n > 0 && n <= capacity_;
 }
 
 std::shared_ptr<ShmAllReduce::Channel> ShmAllReduce::channel(uint64_t key, Device device) {

@@ -49,6 +49,10 @@ class ShmAllReduce {
   // Whether an all-reduce of `in` by `op` takes this path: from the mode, the op, the dtype
   // and the size only, so every rank decides alike, and a warm-up as its capture does.
   bool eligible(const Tensor& in, ReduceOp op) const;
+  // Whether `in` could take this path in pieces of at most capacity() bytes (the same tests
+  // as eligible() but the size): CPU tensors' large all-reduces.
+  bool eligible_in_pieces(const Tensor& in, ReduceOp op) const;
+  size_t capacity() const { return capacity_; }
   // Queues the all-reduce of `in` into `out` (may be `in`) as a host task on the current
   // stream of their device.
   void all_reduce(const Tensor& in, const Tensor& out, const Collective& c);
