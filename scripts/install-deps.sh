@@ -15,9 +15,10 @@ build=(cmake ninja-build g++ libfmt-dev libcli11-dev nlohmann-json3-dev libopenb
 # GoogleTest and Google Benchmark (tests/, bench/), libtorch 1.13 (the oracle the tests and
 # benchmarks compare against), clang-format (the format check), clang with its libFuzzer runtime
 # and LLVM's OpenMP (scripts/fuzz.sh builds with clang++), python3 (the safetensors interop test,
-# the fuzz corpus, scripts/gpu_ratios.py's test).
+# the fuzz corpus, scripts/gpu_ratios.py's test), gloo's headers (kiln_allreduce_bench times
+# libtorch's ProcessGroupGloo beside Kiln's all-reduce; libtorch ships gloo's library only).
 test=(libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev clang-format clang libclang-rt-dev
-      libomp-dev python3)
+      libomp-dev python3 libgloo-dev)
 
 pkgs=("${build[@]}")
 case "${1:-}" in
