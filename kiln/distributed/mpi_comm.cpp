@@ -42,14 +42,6 @@
 namespace kiln::distributed {
 namespace {
 
-bool debug_detail() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_DIST_DEBUG");
-    return v && std::string_view(v) == "detail";
-  }();
-  return on;
-}
-
 // "group world (rank 0 of 2), collective 2 of its communicator, 4 float32 elements, peer 1";
 // a barrier moves no elements and says none.
 std::string describe(const CallInfo& c, uint64_t seq, int rank, int size) {
@@ -197,6 +189,57 @@ void gather_bytes(void* handle, const void* in, void* out, size_t nbytes_per_ran
 
 }  // namespace
 
+bool debug_detail() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_DIST_DEBUG");
+    return v && std::string_view(v) == "detail";
+  }();
+  return on;
+}
+
+void check_same_call([[maybe_unused]] const MpiComm& comm, [[maybe_unused]] const CallInfo& c,
+                     [[maybe_unused]] uint64_t seq,
+                     [[maybe_unused]] std::chrono::milliseconds timeout) {
+#ifdef KILN_HAVE_MPI
+  if (comm.solo_world()) return;
+  Fingerprint mine;
+  std::strncpy(mine.op, std::string(c.op).c_str(), sizeof(mine.op) - 1);
+  mine.numel = c.op == "all_to_all_single" ? 0 : c.numel;  // its sizes differ by rank
+  mine.dtype = static_cast<int32_t>(c.dtype);
+  mine.reduce = static_cast<int32_t>(c.reduce);
+  mine.peer = c.peer;
+  mine.seq = seq;
+  std::vector<Fingerprint> all(comm.size());
+  std::unique_ptr<Deadline> deadline;
+  if (timeout.count() > 0) {
+    const int world = rank();
+    deadline = std::make_unique<Deadline>(Clock::now() + timeout, [c, seq, timeout, world] {
+      std::string path = FlightRecorder::get().dump(world);
+      abort_job(fmt::format(
+          "kiln: DistributedError: [{}] timed out after {} ms in KILN_DIST_DEBUG=detail's check "
+          "of collective {} (some rank has not called it); flight recorder written to {}",
+          c.op, timeout.count(), seq, path.empty() ? "(could not write)" : path));
+    });
+  }
+  gather_bytes(comm.handle(), &mine, all.data(), sizeof(Fingerprint));
+  bool same = std::all_of(all.begin(), all.end(), [&](const Fingerprint& f) {
+    return std::memcmp(&f, &all[0], sizeof(Fingerprint)) == 0;
+  });
+  if (same) return;
+  std::string calls;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const Fingerprint& f = all[r];
+    calls += fmt::format("{}rank {}: {} of {} {} (reduce {}, peer {}, collective {})",
+                         r ? "; " : "", r, f.op, f.numel, name(static_cast<DType>(f.dtype)),
+                         reduce_op_name(static_cast<ReduceOp>(f.reduce)), f.peer, f.seq);
+  }
+  throw DistributedError(
+      fmt::format("[{}] ranks disagree on collective {} of group {} "
+                  "(KILN_DIST_DEBUG=detail): {}",
+                  c.op, seq, c.group ? c.group->name() : std::string("?"), calls));
+#endif
+}
+
 std::unique_ptr<MpiComm> MpiComm::solo() { return std::unique_ptr<MpiComm>(new MpiComm()); }
 
 MpiComm::~MpiComm() {
@@ -283,32 +326,7 @@ static void run_collective(MpiComm& comm, uint64_t seq, const CallInfo& c, F&& b
 #ifdef KILN_HAVE_MPI
 // Note [Debug checks]: raises on every rank when the ranks' calls differ.
 static void debug_check(MpiComm& comm, uint64_t seq, const CallInfo& c) {
-  Fingerprint mine;
-  std::strncpy(mine.op, std::string(c.op).c_str(), sizeof(mine.op) - 1);
-  bool sizes_agree = c.op != "all_to_all_single";
-  mine.numel = sizes_agree ? c.numel : 0;
-  mine.dtype = static_cast<int32_t>(c.dtype);
-  mine.reduce = static_cast<int32_t>(c.reduce);
-  mine.peer = c.peer;
-  mine.seq = seq;
-  std::vector<Fingerprint> all(comm.size());
-  // Under the collective's own deadline (run_collective), not a bootstrap's.
-  gather_bytes(comm.handle(), &mine, all.data(), sizeof(Fingerprint));
-  bool same = std::all_of(all.begin(), all.end(), [&](const Fingerprint& f) {
-    return std::memcmp(&f, &all[0], sizeof(Fingerprint)) == 0;
-  });
-  if (same) return;
-  std::string calls;
-  for (size_t r = 0; r < all.size(); ++r) {
-    const Fingerprint& f = all[r];
-    calls += fmt::format("{}rank {}: {} of {} {} (reduce {}, peer {}, collective {})",
-                         r ? "; " : "", r, f.op, f.numel, name(static_cast<DType>(f.dtype)),
-                         reduce_op_name(static_cast<ReduceOp>(f.reduce)), f.peer, f.seq);
-  }
-  throw DistributedError(
-      fmt::format("[{}] ranks disagree on collective {} of group {} "
-                  "(KILN_DIST_DEBUG=detail): {}",
-                  c.op, seq, c.group ? c.group->name() : std::string("?"), calls));
+  check_same_call(comm, c, seq, std::chrono::milliseconds(0));  // under run_collective's
 }
 #endif
 

@@ -29,6 +29,18 @@ struct CallInfo {
   std::chrono::milliseconds timeout{0};
 };
 
+class MpiComm;
+
+// Whether KILN_DIST_DEBUG=detail is set (read once).
+bool debug_detail();
+// Note [Debug checks] in mpi_comm.cpp: all-gathers what this rank is about to call (op, sizes,
+// dtype, reduction, peer, `seq`) over `comm` and raises the same DistributedError on every rank
+// when the calls differ. All backends (MPI, the shared-memory all-reduce, NCCL) check this way,
+// so a rank on one path and a rank on another disagree too. `timeout` > 0 arms a deadline of
+// that length; 0 leaves it to the caller's.
+void check_same_call(const MpiComm& comm, const CallInfo& c, uint64_t seq,
+                     std::chrono::milliseconds timeout);
+
 class MpiComm {
  public:
   // The communicator of a one-rank world (no MPI calls at all).

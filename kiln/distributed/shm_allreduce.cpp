@@ -92,27 +92,7 @@ struct Counters {
   std::atomic<uint64_t> eager{0}, captured{0}, exchanges{0}, registered{0}, runs{0};
 } g_stats;
 
-bool debug_detail() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_DIST_DEBUG");
-    return v && std::string_view(v) == "detail";
-  }();
-  return on;
-}
-
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-// What every rank all-gathers under KILN_DIST_DEBUG=detail: the MPI backend's layout (Note
-// [Debug checks] in mpi_comm.cpp), so a rank here and a rank in an MPI collective disagree.
-struct Fingerprint {
-  char op[40] = {};
-  int64_t numel = 0;
-  int32_t dtype = 0;
-  int32_t reduce = 0;
-  int32_t peer = 0;
-  int32_t pad = 0;
-  uint64_t seq = 0;
-};
 
 // Elements [begin, end) of out = the reduction of the ranks' inputs, in rank order.
 template <class T, class Acc>
@@ -297,29 +277,10 @@ struct ShmAllReduce::Channel {
     }
   }
 
-  // Under KILN_DIST_DEBUG=detail: the ranks' calls must agree (Note [Debug checks]).
-  void debug_check(int64_t numel, DType t, ReduceOp op) {
-    Fingerprint f;
-    std::strncpy(f.op, "all_reduce", sizeof(f.op) - 1);
-    f.numel = numel;
-    f.dtype = static_cast<int32_t>(t);
-    f.reduce = static_cast<int32_t>(op);
-    f.peer = -1;
-    f.seq = seq;
-    std::vector<Fingerprint> all(size);
-    comm->all_gather_bytes(&f, all.data(), sizeof f);
-    std::string calls;
-    bool same = true;
-    for (int r = 0; r < size; ++r) {
-      same = same && std::memcmp(&all[r], &all[0], sizeof f) == 0;
-      calls += fmt::format("{}rank {}: {} of {} {} (reduce {}, collective {})", r ? "; " : "", r,
-                           all[r].op, all[r].numel, name(static_cast<DType>(all[r].dtype)),
-                           reduce_op_name(static_cast<ReduceOp>(all[r].reduce)), all[r].seq);
-    }
-    if (!same)
-      throw DistributedError(fmt::format(
-          "[all_reduce] ranks disagree on a collective of {} (KILN_DIST_DEBUG=detail): {}", where(),
-          calls));
+  // Under KILN_DIST_DEBUG=detail: the ranks' calls must agree (Note [Debug checks]), checked
+  // as the MPI backend checks, so a rank here and a rank in an MPI all-reduce disagree.
+  void debug_check(int64_t numel, DType t, ReduceOp op, std::chrono::milliseconds timeout) {
+    check_same_call(*comm, CallInfo{"all_reduce", group, t, numel, op, -1}, seq, timeout);
   }
 
   // One all-reduce, as its host task runs it: `reg` null for an eager call.
@@ -330,7 +291,7 @@ struct ShmAllReduce::Channel {
     const uint64_t s = ++seq;
     const uint64_t slot = fr.start("all_reduce", group->name(), s, numel, t, -1);
     try {
-      if (debug_detail()) debug_check(numel, t, op);
+      if (debug_detail()) debug_check(numel, t, op, timeout);
       if (reg && !reg->exchanged.load(std::memory_order_acquire)) exchange();
       const Clock::time_point deadline = Clock::now() + timeout;
       const std::string what = fmt::format(

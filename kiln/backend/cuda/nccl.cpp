@@ -129,14 +129,6 @@ ncclRedOp_t nccl_op(dist::ReduceOp op, DType t) {
   return ncclSum;
 }
 
-bool debug_detail() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_DIST_DEBUG");
-    return v && std::string_view(v) == "detail";
-  }();
-  return on;
-}
-
 // A call in flight whose completion the backend has not seen yet (Note [NCCL deadlines]).
 struct Pending {
   uint64_t seq = 0;
@@ -259,43 +251,12 @@ void retire(Comm& c) {
 // group's MPI communicator for this stream, and all raise when the calls differ (as the MPI
 // backend does, Note [Debug checks] in kiln/distributed/mpi_comm.cpp). Skipped for send and
 // recv, which only two ranks call.
-struct Fingerprint {
-  char op[40] = {};
-  int64_t numel = 0;
-  int32_t dtype = 0;
-  int32_t reduce = 0;
-  int32_t peer = 0;
-  int32_t pad = 0;
-};
 void debug_check(const dist::ProcessGroup& g, Device device, const CallDesc& d) {
   if (d.op == "send" || d.op == "recv_") return;
   dist::MpiComm* comm = g.comm(dist::stream_key(device));
   if (!comm || comm->size() == 1) return;
-  Fingerprint mine;
-  std::strncpy(mine.op, std::string(d.op).c_str(), sizeof(mine.op) - 1);
-  mine.numel = d.op == "all_to_all_single" ? 0 : d.numel;
-  mine.dtype = static_cast<int32_t>(d.dtype);
-  mine.reduce = static_cast<int32_t>(d.reduce);
-  mine.peer = d.peer;
-  std::vector<Fingerprint> all(comm->size());
-  dist::CallInfo info{.op = d.op,
-                      .group = &g,
-                      .dtype = DType::UInt8,
-                      .numel = static_cast<int64_t>(sizeof(Fingerprint))};
-  comm->all_gather(&mine, all.data(), sizeof(Fingerprint), info);
-  bool same = std::all_of(all.begin(), all.end(), [&](const Fingerprint& f) {
-    return std::memcmp(&f, &all[0], sizeof(Fingerprint)) == 0;
-  });
-  if (same) return;
-  std::string calls;
-  for (size_t r = 0; r < all.size(); ++r)
-    calls +=
-        fmt::format("{}rank {}: {} of {} {} (reduce {}, peer {})", r ? "; " : "", r, all[r].op,
-                    all[r].numel, name(static_cast<DType>(all[r].dtype)),
-                    dist::reduce_op_name(static_cast<dist::ReduceOp>(all[r].reduce)), all[r].peer);
-  throw DistributedError(
-      fmt::format("[{}] ranks disagree on a collective of group {} (KILN_DIST_DEBUG=detail): {}",
-                  d.op, g.name(), calls));
+  dist::check_same_call(*comm, dist::CallInfo{d.op, &g, d.dtype, d.numel, d.reduce, d.peer}, 0,
+                        dist::timeout_for(g));
 }
 
 class NcclBackend final : public dist::CollectiveBackend {
@@ -305,7 +266,7 @@ class NcclBackend final : public dist::CollectiveBackend {
 
   void all_reduce(const Tensor& in, const Tensor& out, const dist::Collective& c) override {
     if (custom_ && custom_->eligible(in, c.reduce)) {  // Note [Custom all-reduce on CUDA]
-      if (debug_detail()) debug_check(*c.group, in.device(), {c.op, in.numel(), in.dtype()});
+      if (dist::debug_detail()) debug_check(*c.group, in.device(), {c.op, in.numel(), in.dtype()});
       return custom_->all_reduce(in, out, c);
     }
     const void* src = in.impl()->data();
@@ -472,7 +433,7 @@ void NcclBackend::issue(const dist::Collective& call, Device device, CallDesc d,
   cudaStream_t stream = current_stream(c.device);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (debug_detail()) debug_check(*call.group, device, d);
+  if (dist::debug_detail()) debug_check(*call.group, device, d);
   if (empty) return;
   const std::chrono::milliseconds timeout = dist::timeout_for(*call.group);
   const Clock::time_point deadline = Clock::now() + timeout;
