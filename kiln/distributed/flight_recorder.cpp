@@ -25,9 +25,10 @@ struct Ring {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 };
+// Never destroyed: host tasks and the watchdog may record or dump while statics are destroyed.
 Ring& ring() {
-  static Ring r;
-  return r;
+  static Ring* r = new Ring;
+  return *r;
 }
 
 std::string_view state_name(CallState s) {

@@ -6,6 +6,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/distributed/process_group.h"
+#include "kiln/distributed/watchdog.h"
 
 #ifdef KILN_HAVE_MPI
 #include <mpi.h>
@@ -146,7 +147,15 @@ void finalize() {
   if (s.we_initialized_mpi) {
     int done = 0;
     MPI_Finalized(&done);
-    if (!done) MPI_Finalize();
+    if (done) return;
+    // MPI_Finalize waits for every peer: a dead one would make it wait for ever.
+    Deadline deadline(Clock::now() + default_timeout(), [] {
+      abort_job(fmt::format(
+          "kiln: DistributedError: [distributed] MPI_Finalize timed out after {} ms on rank {}: "
+          "some rank did not finish (KILN_DIST_TIMEOUT)",
+          default_timeout().count(), state().rank));
+    });
+    MPI_Finalize();
   }
 #endif
 }

@@ -31,7 +31,10 @@
 // issues collectives gets its own duplicate of the group's communicator: the host collectives
 // of each thread, and each device stream. The duplicate is made the first time the context
 // issues, on the issuing thread, in program order (so in the same order on every rank); the
-// group's own communicator is used only to make duplicates and for set-up.
+// group's own communicator is used only to make duplicates and for set-up. Duplicates pair up
+// across ranks by the order they are made: a program whose user threads issue collectives on
+// one group must make each thread's first collective on it in the same order on every rank
+// (device streams are issued from the program's thread, so theirs always are).
 namespace kiln::distributed {
 
 struct GroupFactory {
@@ -39,6 +42,7 @@ struct GroupFactory {
                                             std::vector<int> world_ranks, std::string name);
   // Makes (or remakes) `g`'s backend for device type `type`.
   static void set_backend(ProcessGroup& g, int type, const BackendFactory& factory) {
+    std::lock_guard<std::mutex> setup(g.setup_mu_);
     std::unique_ptr<CollectiveBackend> b = factory(g);
     std::lock_guard<std::mutex> lock(g.mu_);
     std::erase_if(g.backends_, [type](const auto& e) { return e.first == type; });
@@ -129,15 +133,23 @@ int ProcessGroup::group_rank_of(int world_rank) const {
   return it == world_ranks_.end() ? -1 : static_cast<int>(it - world_ranks_.begin());
 }
 
+CollectiveBackend* ProcessGroup::find_backend(int type) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [t, b] : backends_)
+    if (t == type) return b.get();
+  return nullptr;
+}
+
+// Set-up (a backend, a communicator) is collective and made once: it runs under setup_mu_, one
+// at a time, and never under mu_, so a thread's collective on a communicator it already has
+// never waits behind another thread's set-up.
 CollectiveBackend& ProcessGroup::backend(Device device, std::string_view op) const {
   const int type = device.type();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [t, b] : backends_)
-      if (t == type) return *b;
-  }
+  if (CollectiveBackend* b = find_backend(type)) return *b;
+  std::lock_guard<std::mutex> setup(setup_mu_);
+  if (CollectiveBackend* b = find_backend(type)) return *b;  // made while this thread waited
   // A factory registered after this group was made (a plugin loaded later): made now, by every
-  // rank at the same collective of the program (its set-up is collective).
+  // rank at the same collective of the program.
   BackendFactory factory;
   {
     Registry& r = registry();
@@ -145,12 +157,8 @@ CollectiveBackend& ProcessGroup::backend(Device device, std::string_view op) con
     for (auto& [name, f] : r.factories)
       if (find_device_type(name) == type) factory = f;
   }
-  if (factory) {
-    GroupFactory::set_backend(const_cast<ProcessGroup&>(*this), type, factory);
-    return backend(device, op);
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  std::unique_ptr<CollectiveBackend> made = make_builtin_backend(*this, device);
+  std::unique_ptr<CollectiveBackend> made =
+      factory ? factory(const_cast<ProcessGroup&>(*this)) : make_builtin_backend(*this, device);
   if (!made)
     throw DistributedError(
         fmt::format("[{}] group {} (rank {} of {}) has no collective backend for {} tensors{}", op,
@@ -158,15 +166,25 @@ CollectiveBackend& ProcessGroup::backend(Device device, std::string_view op) con
                     device_type_name(device.type()) == "cuda"
                         ? " (load the CUDA plugin before making the group)"
                         : ""));
+  std::lock_guard<std::mutex> lock(mu_);
   backends_.emplace_back(type, std::move(made));
   return *backends_.back().second;
 }
 
-MpiComm* ProcessGroup::comm(uint64_t key) const {
+MpiComm* ProcessGroup::find_comm(uint64_t key) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [k, c] : comms_)
     if (k == key) return c.get();
-  comms_.emplace_back(key, base_->dup());
+  return nullptr;
+}
+
+MpiComm* ProcessGroup::comm(uint64_t key) const {
+  if (MpiComm* c = find_comm(key)) return c;
+  std::lock_guard<std::mutex> setup(setup_mu_);
+  if (MpiComm* c = find_comm(key)) return c;
+  std::unique_ptr<MpiComm> made = base_->dup();
+  std::lock_guard<std::mutex> lock(mu_);
+  comms_.emplace_back(key, std::move(made));
   return comms_.back().second.get();
 }
 

@@ -69,7 +69,11 @@ class ProcessGroup {
   std::vector<int> world_ranks_;
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<MpiComm> base_;
-  mutable std::mutex mu_;
+  CollectiveBackend* find_backend(int type) const;
+  MpiComm* find_comm(uint64_t key) const;
+
+  mutable std::mutex setup_mu_;  // collective set-up, one at a time; never held with mu_ first
+  mutable std::mutex mu_;        // the lists below
   mutable std::vector<std::pair<uint64_t, std::unique_ptr<MpiComm>>> comms_;
   mutable std::vector<std::pair<int, std::unique_ptr<CollectiveBackend>>> backends_;  // by type
 };

@@ -234,17 +234,23 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, DDPOptions 
   s.group = options.group ? options.group : &distributed::world();
   s.sync = compiler::HostCell::make(true, nullptr, &State::describe_sync);
 
-  // Parameters that require grad, each once (tied weights are one tensor).
+  // Every parameter once (tied weights are one tensor): all are checked and broadcast, frozen
+  // ones too; those that require grad are bucketed.
   std::unordered_set<const TensorImpl*> seen;
+  std::vector<std::string> all_names;
+  std::vector<Tensor> all_params;
   for (auto& [name, p] : module.named_parameters()) {
-    if (!p.requires_grad() || !seen.insert(p.impl()).second) continue;
+    if (!seen.insert(p.impl()).second) continue;
+    all_names.push_back(name);
+    all_params.push_back(p);
+    if (!p.requires_grad()) continue;
     s.names.push_back(name);
     s.params.push_back(p);
   }
-  check_same_module(*s.group, s.names, s.params);
+  check_same_module(*s.group, all_names, all_params);
 
   autograd::NoGradGuard no_grad;
-  for (const Tensor& p : s.params) distributed::broadcast_(p, 0, s.group);
+  for (const Tensor& p : all_params) distributed::broadcast_(p, 0, s.group);
   if (options.broadcast_buffers)
     for (auto& [name, b] : module.named_buffers()) distributed::broadcast_(b, 0, s.group);
 

@@ -68,6 +68,15 @@ void different_sizes() {
   dist::barrier();
 }
 
+// The same on sim tensors: the check runs in the collective's host task, and synchronize gives
+// each caller that DistributedError (not the device's generic error).
+void different_sizes_sim() {
+  agree();
+  Device sim = test::sim();
+  dist::all_reduce_(ones({me() == 0 ? 4 : 8}, {}, sim));
+  synchronize(sim);
+}
+
 // Rank 1 skips the second all-reduce.
 void skip() {
   agree();
@@ -196,6 +205,7 @@ const std::map<std::string, std::function<void()>>& scenarios() {
       {"ops_detail", different_ops},
       {"sizes", different_sizes},
       {"sizes_detail", different_sizes},
+      {"sizes_sim_detail", different_sizes_sim},
       {"skip", skip},
       {"skip_async", skip_async},
       {"sizes_async_detail", different_sizes_async},

@@ -94,6 +94,16 @@ TEST(DDP, BroadcastsRankZerosParametersAndBuffers) {
   }
 }
 
+// A frozen parameter is not bucketed but still starts equal on every rank.
+TEST(DDP, BroadcastsFrozenParametersToo) {
+  Net m(1 + world().rank()), rank0(1);
+  m.l1->weight.requires_grad_(false);
+  DistributedDataParallel ddp(m);
+  EXPECT_TRUE(equal(m.l1->weight, rank0.l1->weight)) << "on rank " << world().rank();
+  for (const auto& b : ddp.buckets())
+    for (const std::string& name : b.params) EXPECT_NE(name, "l1.weight");
+}
+
 // N ranks with batch B each train as one process with batch N * B (20 SGD steps).
 TEST(DDP, MatchesOneProcessWithTheWholeBatch) {
   Net m(7 + world().rank()), ref(7);

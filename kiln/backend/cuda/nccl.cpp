@@ -266,7 +266,8 @@ class NcclBackend final : public dist::CollectiveBackend {
 
   void all_reduce(const Tensor& in, const Tensor& out, const dist::Collective& c) override {
     if (custom_ && custom_->eligible(in, c.reduce)) {  // Note [Custom all-reduce on CUDA]
-      if (dist::debug_detail()) debug_check(*c.group, in.device(), {c.op, in.numel(), in.dtype()});
+      if (dist::debug_detail())
+        debug_check(*c.group, in.device(), {c.op, in.numel(), in.dtype(), c.reduce});
       return custom_->all_reduce(in, out, c);
     }
     const void* src = in.impl()->data();

@@ -1,4 +1,6 @@
 // A sim device's streams, current stream and synchronisation, and the table of devices.
+#include <exception>
+
 #include "kiln/backend/sim/sim_impl.h"
 #include "kiln/ops/ops.h"
 
@@ -55,15 +57,17 @@ void SimDevice::forbid_in_capture(const char* what, const char* cuda_error) {
 
 void SimDevice::synchronize() {
   forbid_in_capture("synchronizing the device", "cudaErrorStreamCaptureUnsupported");
-  std::string first;
+  // Every stream is waited for; the first failure is raised as it is (a collective's
+  // DistributedError stays one).
+  std::exception_ptr first;
   for (const auto& s : all_streams()) {
     try {
       s->synchronize();
-    } catch (const Error& e) {
-      if (first.empty()) first = e.what();
+    } catch (const Error&) {
+      if (!first) first = std::current_exception();
     }
   }
-  if (!first.empty()) KILN_THROW(Device, "{}", first);
+  if (first) std::rethrow_exception(first);
 }
 
 void SimDevice::set_current(uint64_t id) {

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -68,6 +69,7 @@ class Stream {
   std::atomic<uint64_t> done_{0};
   bool stop_ = false;
   std::string error_;
+  std::exception_ptr distributed_error_;  // a failed collective's own error, rethrown as is
   std::thread worker_;
 };
 

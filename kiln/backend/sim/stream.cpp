@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include <exception>
+
 #include "kiln/backend/sim/sim_impl.h"
 #include "kiln/ops/ops.h"
 
@@ -64,10 +66,14 @@ void Stream::wait_for(uint64_t target) {
 void Stream::synchronize() {
   wait_for(submitted());
   std::string err;
+  std::exception_ptr distributed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     err.swap(error_);
+    std::swap(distributed, distributed_error_);
   }
+  // A collective's host task (kiln/distributed) failed: its caller gets that DistributedError.
+  if (distributed) std::rethrow_exception(distributed);
   KILN_CHECK_DEVICE(err.empty(), "[sim] a kernel failed asynchronously on sim:{} stream {}: {}",
                     device_, id_, err);
 }
@@ -86,9 +92,12 @@ void Stream::loop(int threads) {
     spin_ns(t.cost_ns);
     try {
       t.fn();
+    } catch (const DistributedError&) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error_.empty() && !distributed_error_) distributed_error_ = std::current_exception();
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (error_.empty()) error_ = e.what();
+      if (error_.empty() && !distributed_error_) error_ = e.what();
     }
     t.fn = nullptr;  // what the task held goes before the stream moves on
     done_.fetch_add(1, std::memory_order_release);
