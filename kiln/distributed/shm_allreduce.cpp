@@ -388,6 +388,10 @@ std::shared_ptr<ShmAllReduce::Channel> ShmAllReduce::channel(uint64_t key, Devic
   std::snprintf(mine.name, sizeof(mine.name), "/kiln_ar_%d_%d", static_cast<int>(getpid()), made++);
   int fd = shm_open(mine.name, O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(ch->bytes)) != 0) mine.error = errno;
+  // The flags, tmp and staging areas are backed now: a full /dev/shm is this error on every
+  // rank, not a SIGBUS at the first write (the registration area stays sparse).
+  if (fd >= 0 && !mine.error)
+    mine.error = posix_fallocate(fd, 0, static_cast<off_t>(kPage + 2 * capacity_));
   if (fd >= 0 && !mine.error) {
     void* p = mmap(nullptr, ch->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)

@@ -8,6 +8,9 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "kiln/compile/compile.h"
 #include "kiln/core/stream.h"
 #include "kiln/distributed/shm_allreduce.h"
@@ -248,6 +251,19 @@ TEST_F(ShmAllReduce, RanksCapturingDifferentSizesRaise) {
   di.destroy_graph(0, graph);
   di.release_pool(0, pool);
   di.destroy_stream(0, s);
+}
+
+// A staging slot larger than /dev/shm can back (ctest's kiln_shm_allreduce_test.full_dev_shm
+// sets KILN_CUSTOM_AR_MAX_BYTES to 1 TiB): setting up the channel is a DistributedError on every
+// rank, not a SIGBUS at its first write.
+TEST(ShmAllReduceSetup, ADevShmTooSmallIsAnError) {
+  const char* v = std::getenv("KILN_CUSTOM_AR_MAX_BYTES");
+  if (dist::world_size() < 2 || !v || std::string_view(v) != "1099511627776")
+    GTEST_SKIP() << "run on 2 ranks with KILN_CUSTOM_AR_MAX_BYTES=1099511627776";
+  ModeGuard m(CustomAllReduceMode::On);
+  Tensor x = input(0, {4}, kFloat32);
+  EXPECT_THROW_CONTAINS(dist::all_reduce_(x), DistributedError,
+                        "setting up the shared-memory all-reduce");
 }
 
 }  // namespace
