@@ -27,7 +27,8 @@
 // cancel a collective, and MPI_Finalize hangs when a peer is dead. Errors MPI reports
 // (MPI_ERRORS_RETURN on every communicator) raise a DistributedError in the caller. The
 // bootstrap calls (MPI_Comm_dup, MPI_Comm_split and the byte exchanges that set up groups and
-// device backends) have the default deadline too: a thread's communicator for a group is made
+// device backends) have a deadline too, their group's timeout (the default one while a group
+// is being made, before set_timeout can reach it): a thread's communicator for a group is made
 // at its first collective there (Note [One communicator per stream] in process_group.cpp), so a
 // rank that fails before its first collective would otherwise leave the others in MPI_Comm_dup
 // for ever (tests/distributed/fault_test.cpp, scenario throw_first).
@@ -82,6 +83,44 @@ void divide(void* buf, int64_t n, DType t, int d) {
     for (int64_t i = 0; i < n; ++i) p[i] /= static_cast<float>(d);
   }
 }
+
+// Note [16-bit reductions]
+// MPI has no float16 or bfloat16. A reduction of either widens every element to float32,
+// reduces in float32 (averaging there too) and rounds once at the end, so every rank gets the
+// same bits and no precision is lost between ranks. Widened holds the float32 copies for one
+// call (all_reduce, reduce_scatter, the non-blocking all-reduce); for other dtypes it passes
+// the caller's buffers through and only averages.
+class Widened {
+ public:
+  // `in` holds in_count elements of `t`, `out` gets out_count; in place when they are equal
+  // and the counts match.
+  Widened(const void* in, int64_t in_count, void* out, int64_t out_count, DType t)
+      : in_(in), out_(out), out_count_(out_count), dtype_(t) {
+    if (!is_16bit_float(t)) return;
+    wide_in_.resize(in_count);
+    to_float(in, wide_in_.data(), in_count, t);
+    if (in != out || in_count != out_count) wide_out_.resize(out_count);
+  }
+  bool in_place() const { return is_16bit_float(dtype_) ? wide_out_.empty() : in_ == out_; }
+  const void* send() const { return is_16bit_float(dtype_) ? wide_in_.data() : in_; }
+  void* recv() {
+    if (!is_16bit_float(dtype_)) return out_;
+    return wide_out_.empty() ? wide_in_.data() : wide_out_.data();
+  }
+  // Averages (Avg over `size` ranks) and rounds the float32 result into `out`.
+  void finish(ReduceOp op, int size) {
+    const DType t = is_16bit_float(dtype_) ? DType::Float32 : dtype_;
+    if (op == ReduceOp::Avg) divide(recv(), out_count_, t, size);
+    if (is_16bit_float(dtype_)) from_float(static_cast<float*>(recv()), out_, out_count_, dtype_);
+  }
+
+ private:
+  const void* in_;
+  void* out_;
+  int64_t out_count_;
+  DType dtype_;
+  std::vector<float> wide_in_, wide_out_;
+};
 
 int to_int(int64_t n, const CallInfo& c, const char* what) {
   if (n > INT_MAX)
@@ -159,22 +198,21 @@ struct Fingerprint {
 };
 #endif
 
-// The deadline of a bootstrap call (Note [Deadlines]): the default timeout, for a group's
-// communicators are made collectively outside any one collective.
+// The deadline of a bootstrap call (Note [Deadlines]): the group's timeout when the call
+// sets up a communicator of a group (MpiComm::set_setup_timeout), else the default one.
 class BootstrapDeadline {
  public:
-  BootstrapDeadline(const char* call, int rank, int size)
-      : deadline_(Clock::now() + default_timeout(),
-                  [call, rank, size, world = kiln::distributed::rank()] {
-                    std::string path = FlightRecorder::get().dump(world);
-                    abort_job(fmt::format(
-                        "kiln: DistributedError: [distributed] {} timed out after {} ms on rank "
-                        "{} of {}: it makes or sets up a group's communicator (a thread's or "
-                        "stream's own is made at its first collective on the group), and some "
-                        "rank has not called it; flight recorder written to {}",
-                        call, default_timeout().count(), rank, size,
-                        path.empty() ? "(could not write)" : path));
-                  }) {}
+  BootstrapDeadline(const char* call, int rank, int size, std::chrono::milliseconds timeout)
+      : deadline_(
+            Clock::now() + timeout, [call, rank, size, timeout, world = kiln::distributed::rank()] {
+              std::string path = FlightRecorder::get().dump(world);
+              abort_job(fmt::format(
+                  "kiln: DistributedError: [distributed] {} timed out after {} ms on rank "
+                  "{} of {}: it makes or sets up a group's communicator (a thread's or "
+                  "stream's own is made at its first collective on the group), and some "
+                  "rank has not called it; flight recorder written to {}",
+                  call, timeout.count(), rank, size, path.empty() ? "(could not write)" : path));
+            }) {}
 
  private:
   Deadline deadline_;
@@ -267,23 +305,30 @@ std::unique_ptr<MpiComm> MpiComm::adopt([[maybe_unused]] void* mpi_comm) {
 #endif
 }
 
+std::chrono::milliseconds MpiComm::setup_timeout() const {
+  const int64_t ms = setup_timeout_ms_;
+  return ms > 0 ? std::chrono::milliseconds(ms) : default_timeout();
+}
+
 std::unique_ptr<MpiComm> MpiComm::dup() const {
-  if (!handle_) return solo();
+  std::unique_ptr<MpiComm> c = solo();
 #ifdef KILN_HAVE_MPI
-  MPI_Comm d;
-  BootstrapDeadline deadline("MPI_Comm_dup", rank_, size_);
-  check_bootstrap(MPI_Comm_dup(mpi(handle_), &d), "MPI_Comm_dup");
-  return adopt(&d);
-#else
-  return solo();
+  if (handle_) {
+    MPI_Comm d;
+    BootstrapDeadline deadline("MPI_Comm_dup", rank_, size_, setup_timeout());
+    check_bootstrap(MPI_Comm_dup(mpi(handle_), &d), "MPI_Comm_dup");
+    c = adopt(&d);
+  }
 #endif
+  c->setup_timeout_ms_ = setup_timeout_ms_.load();
+  return c;
 }
 
 std::unique_ptr<MpiComm> MpiComm::split(int color, int key) const {
   if (!handle_) return color < 0 ? nullptr : solo();
 #ifdef KILN_HAVE_MPI
   MPI_Comm d;
-  BootstrapDeadline deadline("MPI_Comm_split", rank_, size_);
+  BootstrapDeadline deadline("MPI_Comm_split", rank_, size_, setup_timeout());
   check_bootstrap(MPI_Comm_split(mpi(handle_), color < 0 ? MPI_UNDEFINED : color, key, &d),
                   "MPI_Comm_split");
   if (d == MPI_COMM_NULL) return nullptr;
@@ -356,17 +401,10 @@ void MpiComm::all_reduce(const void* in, void* out, int64_t count, const CallInf
   KILN_MPI_COLLECTIVE(c, {
     int n = to_int(count, c, "an all-reduce");
     MPI_Op op = mpi_op(c.reduce, c.dtype);
-    if (is_16bit_float(c.dtype)) {
-      std::vector<float> buf(count);
-      to_float(in, buf.data(), count, c.dtype);
-      KILN_MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, buf.data(), n, MPI_FLOAT, op, mpi(handle_)));
-      if (c.reduce == ReduceOp::Avg) divide(buf.data(), count, DType::Float32, size_);
-      from_float(buf.data(), out, count, c.dtype);
-    } else {
-      const void* send = in == out ? MPI_IN_PLACE : in;
-      KILN_MPI_CALL(MPI_Allreduce(send, out, n, mpi_type(c.dtype), op, mpi(handle_)));
-      if (c.reduce == ReduceOp::Avg) divide(out, count, c.dtype, size_);
-    }
+    Widened w(in, count, out, count, c.dtype);  // Note [16-bit reductions]
+    KILN_MPI_CALL(MPI_Allreduce(w.in_place() ? MPI_IN_PLACE : w.send(), w.recv(), n,
+                                mpi_type(c.dtype), op, mpi(handle_)));
+    w.finish(c.reduce, size_);
   });
 #endif
 }
@@ -396,18 +434,10 @@ void MpiComm::reduce_scatter(const void* in, void* out, int64_t count, const Cal
   KILN_MPI_COLLECTIVE(c, {
     int n = to_int(count, c, "a reduce-scatter block");
     to_int(count * size_, c, "a reduce-scatter");
-    MPI_Op op = mpi_op(c.reduce, c.dtype);
-    if (is_16bit_float(c.dtype)) {
-      std::vector<float> all(count * size_), mine(count);
-      to_float(in, all.data(), count * size_, c.dtype);
-      KILN_MPI_CALL(
-          MPI_Reduce_scatter_block(all.data(), mine.data(), n, MPI_FLOAT, op, mpi(handle_)));
-      if (c.reduce == ReduceOp::Avg) divide(mine.data(), count, DType::Float32, size_);
-      from_float(mine.data(), out, count, c.dtype);
-    } else {
-      KILN_MPI_CALL(MPI_Reduce_scatter_block(in, out, n, mpi_type(c.dtype), op, mpi(handle_)));
-      if (c.reduce == ReduceOp::Avg) divide(out, count, c.dtype, size_);
-    }
+    Widened w(in, count * size_, out, count, c.dtype);  // Note [16-bit reductions]
+    KILN_MPI_CALL(MPI_Reduce_scatter_block(w.send(), w.recv(), n, mpi_type(c.dtype),
+                                           mpi_op(c.reduce, c.dtype), mpi(handle_)));
+    w.finish(c.reduce, size_);
   });
 #endif
 }
@@ -491,7 +521,7 @@ void MpiComm::broadcast_bytes(void* buf, size_t nbytes, int root) const {
   if (!handle_) return;
 #ifdef KILN_HAVE_MPI
   KILN_CHECK(nbytes <= INT_MAX, "[distributed] a bootstrap broadcast of {} bytes", nbytes);
-  BootstrapDeadline deadline("MPI_Bcast", rank_, size_);
+  BootstrapDeadline deadline("MPI_Bcast", rank_, size_, setup_timeout());
   check_bootstrap(MPI_Bcast(buf, static_cast<int>(nbytes), MPI_BYTE, root, mpi(handle_)),
                   "MPI_Bcast");
 #else
@@ -505,7 +535,7 @@ void MpiComm::all_gather_bytes(const void* in, void* out, size_t nbytes_per_rank
     return;
   }
 #ifdef KILN_HAVE_MPI
-  BootstrapDeadline deadline("MPI_Allgather", rank_, size_);
+  BootstrapDeadline deadline("MPI_Allgather", rank_, size_, setup_timeout());
   gather_bytes(handle_, in, out, nbytes_per_rank);
 #endif
 }
@@ -519,12 +549,9 @@ struct DoneRequest final : MpiComm::Request {
 #ifdef KILN_HAVE_MPI
 struct MpiRequest final : MpiComm::Request {
   MPI_Request req = MPI_REQUEST_NULL;
-  void* buf = nullptr;
-  int64_t count = 0;
-  DType dtype = DType::Float32;
   ReduceOp reduce = ReduceOp::Sum;
   int size = 1;
-  std::vector<float> staging;  // 16-bit floats travel as float32
+  std::unique_ptr<Widened> staging;  // Note [16-bit reductions]
   std::string op;
   uint64_t slot = 0;
   std::unique_ptr<Deadline> deadline;
@@ -533,12 +560,7 @@ struct MpiRequest final : MpiComm::Request {
   void complete() {
     done = true;
     deadline.reset();
-    if (!staging.empty()) {
-      if (reduce == ReduceOp::Avg) divide(staging.data(), count, DType::Float32, size);
-      from_float(staging.data(), buf, count, dtype);
-    } else if (reduce == ReduceOp::Avg) {
-      divide(buf, count, dtype, size);
-    }
+    staging->finish(reduce, size);
     FlightRecorder::get().finish(slot, CallState::Completed);
   }
   bool test() override {
@@ -579,9 +601,6 @@ std::unique_ptr<MpiComm::Request> MpiComm::start_all_reduce(void* buf, int64_t c
 #ifdef KILN_HAVE_MPI
   uint64_t seq = ++seq_;
   auto r = std::make_unique<MpiRequest>();
-  r->buf = buf;
-  r->count = count;
-  r->dtype = c.dtype;
   r->reduce = c.reduce;
   r->size = size_;
   r->op = std::string(c.op);
@@ -610,15 +629,9 @@ std::unique_ptr<MpiComm::Request> MpiComm::start_all_reduce(void* buf, int64_t c
     FlightRecorder::get().finish(r->slot, CallState::Failed);
     throw;
   }
-  void* data = buf;
-  MPI_Datatype type = mpi_type(c.dtype);
-  if (is_16bit_float(c.dtype)) {
-    r->staging.resize(count);
-    to_float(buf, r->staging.data(), count, c.dtype);
-    data = r->staging.data();
-  }
-  int rc =
-      MPI_Iallreduce(MPI_IN_PLACE, data, n, type, mpi_op(c.reduce, c.dtype), mpi(handle_), &r->req);
+  r->staging = std::make_unique<Widened>(buf, count, buf, count, c.dtype);
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, r->staging->recv(), n, mpi_type(c.dtype),
+                          mpi_op(c.reduce, c.dtype), mpi(handle_), &r->req);
   if (rc != MPI_SUCCESS) r->fail(rc);
   return r;
 #else

@@ -4,6 +4,7 @@
 // KILN_DIST_DEBUG=detail, a check that every rank calls the same collective. mpi.h stays in
 // mpi_comm.cpp: a build without MPI (or a process run without a launcher) has only the
 // one-rank communicator, whose collectives are copies.
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -56,6 +57,11 @@ class MpiComm {
   int size() const { return size_; }
   bool solo_world() const { return handle_ == nullptr; }
 
+  // The deadline of this communicator's bootstrap calls (dup, split, the byte exchanges):
+  // default_timeout() until set; duplicates inherit it. ProcessGroup::set_timeout sets it.
+  std::chrono::milliseconds setup_timeout() const;
+  void set_setup_timeout(std::chrono::milliseconds t) { setup_timeout_ms_ = t.count(); }
+
   // Collective: a duplicate (MPI_Comm_dup) of this communicator.
   std::unique_ptr<MpiComm> dup() const;
   // Collective: MPI_Comm_split; null where `color` < 0.
@@ -98,7 +104,8 @@ class MpiComm {
   MpiComm() = default;
   void* handle_ = nullptr;
   bool owned_ = false;
-  uint64_t seq_ = 0;  // collectives issued on this communicator
+  uint64_t seq_ = 0;                          // collectives issued on this communicator
+  std::atomic<int64_t> setup_timeout_ms_{0};  // 0: default_timeout()
   int rank_ = 0;
   int size_ = 1;
 };

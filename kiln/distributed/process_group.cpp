@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
+#include <utility>
 
 #include "kiln/core/error.h"
 #include "kiln/core/stream.h"
@@ -37,18 +38,54 @@
 // (device streams are issued from the program's thread, so theirs always are).
 namespace kiln::distributed {
 
+// Note [Finding a group's backend and communicator]
+// Every collective looks up its group's backend (by device type) and its communicator (by
+// stream key), so the lookups take no lock: backends sit in an array of atomic pointers, one
+// per device type, and communicators in a list that only ever grows at its head. Both are
+// written under setup_mu_ and published with release stores; an entry, once published, lives
+// as long as the group (a backend replaced by a re-registered factory is kept too, since
+// another thread may still be inside it).
+//
+// Note [A failed set-up is not retried]
+// A backend factory that throws (NCCL's communicator could not be made, say) leaves its error
+// with the group, and every later collective of that device type raises it again, naming the
+// group, instead of trying again: a retry would be collective work on some ranks only, at
+// whatever collective came next, possibly inside a capture. Registering the factory again
+// (loading the plugin again) is the way to retry, on every rank at once. For the same reason
+// a backend still to be made when its device's stream is capturing is an error, not a set-up
+// inside the graph.
 struct GroupFactory {
   static std::shared_ptr<ProcessGroup> make(std::unique_ptr<MpiComm> comm,
                                             std::vector<int> world_ranks, std::string name);
-  // Makes (or remakes) `g`'s backend for device type `type`.
-  static void set_backend(ProcessGroup& g, int type, const BackendFactory& factory) {
+  // Makes (or remakes) `g`'s backend for device type `type`; a failure is remembered (Note [A
+  // failed set-up is not retried]) and rethrown.
+  static void set_backend(const ProcessGroup& g, int type, const BackendFactory& factory) {
     std::lock_guard<std::mutex> setup(g.setup_mu_);
-    std::unique_ptr<CollectiveBackend> b = factory(g);
-    std::lock_guard<std::mutex> lock(g.mu_);
-    std::erase_if(g.backends_, [type](const auto& e) { return e.first == type; });
-    g.backends_.emplace_back(type, std::move(b));
+    build(g, type, [&] { return factory(const_cast<ProcessGroup&>(g)); });
+  }
+  // Under g.setup_mu_.
+  template <class Make>
+  static CollectiveBackend* build(const ProcessGroup& g, int type, Make&& make) {
+    std::unique_ptr<CollectiveBackend> b;
+    try {
+      b = make();
+    } catch (const std::exception& e) {
+      std::erase_if(g.failed_, [type](const auto& f) { return f.first == type; });
+      g.failed_.emplace_back(type, e.what());
+      throw;
+    }
+    if (!b) return nullptr;
+    CollectiveBackend* raw = b.get();
+    g.install_backend(type, std::move(b));
+    return raw;
   }
 };
+
+void ProcessGroup::install_backend(int type, std::unique_ptr<CollectiveBackend> b) const {
+  std::erase_if(failed_, [type](const auto& f) { return f.first == type; });
+  backend_of_type_[type].store(b.get(), std::memory_order_release);
+  backends_.push_back(std::move(b));
+}
 
 namespace {
 
@@ -107,7 +144,7 @@ std::shared_ptr<ProcessGroup> GroupFactory::make(std::unique_ptr<MpiComm> comm,
   std::shared_ptr<ProcessGroup> g(new ProcessGroup());
   g->rank_ = comm->rank();
   g->world_ranks_ = std::move(world_ranks);
-  g->timeout_ = default_timeout();
+  g->timeout_ms_ = default_timeout().count();
   g->base_ = std::move(comm);
   Registry& r = registry();
   std::vector<std::pair<std::string, BackendFactory>> factories;
@@ -126,30 +163,40 @@ std::shared_ptr<ProcessGroup> GroupFactory::make(std::unique_ptr<MpiComm> comm,
   return g;
 }
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  for (CommEntry* e = comms_.load(); e;) delete std::exchange(e, e->next);
+}
 
 int ProcessGroup::group_rank_of(int world_rank) const {
   auto it = std::find(world_ranks_.begin(), world_ranks_.end(), world_rank);
   return it == world_ranks_.end() ? -1 : static_cast<int>(it - world_ranks_.begin());
 }
 
-CollectiveBackend* ProcessGroup::find_backend(int type) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [t, b] : backends_)
-    if (t == type) return b.get();
-  return nullptr;
+void ProcessGroup::set_timeout(std::chrono::milliseconds t) {
+  KILN_CHECK(t.count() > 0, "[ProcessGroup] group {}'s timeout must be positive, got {} ms", name_,
+             t.count());
+  std::lock_guard<std::mutex> setup(setup_mu_);
+  timeout_ms_ = t.count();
+  base_->set_setup_timeout(t);
+  for (CommEntry* e = comms_.load(); e; e = e->next) e->comm->set_setup_timeout(t);
 }
 
-// Set-up (a backend, a communicator) is collective and made once: it runs under setup_mu_, one
-// at a time, and never under mu_, so a thread's collective on a communicator it already has
-// never waits behind another thread's set-up.
+// Set-up (a backend, a communicator) is collective and made once, under setup_mu_; lookups
+// take no lock (Note [Finding a group's backend and communicator]).
 CollectiveBackend& ProcessGroup::backend(Device device, std::string_view op) const {
   const int type = device.type();
-  if (CollectiveBackend* b = find_backend(type)) return *b;
+  if (CollectiveBackend* b = backend_of_type_[type].load(std::memory_order_acquire)) return *b;
   std::lock_guard<std::mutex> setup(setup_mu_);
-  if (CollectiveBackend* b = find_backend(type)) return *b;  // made while this thread waited
-  // A factory registered after this group was made (a plugin loaded later): made now, by every
-  // rank at the same collective of the program.
+  if (CollectiveBackend* b = backend_of_type_[type].load(std::memory_order_acquire)) return *b;
+  const std::string where = fmt::format("[{}] group {} (rank {} of {})", op, name_, rank_, size());
+  for (auto& [t, why] : failed_)  // Note [A failed set-up is not retried]
+    if (t == type)
+      throw DistributedError(fmt::format(
+          "{} has no collective backend for {} tensors: its set-up failed and is not retried "
+          "(register the backend again, on every rank, to retry): {}",
+          where, device, why));
+  // A factory registered after this group was made whose set-up could not run then (its
+  // device type did not exist yet): made now, by every rank at the same collective.
   BackendFactory factory;
   {
     Registry& r = registry();
@@ -157,35 +204,39 @@ CollectiveBackend& ProcessGroup::backend(Device device, std::string_view op) con
     for (auto& [name, f] : r.factories)
       if (find_device_type(name) == type) factory = f;
   }
-  std::unique_ptr<CollectiveBackend> made =
-      factory ? factory(const_cast<ProcessGroup&>(*this)) : make_builtin_backend(*this, device);
+  CollectiveBackend* made = nullptr;
+  if (factory) {
+    DeviceInterface* iface = device_interface(type);
+    if (iface && iface->capturing(device.index()))
+      throw DistributedError(fmt::format(
+          "{} would set up its collective backend for {} tensors while {}'s stream is capturing; "
+          "set-up is collective work a graph cannot hold: run one collective of this group on "
+          "{} eagerly before capturing (or register the backend before making the group)",
+          where, device, device, device));
+    made =
+        GroupFactory::build(*this, type, [&] { return factory(const_cast<ProcessGroup&>(*this)); });
+  } else {
+    made = GroupFactory::build(*this, type, [&] { return make_builtin_backend(*this, device); });
+  }
   if (!made)
-    throw DistributedError(
-        fmt::format("[{}] group {} (rank {} of {}) has no collective backend for {} tensors{}", op,
-                    name_, rank_, size(), device,
-                    device_type_name(device.type()) == "cuda"
-                        ? " (load the CUDA plugin before making the group)"
-                        : ""));
-  std::lock_guard<std::mutex> lock(mu_);
-  backends_.emplace_back(type, std::move(made));
-  return *backends_.back().second;
-}
-
-MpiComm* ProcessGroup::find_comm(uint64_t key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [k, c] : comms_)
-    if (k == key) return c.get();
-  return nullptr;
+    throw DistributedError(fmt::format("{} has no collective backend for {} tensors{}", where,
+                                       device,
+                                       device_type_name(device.type()) == "cuda"
+                                           ? " (load the CUDA plugin before making the group)"
+                                           : ""));
+  return *made;
 }
 
 MpiComm* ProcessGroup::comm(uint64_t key) const {
-  if (MpiComm* c = find_comm(key)) return c;
+  for (CommEntry* e = comms_.load(std::memory_order_acquire); e; e = e->next)
+    if (e->key == key) return e->comm.get();
   std::lock_guard<std::mutex> setup(setup_mu_);
-  if (MpiComm* c = find_comm(key)) return c;
-  std::unique_ptr<MpiComm> made = base_->dup();
-  std::lock_guard<std::mutex> lock(mu_);
-  comms_.emplace_back(key, std::move(made));
-  return comms_.back().second.get();
+  CommEntry* head = comms_.load(std::memory_order_acquire);
+  for (CommEntry* e = head; e; e = e->next)  // made while this thread waited
+    if (e->key == key) return e->comm.get();
+  auto* made = new CommEntry{key, base_->dup(), head};
+  comms_.store(made, std::memory_order_release);
+  return made->comm.get();
 }
 
 ProcessGroup& world() {
@@ -269,7 +320,14 @@ void register_collective_backend(std::string_view device_type, BackendFactory fa
   }
   int t = find_device_type(device_type);
   if (t < 0) return;
-  for (auto& g : existing) GroupFactory::set_backend(*g, t, factory);
+  // A group whose set-up fails keeps the error for its first collective on that device type
+  // (Note [A failed set-up is not retried]); the other groups still get the backend.
+  for (auto& g : existing) {
+    try {
+      GroupFactory::set_backend(*g, t, factory);
+    } catch (const std::exception&) {
+    }
+  }
 }
 
 uint64_t stream_key(Device device) {

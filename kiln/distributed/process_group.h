@@ -2,6 +2,8 @@
 // Process groups (DESIGN.md "Distributed"): the world and its sub-groups, each with one
 // collective backend per device type (MPI for CPU tensors, NCCL for CUDA ones, host tasks over
 // MPI for sim). See Note [Process groups] in process_group.cpp.
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -46,11 +48,16 @@ class ProcessGroup {
 
   // The deadline of each collective (default_timeout() unless set); per call, see
   // TimeoutGuard in collectives.h.
-  std::chrono::milliseconds timeout() const { return timeout_; }
-  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  // It is also the deadline of the group's later set-up: a thread's or stream's communicator,
+  // a device backend made at first use.
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_); }
+  void set_timeout(std::chrono::milliseconds t);
 
   // The backend serving tensors on `device`'s type; raises a DistributedError naming the group
-  // when none is registered for it (e.g. CUDA tensors without the CUDA plugin loaded).
+  // when none is registered for it (e.g. CUDA tensors without the CUDA plugin loaded), when its
+  // set-up failed (the same error again: a failed set-up is never retried), or when it would
+  // have to be made while `device`'s stream is capturing (set-up is collective work that a
+  // graph may not hold).
   CollectiveBackend& backend(Device device, std::string_view op) const;
   // The group's MPI communicator for the calling context (Note [One communicator per
   // stream]): `stream_key` is 0 for host collectives of the calling thread, else a device
@@ -67,15 +74,22 @@ class ProcessGroup {
   std::string name_;
   int rank_ = 0;
   std::vector<int> world_ranks_;
-  std::chrono::milliseconds timeout_{0};
+  std::atomic<int64_t> timeout_ms_{0};
   std::unique_ptr<MpiComm> base_;
-  CollectiveBackend* find_backend(int type) const;
-  MpiComm* find_comm(uint64_t key) const;
 
-  mutable std::mutex setup_mu_;  // collective set-up, one at a time; never held with mu_ first
-  mutable std::mutex mu_;        // the lists below
-  mutable std::vector<std::pair<uint64_t, std::unique_ptr<MpiComm>>> comms_;
-  mutable std::vector<std::pair<int, std::unique_ptr<CollectiveBackend>>> backends_;  // by type
+  // See Note [Finding a group's backend and communicator] in process_group.cpp: read without a
+  // lock; written under setup_mu_, once per entry.
+  struct CommEntry {
+    uint64_t key;
+    std::unique_ptr<MpiComm> comm;
+    CommEntry* next;
+  };
+  mutable std::array<std::atomic<CollectiveBackend*>, kMaxDeviceTypes> backend_of_type_{};
+  mutable std::atomic<CommEntry*> comms_{nullptr};
+  mutable std::mutex setup_mu_;  // collective set-up, one at a time
+  mutable std::vector<std::unique_ptr<CollectiveBackend>> backends_;  // owned; under setup_mu_
+  mutable std::vector<std::pair<int, std::string>> failed_;           // type, why; under setup_mu_
+  void install_backend(int type, std::unique_ptr<CollectiveBackend> b) const;
 };
 
 // The world: every process of the job (a world of one without a launcher). Initialises the

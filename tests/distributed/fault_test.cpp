@@ -144,6 +144,19 @@ void guard() {
   }
 }
 
+// A group's timeout is the deadline of its set-up too: rank 0's second thread makes its own
+// communicator of the world (MPI_Comm_dup, at its first collective there), which rank 1 never
+// joins. KILN_DIST_TIMEOUT is 60 s here; the world's 5 s must fire.
+void setup_timeout() {
+  dist::world().set_timeout(milliseconds(5'000));
+  agree();
+  if (me() == 0) {
+    std::thread([] { dist::all_reduce_(ones({4})); }).join();
+  } else {
+    work_past_the_deadline();
+  }
+}
+
 // guard on sim tensors: the broadcast is a host task that runs on the sim stream's thread
 // (Note [Collectives as host tasks] in mpi_backend.cpp), and still has the deadline of the
 // guard in force where it was issued, though the guard may have ended before the stream runs
@@ -215,6 +228,7 @@ const std::map<std::string, std::function<void()>>& scenarios() {
       {"kill", killed},
       {"guard", guard},
       {"guard_sim", guard_sim},
+      {"setup_timeout", setup_timeout},
       {"detail_agree", detail_agree},
   };
   return s;

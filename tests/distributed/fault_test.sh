@@ -16,7 +16,7 @@ deadline_s=5
 margin_s=20  # mpirun's start on an oversubscribed machine, ASan
 case $scenario in
   *_detail | detail_agree) export KILN_DIST_DEBUG=detail ;;
-  guard | guard_sim) export KILN_DIST_TIMEOUT=60 ;;  # the TimeoutGuard's 5 s must fire
+  guard | guard_sim | setup_timeout) export KILN_DIST_TIMEOUT=60 ;;  # 5 s of a guard or group
   kill) export KILN_MPIRUN_EXTRA=--enable-recovery ;;
 esac
 
@@ -133,6 +133,11 @@ case $scenario in
     ;;
   guard_sim)
     has "$(timed_out 'broadcast_?' 0 2 4)"
+    job_failed
+    within_deadline
+    ;;
+  setup_timeout)
+    has 'kiln: DistributedError: \[distributed\] MPI_Comm_dup timed out after 5000 ms on rank 0 of 2'
     job_failed
     within_deadline
     ;;
