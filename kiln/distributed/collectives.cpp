@@ -36,23 +36,31 @@ class DoneWork final : public Work::Impl {
   bool is_completed() override { return true; }
 };
 
-// A non-blocking MPI all-reduce over a CPU tensor; holds the tensor until it completes.
+// Non-blocking MPI calls over CPU tensors (Note [Non-blocking collectives] in mpi_comm.cpp);
+// holds the tensors until they complete.
 class CpuWork final : public Work::Impl {
  public:
-  CpuWork(std::unique_ptr<MpiComm::Request> r, Tensor t) : req_(std::move(r)), t_(std::move(t)) {}
-  void wait() override { req_->wait(); }
-  bool is_completed() override { return req_->test(); }
+  CpuWork(std::vector<std::unique_ptr<MpiComm::Request>> r, std::vector<Tensor> t)
+      : reqs_(std::move(r)), t_(std::move(t)) {}
+  void wait() override {
+    for (auto& r : reqs_) r->wait();
+  }
+  bool is_completed() override {
+    bool all = true;
+    for (auto& r : reqs_) all = r->test() && all;  // tests every one: each may progress
+    return all;
+  }
 
  private:
-  std::unique_ptr<MpiComm::Request> req_;
-  Tensor t_;
+  std::vector<std::unique_ptr<MpiComm::Request>> reqs_;
+  std::vector<Tensor> t_;
 };
 
 // A collective queued on a communication stream: wait() makes the waiting thread's current
 // stream wait for it (a stream dependency, not a host wait).
 class StreamWork final : public Work::Impl {
  public:
-  StreamWork(Device d, Tensor t) : done_(d), t_(std::move(t)) {}
+  StreamWork(Device d, std::vector<Tensor> t) : done_(d), t_(std::move(t)) {}
   Event& done() { return done_; }
   void wait() override {
     done_.wait(Stream::current(done_.device()));
@@ -71,7 +79,7 @@ class StreamWork final : public Work::Impl {
 
  private:
   Event done_;
-  Tensor t_;
+  std::vector<Tensor> t_;
   bool waited_ = false;
 };
 
@@ -134,37 +142,87 @@ void recv_(const Tensor& t, int src, const ProcessGroup* group) {
 }
 void barrier(const ProcessGroup* group, Device device) { ops::op_barrier(device, id(group)); }
 
-Work all_reduce_async(const Tensor& t, ReduceOp op, const ProcessGroup* group) {
-  const ProcessGroup& g = resolve(group);
-  // Traced, differentiated or on the meta device: the synchronous op, which records and
-  // differentiates like any op.
-  if (tracing() || t.requires_grad() || !t.defined() || t.device().type() == kMeta ||
-      g.size() == 1) {
-    all_reduce_(t, op, &g);
+namespace {
+
+// Note [Asynchronous collectives]
+// An async form runs the blocking op itself, so the op's kernel validates it exactly as the
+// blocking form's (raising at the call, before anything is sent), but changes where it runs:
+// - on a device with streams, on the group's communication stream, after an event from the
+//   current stream, and wait() makes the current stream wait for the collective's event;
+// - on the CPU, inside a NonBlocking scope, so the MPI backend starts the call (MPI_I...) and
+//   the Work completes it; a path that completes at once (a world of one, the shared-memory
+//   pieces of a large all-reduce) leaves nothing to wait for.
+// Traced, differentiated or meta calls, and groups of one, are the blocking op, which records,
+// differentiates and captures like any op. The Work holds the tensors until the collective is
+// done and, for a stream, until the current stream has waited for it, so their memory cannot be
+// reused under it (the caching allocators reuse a block only once the stream that freed it
+// reaches the free; PyTorch's NCCL groups now hold tensors the same way instead of
+// record_stream).
+template <class Blocking>
+Work start_async(const ProcessGroup& g, Device d, std::vector<Tensor> keep, Blocking&& blocking) {
+  bool now = tracing() || d.type() == kMeta || g.size() == 1;
+  for (const Tensor& t : keep) now = now || !t.defined() || t.requires_grad();
+  if (now) {
+    blocking();
     return Work(std::make_shared<DoneWork>());
   }
-  if (t.device().type() == kCPU) {
-    // The op's kernel validates; the MPI call itself is started here without waiting.
-    ops::op_all_reduce_.call_at(DispatchKey::Meta, t, as_int(op), g.id());  // argument checks
-    KILN_CHECK(t.is_contiguous(), "[all_reduce_] self must be contiguous, got strides {}",
-               t.strides());
-    CallInfo info{"all_reduce_", &g, t.dtype(), t.numel(), op, -1};
-    MpiComm* comm = g.comm(stream_key(t.device()));
-    return Work(
-        std::make_shared<CpuWork>(comm->start_all_reduce(t.impl()->data(), t.numel(), info), t));
+  if (d.type() == kCPU) {
+    NonBlocking scope;
+    blocking();
+    auto started = scope.take();
+    if (started.empty()) return Work(std::make_shared<DoneWork>());
+    return Work(std::make_shared<CpuWork>(std::move(started), std::move(keep)));
   }
-  Device d = t.device();
   Stream s = comm_stream(g, d);
-  auto w = std::make_shared<StreamWork>(d, t);
-  {
-    Event ready(d);
-    ready.record(Stream::current(d));
-    ready.wait(s);
-    StreamGuard on(s);
-    all_reduce_(t, op, &g);
-    w->done().record(s);
-  }
+  auto w = std::make_shared<StreamWork>(d, std::move(keep));
+  Event ready(d);
+  ready.record(Stream::current(d));
+  ready.wait(s);
+  StreamGuard on(s);
+  blocking();
+  w->done().record(s);
   return Work(w);
+}
+
+Device device_of(const Tensor& t) { return t.defined() ? t.device() : Device(kCPU); }
+
+}  // namespace
+
+Work all_reduce_async(const Tensor& t, ReduceOp op, const ProcessGroup* group) {
+  const ProcessGroup& g = resolve(group);
+  return start_async(g, device_of(t), {t}, [&] { all_reduce_(t, op, &g); });
+}
+Work all_gather_into_tensor_async(const Tensor& out, const Tensor& t, const ProcessGroup* group) {
+  const ProcessGroup& g = resolve(group);
+  return start_async(g, device_of(t), {out, t}, [&] { all_gather_into_tensor_out(out, t, &g); });
+}
+Work reduce_scatter_tensor_async(const Tensor& out, const Tensor& t, ReduceOp op,
+                                 const ProcessGroup* group) {
+  const ProcessGroup& g = resolve(group);
+  return start_async(g, device_of(t), {out, t}, [&] { reduce_scatter_tensor_out(out, t, op, &g); });
+}
+Work broadcast_async(const Tensor& t, int src, const ProcessGroup* group) {
+  const ProcessGroup& g = resolve(group);
+  return start_async(g, device_of(t), {t}, [&] { broadcast_(t, src, &g); });
+}
+Work all_to_all_single_async(const Tensor& out, const Tensor& t,
+                             const std::vector<int64_t>& out_splits,
+                             const std::vector<int64_t>& in_splits, const ProcessGroup* group) {
+  const ProcessGroup& g = resolve(group);
+  return start_async(g, device_of(t), {out, t},
+                     [&] { ops::op_all_to_all_single_out(out, t, out_splits, in_splits, g.id()); });
+}
+Work send_async(const Tensor& t, int dst, const ProcessGroup* group) {
+  const ProcessGroup& g = resolve(group);
+  return start_async(g, device_of(t), {t}, [&] { send(t, dst, &g); });
+}
+Work recv_async(const Tensor& t, int src, const ProcessGroup* group) {
+  const ProcessGroup& g = resolve(group);
+  return start_async(g, device_of(t), {t}, [&] { recv_(t, src, &g); });
+}
+Work barrier_async(const ProcessGroup* group, Device device) {
+  const ProcessGroup& g = resolve(group);
+  return start_async(g, device, {}, [&] { barrier(&g, device); });
 }
 
 TimeoutGuard::TimeoutGuard(std::chrono::milliseconds timeout) : previous_(tls_timeout) {

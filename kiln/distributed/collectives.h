@@ -54,11 +54,28 @@ void recv_(const Tensor& t, int src, const ProcessGroup* group = {});
 // Waits for every rank of the group (on `device`'s stream for a device with streams).
 void barrier(const ProcessGroup* group = {}, Device device = Device("cpu"));
 
-// Asynchronous in-place all-reduce (DDP's buckets): on a device with streams it is queued on
-// the group's communication stream after the current stream's work; on the CPU it starts a
-// non-blocking MPI all-reduce. The tensor must not be read or written until wait().
-// Not differentiable; under compile it is traced as the synchronous all_reduce_.
+// Asynchronous forms (async_op; Note [Asynchronous collectives] in collectives.cpp): each
+// validates like its blocking form, starts the collective and returns at once. On a device
+// with streams it is queued on the group's communication stream after the current stream's
+// work; on the CPU a non-blocking MPI call is started, which Open MPI advances only inside MPI
+// calls (is_completed() lets it progress). The tensors must not be read or written until
+// wait(); the Work keeps them alive until then. A group's collectives on one device run on its
+// one communication stream in the order issued, so (as with NCCL) a recv_async queued before
+// the send_async it needs waits for ever there; on the CPU both are in flight together. Not
+// differentiable; under compile each is traced as its blocking form.
 Work all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum, const ProcessGroup* group = {});
+Work all_gather_into_tensor_async(const Tensor& out, const Tensor& t,
+                                  const ProcessGroup* group = {});
+Work reduce_scatter_tensor_async(const Tensor& out, const Tensor& t, ReduceOp op = ReduceOp::Sum,
+                                 const ProcessGroup* group = {});
+Work broadcast_async(const Tensor& t, int src, const ProcessGroup* group = {});
+Work all_to_all_single_async(const Tensor& out, const Tensor& t,
+                             const std::vector<int64_t>& out_splits = {},
+                             const std::vector<int64_t>& in_splits = {},
+                             const ProcessGroup* group = {});
+Work send_async(const Tensor& t, int dst, const ProcessGroup* group = {});
+Work recv_async(const Tensor& t, int src, const ProcessGroup* group = {});
+Work barrier_async(const ProcessGroup* group = {}, Device device = Device("cpu"));
 
 // RAII: collectives this thread issues while it lives have `timeout` as their deadline instead
 // of their group's.

@@ -1,10 +1,14 @@
 #include "kiln/distributed/mpi_comm.h"
 
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/error.h"
@@ -132,14 +136,13 @@ int to_int(int64_t n, const CallInfo& c, const char* what) {
 #ifdef KILN_HAVE_MPI
 MPI_Comm& mpi(void* h) { return *static_cast<MPI_Comm*>(h); }
 
-// `call` is the call's text (KILN_MPI_CALL): the message names its function.
-void check(int rc, const CallInfo& c, const char* call, int rank, int size, uint64_t seq) {
+// `fn` names the MPI function that returned `rc`.
+void check(int rc, const CallInfo& c, const char* fn, int rank, int size, uint64_t seq) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  std::string_view fn(call);
-  throw DistributedError(fmt::format("[{}] {} failed on {}: {}", c.op, fn.substr(0, fn.find('(')),
+  throw DistributedError(fmt::format("[{}] {} failed on {}: {}", c.op, fn,
                                      describe(c, seq, rank, size), std::string(msg, len)));
 }
 void check_bootstrap(int rc, const char* call) {
@@ -368,27 +371,177 @@ static void run_collective(MpiComm& comm, uint64_t seq, const CallInfo& c, F&& b
   fr.finish(slot, CallState::Completed);
 }
 
-#ifdef KILN_HAVE_MPI
-// Note [Debug checks]: raises on every rank when the ranks' calls differ.
-static void debug_check(MpiComm& comm, uint64_t seq, const CallInfo& c) {
-  check_same_call(comm, c, seq, std::chrono::milliseconds(0));  // under run_collective's
-}
-#endif
+// ---------------------------------------------------------------- non-blocking scopes
 
-// The common head of every collective: numbering, the debug check, then run_collective.
-#define KILN_MPI_COLLECTIVE(c, ...)                                                              \
-  do {                                                                                           \
-    uint64_t seq_now = ++seq_;                                                                   \
-    run_collective(*this, seq_now, c, [&] {                                                      \
-      if (debug_detail() && c.op != "send" && c.op != "recv_") KILN_MPI_DEBUG_CHECK(c, seq_now); \
-      __VA_ARGS__;                                                                               \
-    });                                                                                          \
-  } while (0)
+namespace {
+thread_local NonBlocking* tls_non_blocking = nullptr;
+// A finished request (a world of one).
+struct DoneRequest final : MpiComm::Request {
+  bool test() override { return true; }
+  void wait() override {}
+};
+}  // namespace
+
+NonBlocking::NonBlocking() : previous_(tls_non_blocking) { tls_non_blocking = this; }
+NonBlocking::~NonBlocking() { tls_non_blocking = previous_; }
+NonBlocking* NonBlocking::current() { return tls_non_blocking; }
+std::vector<std::unique_ptr<MpiComm::Request>> NonBlocking::take() {
+  return std::exchange(requests_, {});
+}
+
 #ifdef KILN_HAVE_MPI
-#define KILN_MPI_DEBUG_CHECK(c, seq) debug_check(*this, seq, c)
-#define KILN_MPI_CALL(call) check(call, c, #call, rank_, size_, seq_)
-#else
-#define KILN_MPI_DEBUG_CHECK(c, seq) ((void)0)
+namespace {
+
+// Note [Non-blocking collectives]
+// Each collective below is written once, as its MPI call in both forms: `call(req, status)`
+// makes the blocking call when `req` is null and the non-blocking one (MPI_I...) otherwise,
+// and `finish` does what follows completion (averaging, rounding a 16-bit result, checking a
+// received size). Without a NonBlocking scope on the thread the call blocks under its deadline
+// (run_collective). Inside one it starts and returns: its request, holding the deadline, the
+// flight-recorder entry and `finish`, goes to the scope, and the caller (a Work) completes it
+// with test() or wait(). Open MPI progresses a started collective only inside MPI calls, so
+// test() is how a caller lets it advance. The debug check names a started collective
+// "<op>_async": MPI never matches a blocking collective on one rank with a non-blocking one on
+// another, so the ranks must disagree there rather than hang.
+using Finish = std::function<void(const MPI_Status&)>;
+
+// "MPI_Allreduce" -> "MPI_Iallreduce".
+std::string non_blocking_name(std::string_view fn) {
+  std::string s = "MPI_I";
+  s += static_cast<char>(std::tolower(static_cast<unsigned char>(fn[4])));
+  s += fn.substr(5);
+  return s;
+}
+// "all_reduce_" -> "all_reduce_async", "send" -> "send_async".
+std::string async_name(std::string_view op) {
+  if (!op.empty() && op.back() == '_') op.remove_suffix(1);
+  return std::string(op) + "_async";
+}
+
+struct MpiRequest final : MpiComm::Request {
+  MPI_Request req = MPI_REQUEST_NULL;
+  Finish finish;
+  std::string where;  // "[all_reduce_] MPI_Iallreduce ... on group world (rank 0 of 2), ..."
+  uint64_t slot = 0;
+  std::unique_ptr<Deadline> deadline;
+  bool done = false;
+
+  void complete(const MPI_Status& st) {
+    done = true;
+    deadline.reset();
+    try {
+      if (finish) finish(st);
+    } catch (...) {
+      FlightRecorder::get().finish(slot, CallState::Failed);
+      throw;
+    }
+    FlightRecorder::get().finish(slot, CallState::Completed);
+  }
+  bool test() override {
+    if (done) return true;
+    int flag = 0;
+    MPI_Status st;
+    int rc = MPI_Test(&req, &flag, &st);
+    if (rc != MPI_SUCCESS) fail(rc);
+    if (flag) complete(st);
+    return done;
+  }
+  void wait() override {
+    if (done) return;
+    MPI_Status st;
+    int rc = MPI_Wait(&req, &st);
+    if (rc != MPI_SUCCESS) fail(rc);
+    complete(st);
+  }
+  [[noreturn]] void fail(int rc) {
+    done = true;
+    deadline.reset();
+    FlightRecorder::get().finish(slot, CallState::Failed);
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw DistributedError(fmt::format("{}: {}", where, std::string(msg, len)));
+  }
+  ~MpiRequest() override {
+    // An abandoned request still has to finish: MPI owns the buffers until it does.
+    if (!done && req != MPI_REQUEST_NULL) MPI_Wait(&req, MPI_STATUS_IGNORE);
+  }
+};
+
+// Note [Debug checks]: raises on every rank when the ranks' calls differ.
+void debug_check(MpiComm& comm, uint64_t seq, const CallInfo& c) {
+  check_same_call(comm, c, seq, std::chrono::milliseconds(0));  // under the caller's deadline
+}
+bool debug_checked(const CallInfo& c) {
+  return debug_detail() && c.op != "send" && c.op != "recv_";
+}
+
+template <class Call>
+std::unique_ptr<MpiComm::Request> start(MpiComm& comm, uint64_t seq, const CallInfo& c,
+                                        const char* fn, Call& call, Finish finish) {
+  auto r = std::make_unique<MpiRequest>();
+  const ProcessGroup* g = c.group;
+  FlightRecorder& fr = FlightRecorder::get();
+  r->slot = fr.start(c.op, g ? std::string_view(g->name()) : "?", seq, c.numel, c.dtype, c.peer);
+  std::chrono::milliseconds timeout = c.timeout.count() > 0 ? c.timeout
+                                      : g                   ? timeout_for(*g)
+                                                            : default_timeout();
+  const std::string described = describe(c, seq, comm.rank(), comm.size());
+  r->where = fmt::format("[{}] {} failed on {}", c.op, non_blocking_name(fn), described);
+  std::string what =
+      fmt::format("[{}] timed out after {} ms on {}", c.op, timeout.count(), described);
+  int world = kiln::distributed::rank();
+  r->deadline = std::make_unique<Deadline>(Clock::now() + timeout, [what, world] {
+    std::string path = FlightRecorder::get().dump(world);
+    abort_job(fmt::format("kiln: DistributedError: {}; flight recorder written to {}", what,
+                          path.empty() ? "(could not write)" : path));
+  });
+  try {
+    if (debug_checked(c)) {
+      const std::string name = async_name(c.op);
+      CallInfo checked = c;
+      checked.op = name;
+      debug_check(comm, seq, checked);
+    }
+    MPI_Status unused;
+    int rc = call(&r->req, &unused);
+    if (rc != MPI_SUCCESS) r->fail(rc);
+  } catch (...) {
+    if (!r->done) {
+      r->done = true;
+      r->deadline.reset();
+      fr.finish(r->slot, CallState::Failed);
+    }
+    throw;
+  }
+  r->finish = std::move(finish);
+  return r;
+}
+
+// Runs one collective: blocking, or started into the thread's NonBlocking scope (Note
+// [Non-blocking collectives]). `fn` names the blocking MPI function in errors.
+template <class Call>
+void issue(MpiComm& comm, uint64_t seq, const CallInfo& c, const char* fn, Call&& call,
+           Finish finish = {}) {
+  if (NonBlocking* scope = NonBlocking::current()) {
+    scope->add(start(comm, seq, c, fn, call, std::move(finish)));
+    return;
+  }
+  run_collective(comm, seq, c, [&] {
+    if (debug_checked(c)) debug_check(comm, seq, c);
+    MPI_Status st;
+    check(call(nullptr, &st), c, fn, comm.rank(), comm.size(), seq);
+    if (finish) finish(st);
+  });
+}
+
+// What follows a reduction: Note [16-bit reductions]. Empty when nothing does.
+Finish reduced(std::shared_ptr<Widened> w, ReduceOp op, int size, DType t) {
+  if (!is_16bit_float(t) && op != ReduceOp::Avg) return {};
+  return [w = std::move(w), op, size](const MPI_Status&) { w->finish(op, size); };
+}
+
+}  // namespace
 #endif
 
 void MpiComm::all_reduce(const void* in, void* out, int64_t count, const CallInfo& c) {
@@ -398,14 +551,19 @@ void MpiComm::all_reduce(const void* in, void* out, int64_t count, const CallInf
     return;
   }
 #ifdef KILN_HAVE_MPI
-  KILN_MPI_COLLECTIVE(c, {
-    int n = to_int(count, c, "an all-reduce");
-    MPI_Op op = mpi_op(c.reduce, c.dtype);
-    Widened w(in, count, out, count, c.dtype);  // Note [16-bit reductions]
-    KILN_MPI_CALL(MPI_Allreduce(w.in_place() ? MPI_IN_PLACE : w.send(), w.recv(), n,
-                                mpi_type(c.dtype), op, mpi(handle_)));
-    w.finish(c.reduce, size_);
-  });
+  const int n = to_int(count, c, "an all-reduce");
+  auto w = std::make_shared<Widened>(in, count, out, count, c.dtype);
+  MPI_Comm comm = mpi(handle_);
+  issue(
+      *this, ++seq_, c, "MPI_Allreduce",
+      [&](MPI_Request* r, MPI_Status*) {
+        const void* send = w->in_place() ? MPI_IN_PLACE : w->send();
+        MPI_Datatype t = mpi_type(c.dtype);
+        MPI_Op op = mpi_op(c.reduce, c.dtype);
+        return r ? MPI_Iallreduce(send, w->recv(), n, t, op, comm, r)
+                 : MPI_Allreduce(send, w->recv(), n, t, op, comm);
+      },
+      reduced(w, c.reduce, size_, c.dtype));
 #endif
 }
 
@@ -416,10 +574,12 @@ void MpiComm::all_gather(const void* in, void* out, int64_t count, const CallInf
     return;
   }
 #ifdef KILN_HAVE_MPI
-  KILN_MPI_COLLECTIVE(c, {
-    int n = to_int(static_cast<int64_t>(nbytes), c, "a block's bytes");
-    to_int(static_cast<int64_t>(nbytes) * size_, c, "the gathered bytes");
-    KILN_MPI_CALL(MPI_Allgather(in, n, MPI_BYTE, out, n, MPI_BYTE, mpi(handle_)));
+  const int n = to_int(static_cast<int64_t>(nbytes), c, "a block's bytes");
+  to_int(static_cast<int64_t>(nbytes) * size_, c, "the gathered bytes");
+  MPI_Comm comm = mpi(handle_);
+  issue(*this, ++seq_, c, "MPI_Allgather", [&](MPI_Request* r, MPI_Status*) {
+    return r ? MPI_Iallgather(in, n, MPI_BYTE, out, n, MPI_BYTE, comm, r)
+             : MPI_Allgather(in, n, MPI_BYTE, out, n, MPI_BYTE, comm);
   });
 #endif
 }
@@ -431,23 +591,30 @@ void MpiComm::reduce_scatter(const void* in, void* out, int64_t count, const Cal
     return;
   }
 #ifdef KILN_HAVE_MPI
-  KILN_MPI_COLLECTIVE(c, {
-    int n = to_int(count, c, "a reduce-scatter block");
-    to_int(count * size_, c, "a reduce-scatter");
-    Widened w(in, count * size_, out, count, c.dtype);  // Note [16-bit reductions]
-    KILN_MPI_CALL(MPI_Reduce_scatter_block(w.send(), w.recv(), n, mpi_type(c.dtype),
-                                           mpi_op(c.reduce, c.dtype), mpi(handle_)));
-    w.finish(c.reduce, size_);
-  });
+  const int n = to_int(count, c, "a reduce-scatter block");
+  to_int(count * size_, c, "a reduce-scatter");
+  auto w = std::make_shared<Widened>(in, count * size_, out, count, c.dtype);
+  MPI_Comm comm = mpi(handle_);
+  issue(
+      *this, ++seq_, c, "MPI_Reduce_scatter_block",
+      [&](MPI_Request* r, MPI_Status*) {
+        MPI_Datatype t = mpi_type(c.dtype);
+        MPI_Op op = mpi_op(c.reduce, c.dtype);
+        return r ? MPI_Ireduce_scatter_block(w->send(), w->recv(), n, t, op, comm, r)
+                 : MPI_Reduce_scatter_block(w->send(), w->recv(), n, t, op, comm);
+      },
+      reduced(w, c.reduce, size_, c.dtype));
 #endif
 }
 
 void MpiComm::broadcast(void* buf, int64_t count, int root, const CallInfo& c) {
   if (!handle_) return;
 #ifdef KILN_HAVE_MPI
-  KILN_MPI_COLLECTIVE(c, {
-    int n = to_int(count * static_cast<int64_t>(itemsize(c.dtype)), c, "a broadcast's bytes");
-    KILN_MPI_CALL(MPI_Bcast(buf, n, MPI_BYTE, root, mpi(handle_)));
+  const int n = to_int(count * static_cast<int64_t>(itemsize(c.dtype)), c, "a broadcast's bytes");
+  MPI_Comm comm = mpi(handle_);
+  issue(*this, ++seq_, c, "MPI_Bcast", [&](MPI_Request* r, MPI_Status*) {
+    return r ? MPI_Ibcast(buf, n, MPI_BYTE, root, comm, r)
+             : MPI_Bcast(buf, n, MPI_BYTE, root, comm);
   });
 #else
   (void)buf, (void)count, (void)root, (void)c;
@@ -463,29 +630,41 @@ void MpiComm::all_to_all(const void* in, std::span<const int64_t> send_counts, v
     return;
   }
 #ifdef KILN_HAVE_MPI
-  KILN_MPI_COLLECTIVE(c, {
-    std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
-    int64_t so = 0, ro = 0;
-    for (int r = 0; r < size_; ++r) {
-      sc[r] = to_int(send_counts[r] * isz, c, "a send count's bytes");
-      rc[r] = to_int(recv_counts[r] * isz, c, "a receive count's bytes");
-      sd[r] = to_int(so, c, "a send offset");
-      rd[r] = to_int(ro, c, "a receive offset");
-      so += sc[r];
-      ro += rc[r];
-    }
-    KILN_MPI_CALL(MPI_Alltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(), rd.data(),
-                                MPI_BYTE, mpi(handle_)));
-  });
+  // Counts and offsets in bytes; a started MPI_Ialltoallv reads them until it completes, so
+  // they live in `finish`.
+  auto v = std::make_shared<std::array<std::vector<int>, 4>>();
+  auto& [sc, sd, rc, rd] = *v;
+  sc.resize(size_), sd.resize(size_), rc.resize(size_), rd.resize(size_);
+  int64_t so = 0, ro = 0;
+  for (int r = 0; r < size_; ++r) {
+    sc[r] = to_int(send_counts[r] * isz, c, "a send count's bytes");
+    rc[r] = to_int(recv_counts[r] * isz, c, "a receive count's bytes");
+    sd[r] = to_int(so, c, "a send offset");
+    rd[r] = to_int(ro, c, "a receive offset");
+    so += sc[r];
+    ro += rc[r];
+  }
+  MPI_Comm comm = mpi(handle_);
+  issue(
+      *this, ++seq_, c, "MPI_Alltoallv",
+      [&](MPI_Request* r, MPI_Status*) {
+        return r ? MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(), rd.data(),
+                                  MPI_BYTE, comm, r)
+                 : MPI_Alltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(), rd.data(),
+                                 MPI_BYTE, comm);
+      },
+      NonBlocking::current() ? Finish([v](const MPI_Status&) {}) : Finish());
 #endif
 }
 
 void MpiComm::send(const void* buf, int64_t count, int dst, const CallInfo& c) {
   KILN_ASSERT(handle_, "send in a world of one passed validation");
 #ifdef KILN_HAVE_MPI
-  KILN_MPI_COLLECTIVE(c, {
-    int n = to_int(count * static_cast<int64_t>(itemsize(c.dtype)), c, "a message's bytes");
-    KILN_MPI_CALL(MPI_Send(buf, n, MPI_BYTE, dst, 0, mpi(handle_)));
+  const int n = to_int(count * static_cast<int64_t>(itemsize(c.dtype)), c, "a message's bytes");
+  MPI_Comm comm = mpi(handle_);
+  issue(*this, ++seq_, c, "MPI_Send", [&](MPI_Request* r, MPI_Status*) {
+    return r ? MPI_Isend(buf, n, MPI_BYTE, dst, 0, comm, r)
+             : MPI_Send(buf, n, MPI_BYTE, dst, 0, comm);
   });
 #else
   (void)buf, (void)count, (void)dst, (void)c;
@@ -495,16 +674,22 @@ void MpiComm::send(const void* buf, int64_t count, int dst, const CallInfo& c) {
 void MpiComm::recv(void* buf, int64_t count, int src, const CallInfo& c) {
   KILN_ASSERT(handle_, "recv in a world of one passed validation");
 #ifdef KILN_HAVE_MPI
-  KILN_MPI_COLLECTIVE(c, {
-    int n = to_int(count * static_cast<int64_t>(itemsize(c.dtype)), c, "a message's bytes");
-    MPI_Status st;
-    KILN_MPI_CALL(MPI_Recv(buf, n, MPI_BYTE, src, 0, mpi(handle_), &st));
-    int got = 0;
-    MPI_Get_count(&st, MPI_BYTE, &got);
-    if (got != n)
-      throw DistributedError(fmt::format("[recv_] expected {} bytes from rank {}, got {} ({})", n,
-                                         src, got, describe(c, seq_, rank_, size_)));
-  });
+  const int n = to_int(count * static_cast<int64_t>(itemsize(c.dtype)), c, "a message's bytes");
+  const uint64_t seq = ++seq_;
+  MPI_Comm comm = mpi(handle_);
+  issue(
+      *this, seq, c, "MPI_Recv",
+      [&](MPI_Request* r, MPI_Status* st) {
+        return r ? MPI_Irecv(buf, n, MPI_BYTE, src, 0, comm, r)
+                 : MPI_Recv(buf, n, MPI_BYTE, src, 0, comm, st);
+      },
+      [n, src, what = describe(c, seq, rank_, size_)](const MPI_Status& st) {
+        int got = 0;
+        MPI_Get_count(&st, MPI_BYTE, &got);
+        if (got != n)
+          throw DistributedError(fmt::format("[recv_] expected {} bytes from rank {}, got {} ({})",
+                                             n, src, got, what));
+      });
 #else
   (void)buf, (void)count, (void)src, (void)c;
 #endif
@@ -513,7 +698,9 @@ void MpiComm::recv(void* buf, int64_t count, int src, const CallInfo& c) {
 void MpiComm::barrier(const CallInfo& c) {
   if (!handle_) return;
 #ifdef KILN_HAVE_MPI
-  KILN_MPI_COLLECTIVE(c, { KILN_MPI_CALL(MPI_Barrier(mpi(handle_))); });
+  MPI_Comm comm = mpi(handle_);
+  issue(*this, ++seq_, c, "MPI_Barrier",
+        [&](MPI_Request* r, MPI_Status*) { return r ? MPI_Ibarrier(comm, r) : MPI_Barrier(comm); });
 #endif
 }
 
@@ -540,104 +727,13 @@ void MpiComm::all_gather_bytes(const void* in, void* out, size_t nbytes_per_rank
 #endif
 }
 
-namespace {
-// A finished request (a world of one).
-struct DoneRequest final : MpiComm::Request {
-  bool test() override { return true; }
-  void wait() override {}
-};
-#ifdef KILN_HAVE_MPI
-struct MpiRequest final : MpiComm::Request {
-  MPI_Request req = MPI_REQUEST_NULL;
-  ReduceOp reduce = ReduceOp::Sum;
-  int size = 1;
-  std::unique_ptr<Widened> staging;  // Note [16-bit reductions]
-  std::string op;
-  uint64_t slot = 0;
-  std::unique_ptr<Deadline> deadline;
-  bool done = false;
-
-  void complete() {
-    done = true;
-    deadline.reset();
-    staging->finish(reduce, size);
-    FlightRecorder::get().finish(slot, CallState::Completed);
-  }
-  bool test() override {
-    if (done) return true;
-    int flag = 0;
-    int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) fail(rc);
-    if (flag) complete();
-    return done;
-  }
-  void wait() override {
-    if (done) return;
-    int rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) fail(rc);
-    complete();
-  }
-  [[noreturn]] void fail(int rc) {
-    done = true;
-    deadline.reset();
-    FlightRecorder::get().finish(slot, CallState::Failed);
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    throw DistributedError(
-        fmt::format("[{}] MPI_Iallreduce failed: {}", op, std::string(msg, len)));
-  }
-  ~MpiRequest() override {
-    // An abandoned request still has to finish: MPI owns the buffer until it does.
-    if (!done && req != MPI_REQUEST_NULL) MPI_Wait(&req, MPI_STATUS_IGNORE);
-  }
-};
-#endif
-}  // namespace
-
 std::unique_ptr<MpiComm::Request> MpiComm::start_all_reduce(void* buf, int64_t count,
                                                             const CallInfo& c) {
-  if (!handle_) return std::make_unique<DoneRequest>();
-#ifdef KILN_HAVE_MPI
-  uint64_t seq = ++seq_;
-  auto r = std::make_unique<MpiRequest>();
-  r->reduce = c.reduce;
-  r->size = size_;
-  r->op = std::string(c.op);
-  const ProcessGroup* g = c.group;
-  r->slot = FlightRecorder::get().start(c.op, g ? g->name() : "?", seq, count, c.dtype, -1);
-  std::chrono::milliseconds timeout = g ? timeout_for(*g) : default_timeout();
-  std::string what = fmt::format("[{}] timed out after {} ms on {}", c.op, timeout.count(),
-                                 describe(c, seq, rank_, size_));
-  int world = kiln::distributed::rank();
-  r->deadline = std::make_unique<Deadline>(Clock::now() + timeout, [what, world] {
-    std::string path = FlightRecorder::get().dump(world);
-    abort_job(fmt::format("kiln: DistributedError: {}; flight recorder written to {}", what,
-                          path.empty() ? "(could not write)" : path));
-  });
-  int n = 0;
-  try {
-    // Note [Debug checks]. A blocking all-reduce on one rank never matches a non-blocking one on
-    // another in MPI, so this one is checked under its own name.
-    if (debug_detail()) {
-      CallInfo checked = c;
-      checked.op = "all_reduce_async";
-      debug_check(*this, seq, checked);
-    }
-    n = to_int(count, c, "an all-reduce");
-  } catch (...) {
-    FlightRecorder::get().finish(r->slot, CallState::Failed);
-    throw;
-  }
-  r->staging = std::make_unique<Widened>(buf, count, buf, count, c.dtype);
-  int rc = MPI_Iallreduce(MPI_IN_PLACE, r->staging->recv(), n, mpi_type(c.dtype),
-                          mpi_op(c.reduce, c.dtype), mpi(handle_), &r->req);
-  if (rc != MPI_SUCCESS) r->fail(rc);
-  return r;
-#else
-  (void)buf, (void)count, (void)c;
-  return std::make_unique<DoneRequest>();
-#endif
+  NonBlocking scope;
+  all_reduce(buf, buf, count, c);
+  auto started = scope.take();
+  if (started.empty()) return std::make_unique<DoneRequest>();  // a world of one
+  return std::move(started.front());
 }
 
 }  // namespace kiln::distributed

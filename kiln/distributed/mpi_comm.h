@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "kiln/core/dtype.h"
 #include "kiln/distributed/process_group.h"
@@ -108,6 +109,26 @@ class MpiComm {
   std::atomic<int64_t> setup_timeout_ms_{0};  // 0: default_timeout()
   int rank_ = 0;
   int size_ = 1;
+};
+
+// Note [Non-blocking collectives] in mpi_comm.cpp: while one lives on a thread, the MpiComm
+// collectives that thread issues start without waiting (MPI_Iallreduce, ...), and their
+// requests gather here for the caller to take; a collective that needs no MPI (a world of one)
+// or that another path serves at once adds none. Requests not taken are waited for when the
+// scope ends. Scopes nest; the innermost one collects.
+class NonBlocking {
+ public:
+  NonBlocking();
+  ~NonBlocking();
+  NonBlocking(const NonBlocking&) = delete;
+  NonBlocking& operator=(const NonBlocking&) = delete;
+  static NonBlocking* current();  // the calling thread's innermost scope, or null
+  void add(std::unique_ptr<MpiComm::Request> r) { requests_.push_back(std::move(r)); }
+  std::vector<std::unique_ptr<MpiComm::Request>> take();
+
+ private:
+  NonBlocking* previous_;
+  std::vector<std::unique_ptr<MpiComm::Request>> requests_;
 };
 
 }  // namespace kiln::distributed
