@@ -21,11 +21,22 @@
 
 namespace kiln::tool {
 
+// OMP_NUM_THREADS where the user (or `mpirun -x`) set it; else every idle core, shared among
+// the ranks a launcher started on this host.
 int default_threads() {
+  auto positive = [](const char* name) {
+    const char* v = std::getenv(name);
+    int n = v && *v ? std::atoi(v) : 0;
+    return n > 0 ? n : 0;
+  };
+  if (int n = positive("OMP_NUM_THREADS")) return n;
   int cores = omp_get_num_procs();
   double load[1];
-  if (getloadavg(load, 1) != 1) return cores;
-  return std::clamp(cores - static_cast<int>(std::lround(load[0])), 1, cores);
+  int idle = getloadavg(load, 1) != 1
+                 ? cores
+                 : std::clamp(cores - static_cast<int>(std::lround(load[0])), 1, cores);
+  int local_ranks = std::max(1, positive("OMPI_COMM_WORLD_LOCAL_SIZE"));
+  return std::max(1, idle / local_ranks);
 }
 
 Common apply_common(const CommonOptions& o) {
@@ -67,7 +78,9 @@ namespace {
 void add_common(CLI::App* cmd, CommonOptions& o) {
   cmd->add_option("--device", o.device, "Device to run on: cpu, cuda[:N], or a plugin's (sim)")
       ->capture_default_str();
-  cmd->add_option("--threads", o.threads, "OpenMP threads (default: every idle core)");
+  cmd->add_option("--threads", o.threads,
+                  "OpenMP threads (default: OMP_NUM_THREADS, else the idle cores shared among this "
+                  "host's ranks)");
 }
 
 CLI::App* add_train(CLI::App& app, TrainOptions& o) {
