@@ -1,7 +1,9 @@
 #include "kiln/parallel/ddp.h"
 
 #include <chrono>
+#include <cmath>
 #include <map>
+#include <optional>
 #include <unordered_set>
 #include <utility>
 
@@ -11,6 +13,8 @@
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/compile/host_guard.h"
 #include "kiln/core/error.h"
+#include "kiln/core/stream.h"
+#include "kiln/dispatch/op.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/ops/ops.h"
 
@@ -39,18 +43,49 @@ namespace kiln::parallel {
 // (autograd::queue_callback) that runs when backward ends: it checks that every parameter got
 // a gradient and waits for the all-reduces, so .grad holds the average when backward()
 // returns, and nothing needs calling before the optimizer step. A parameter that got no
-// gradient is an error naming it, raised on every rank alike (they ran the same graph) after
-// waiting only for buckets every rank started, never a hang. If backward fails midway, the
-// buckets already started are waited for when the pass's callback queue is dropped.
+// gradient is an error on every rank, never a hang (Note [A parameter without a gradient]).
+// If backward fails midway, the buckets already started are waited for when the pass's
+// callback queue is dropped.
 //
 // Under kiln::compile, all_reduce_async is traced as the synchronous all_reduce_, so a
 // compiled step holds its bucketed all-reduces in order with backward (captured into device
 // graphs on sim and CUDA); its replays run no hooks. no_sync() is a HostCell read by the hooks
 // while tracing, so it is one of the step's guards.
+//
+// Note [A parameter without a gradient]
+// A parameter may get no gradient on some ranks only (rank 1's loss skips a branch). That rank
+// cannot start the bucket holding it, nor any later one (buckets start in index order), while
+// the other ranks start them all: left alone, they would wait in that bucket's all-reduce
+// until the deadline. So at the end of backward a rank with buckets not yet started starts
+// them all the same, in order, and the ranks learn of it through flags reduced with the
+// buckets: the last bucket's flat tensor ends with one element per group rank, outside every
+// gradient view, zero normally; a rank that missed a gradient writes (index of its first
+// bucket not full) + 1 into its own element before starting the rest. The last bucket is
+// always among those started then, so after the reduction (an average) element r is non-zero
+// on every rank exactly when rank r missed, and r's bucket is round(value * ranks) - 1. Every
+// rank then raises: the one that missed names its parameters, the others name that rank and
+// the bucket's parameters. The flags are zeroed again after a failure (ddp.zero_grad() leaves
+// them alone), so a later correct backward works.
+//
+// When is it read? On the CPU the flags are there once the buckets' waits return: every rank
+// raises at the end of the backward at fault. On a device with streams (sim, CUDA) reading
+// them is a host sync, which a step must not pay, so the end of backward only records an event
+// after the last all-reduce, and the first hook of the next backward (synchronised or not)
+// reads the flags on a stream of DDP's own that waits for that event alone (on CUDA the host
+// waits for the previous step's last all-reduce, usually done by then, and not for the work
+// queued since; sim's copies to the host wait for the whole device). Every rank, the one that
+// missed too, raises there, before that backward communicates: the ranks stay in step (each
+// took the faulty step's optimizer update alike, from the same averaged gradients) and a later
+// backward works. A rank that misses does not raise at once, which would leave the others one
+// step behind it. While a compiled step is traced the flags are read at once
+// (tracing runs the ops for real; a trace that fails fails on every rank); its replays reduce
+// the flags with the last bucket and run no hooks: a replayed step's gradients cannot change
+// which parameters they reach. Not caught: a rank on which no parameter at all gets a gradient
+// runs no hook, so the others wait for its buckets until the deadline.
 
 struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   struct Bucket {
-    Tensor flat;  // [numel]
+    Tensor flat;  // [numel], and the last bucket one flag per rank after that
     std::vector<size_t> params;
     size_t pending = 0;  // its parameters not yet ready in this pass
     distributed::Work work;
@@ -66,6 +101,14 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   std::vector<Bucket> buckets;
   std::vector<DDPBucket> info;
   std::shared_ptr<compiler::HostCell> sync;
+  int rank = 0, ranks = 1;
+  Tensor flags;  // [ranks], the last bucket's tail (See Note [A parameter without a gradient])
+
+  // Flags of the last synchronised backward not read yet (devices with streams only).
+  bool flags_pending = false;
+  std::unique_ptr<Event> flags_ready;     // recorded after that backward's all-reduces
+  std::optional<Stream> flags_stream;     // reads them without waiting for later work
+  std::vector<std::string> flags_missed;  // the parameters this rank missed then
 
   // The pass in progress (armed between its first ready parameter and its end).
   bool armed = false;
@@ -92,6 +135,7 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   }
 
   void on_accumulated(size_t i) {
+    if (flags_pending) check_pending();
     const Tensor& p = params[i];
     if (p.grad().impl() != views[i].impl()) {  // .grad was replaced (zero_grad(set_to_none))
       autograd::NoGradGuard no_grad;
@@ -138,31 +182,122 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
     }
   }
 
+  // Starts every bucket not started yet, in index order, full or not.
+  void launch_rest() {
+    while (next_launch < buckets.size()) {
+      Bucket& b = buckets[next_launch++];
+      if (next_launch == 1) first_launch = std::chrono::steady_clock::now();
+      b.work = distributed::all_reduce_async(b.flat, distributed::ReduceOp::Avg, group);
+      b.launched = true;
+    }
+  }
+
   void finish() {
     armed = false;
     auto end = std::chrono::steady_clock::now();
+    std::vector<std::string> missed;
     if (ready_count < params.size()) {
-      std::vector<std::string> unused;
+      // See Note [A parameter without a gradient]: flag it, then start what every other rank
+      // may have started.
       for (size_t i = 0; i < params.size(); ++i)
-        if (!ready[i]) unused.push_back("'" + names[i] + "'");
-      wait_launched();
-      KILN_THROW(Value,
-                 "[DistributedDataParallel] parameter {} received no gradient in this backward "
-                 "({} of {} parameters did not: {}); every parameter must take part in the loss "
-                 "of every synchronised backward, on every rank (freeze it with "
-                 "requires_grad_(false) before wrapping the module, or accumulate with "
-                 "no_sync())",
-                 unused.front(), unused.size(), params.size(), fmt::join(unused, ", "));
+        if (!ready[i]) missed.push_back("'" + names[i] + "'");
+      {
+        autograd::NoGradGuard no_grad;
+        narrow(flags, 0, rank, 1).fill_(static_cast<double>(next_launch + 1));
+      }
+      launch_rest();
     }
     wait_launched();
     auto waited = std::chrono::steady_clock::now();
+    if (flags.device().is_cpu() || tracing()) {
+      check_flags(read_flags(), missed, "this backward");
+    } else {
+      if (!flags_ready) {
+        flags_ready = std::make_unique<Event>(flags.device());
+        flags_stream = Stream::create(flags.device());
+      }
+      flags_ready->record();
+      flags_pending = true;
+      flags_missed = std::move(missed);
+    }
     using ms = std::chrono::duration<double, std::milli>;
     stats.syncs += 1;
     stats.bytes = 0;
-    for (const Bucket& b : buckets)
-      stats.bytes += b.flat.numel() * static_cast<int64_t>(itemsize(b.flat.dtype()));
+    for (const DDPBucket& b : info)
+      stats.bytes += b.numel * static_cast<int64_t>(itemsize(b.dtype));
     stats.overlap_ms = ms(end - first_launch).count();
     stats.wait_ms = ms(waited - end).count();
+  }
+
+  static bool tracing() { return local_dispatch_state().included.has(DispatchKey::Trace); }
+
+  // The flags as doubles; never traced (the trace would take it for a host read).
+  std::vector<double> read_flags() const {
+    ExcludeKeyGuard no_trace(DispatchKey::Trace);
+    autograd::NoGradGuard no_grad;
+    Tensor host = flags.to(Device(kCPU)).to(kFloat64).contiguous();
+    const auto* p = static_cast<const double*>(host.impl()->data());
+    return std::vector<double>(p, p + host.numel());
+  }
+
+  // The start of a backward on a device with streams: the flags of the last synchronised one.
+  void check_pending() {
+    flags_pending = false;
+    std::vector<double> values;
+    {
+      flags_ready->wait(*flags_stream);
+      StreamGuard on(*flags_stream);
+      values = read_flags();
+    }
+    check_flags(values, std::move(flags_missed),
+                "the previous synchronised backward (on a device with streams the next backward "
+                "reports it)");
+  }
+
+  // Raises on every rank alike when some rank missed a gradient (`missed`: this rank's).
+  void check_flags(const std::vector<double>& values, std::vector<std::string> missed,
+                   const char* when) {
+    std::vector<std::string> others;
+    bool any = false;
+    for (int r = 0; r < ranks; ++r) {
+      if (values[r] == 0) continue;
+      any = true;
+      if (r == rank) continue;
+      const int64_t k = std::llround(values[r] * ranks) - 1;
+      if (k < 0 || k >= static_cast<int64_t>(info.size())) {
+        others.push_back(fmt::format("rank {} (for a parameter of a bucket)", r));
+        continue;
+      }
+      const auto& ps = info[k].params;
+      std::vector<std::string> shown;
+      for (size_t j = 0; j < ps.size() && j < 6; ++j) shown.push_back("'" + ps[j] + "'");
+      if (ps.size() > shown.size()) shown.push_back(fmt::format("... {} in all", ps.size()));
+      others.push_back(fmt::format("rank {} (for a parameter of bucket {} of {}: {})", r, k,
+                                   info.size(), fmt::join(shown, ", ")));
+    }
+    KILN_ASSERT(any || missed.empty(),
+                "DDP: this rank missed {} gradient(s) but no flag was reduced", missed.size());
+    if (!any) return;
+    {
+      ExcludeKeyGuard no_trace(DispatchKey::Trace);
+      autograd::NoGradGuard no_grad;
+      flags.zero_();
+    }
+    constexpr const char* advice =
+        "every parameter must take part in the loss of every synchronised backward, on every "
+        "rank (freeze it with requires_grad_(false) before wrapping the module, or accumulate "
+        "with no_sync())";
+    const std::string where = fmt::format("rank {} of group '{}'", rank, group->name());
+    if (!missed.empty())
+      KILN_THROW(Value,
+                 "[DistributedDataParallel] parameter {} received no gradient in {} ({} of {} "
+                 "parameters did not: {}) on {}{}{}; {}",
+                 missed.front(), when, missed.size(), params.size(), fmt::join(missed, ", "), where,
+                 others.empty() ? "" : "; nor did ", fmt::join(others, ", "), advice);
+    KILN_THROW(Value,
+               "[DistributedDataParallel] another rank got no gradient in {}: {}; {} raises "
+               "too, so that the ranks stay in step; {}",
+               when, fmt::join(others, ", "), where, advice);
   }
 
   // A pass that ended without running its callback (backward threw): wait for the buckets
@@ -284,8 +419,14 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, DDPOptions 
     it->second.bytes += p.numel() * static_cast<int64_t>(itemsize(p.dtype()));
     if (it->second.bytes >= it->second.cap) open.erase(it);
   }
-  for (size_t b = 0; b < s.buckets.size(); ++b)
-    s.buckets[b].flat = zeros({s.info[b].numel}, s.info[b].dtype, s.info[b].device);
+  // The last bucket ends with one flag per rank (See Note [A parameter without a gradient]).
+  s.rank = s.group->rank();
+  s.ranks = s.group->size();
+  for (size_t b = 0; b < s.buckets.size(); ++b) {
+    const int64_t tail = b + 1 == s.buckets.size() ? s.ranks : 0;
+    s.buckets[b].flat = zeros({s.info[b].numel + tail}, s.info[b].dtype, s.info[b].device);
+  }
+  if (!s.buckets.empty()) s.flags = narrow(s.buckets.back().flat, 0, s.info.back().numel, s.ranks);
   s.views.resize(s.params.size());
   s.ready.assign(s.params.size(), 0);
   for (size_t i = 0; i < s.params.size(); ++i) {
@@ -322,7 +463,8 @@ bool DistributedDataParallel::sync_enabled() const { return state_->sync->get().
 void DistributedDataParallel::zero_grad() {
   autograd::NoGradGuard no_grad;
   State& s = *state_;
-  for (State::Bucket& b : s.buckets) b.flat.zero_();
+  for (size_t b = 0; b < s.buckets.size(); ++b)  // the gradients, not the flags after them
+    narrow(s.buckets[b].flat, 0, 0, s.info[b].numel).zero_();
   for (size_t i = 0; i < s.params.size(); ++i)
     if (s.params[i].grad().impl() != s.views[i].impl()) s.params[i].set_grad(s.views[i]);
 }

@@ -3,8 +3,11 @@
 // The single-process references are computed on every rank locally, with the whole batch.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "kiln/compile/compile.h"
 #include "kiln/distributed/collectives.h"
@@ -215,6 +218,105 @@ TEST(DDP, ParameterWithoutGradientIsAnErrorNamingIt) {
   loss_of(ref, x, y).backward();
   EXPECT_TRUE(allclose(m.l1->weight.grad(), ref.l1->weight.grad(), 1e-4, 1e-6));
   EXPECT_EQ(ddp.stats().syncs, 1);
+}
+
+// A parameter used on rank 0 only (Note [A parameter without a gradient] in ddp.cpp): every
+// rank raises, rank 0 naming the ranks that missed and their bucket, the others the parameter,
+// well before the 5 s deadline (a regression ends the job there instead of hanging); then a
+// backward that uses it everywhere works. On the cpu the faulty backward raises; on a device
+// with streams the next backward does, on every rank, before it communicates.
+void unused_on_some_ranks(Device device) {
+  distributed::TimeoutGuard deadline(std::chrono::seconds(5));
+  Net m(5, /*with_extra=*/true), ref(5, true);
+  m.to(device);
+  DistributedDataParallel ddp(m, {.bucket_cap_bytes = 300, .first_bucket_cap_bytes = 200});
+  ASSERT_EQ(ddp.buckets().size(), 3u);  // extra is alone in bucket 2
+  auto [x, y] = batch(0, kBatch);
+  Tensor xs = share(x, kBatch).to(device), ys = share(y, kBatch).to(device);
+  m.use_extra = world().rank() == 0;
+  std::string msg;
+  if (device.is_cpu()) {
+    msg = kiln_test::message_of<ValueError>([&] { loss_of(m, xs, ys).backward(); });
+  } else {
+    loss_of(m, xs, ys).backward();  // the flags are read by the next backward
+    m.use_extra = true;
+    msg = kiln_test::message_of<ValueError>([&] { loss_of(m, xs, ys).backward(); });
+  }
+  const std::string when = device.is_cpu() ? "this backward" : "the previous synchronised backward";
+  if (world().rank() == 0) {
+    EXPECT_TRUE(kiln_test::starts_with(
+        msg, "[DistributedDataParallel] another rank got no gradient in " + when))
+        << msg;
+    EXPECT_TRUE(kiln_test::contains(msg, "rank 1 (for a parameter of bucket 2 of 3: 'extra')"))
+        << msg;
+    EXPECT_TRUE(kiln_test::contains(msg, "rank 0 of group 'world' raises too")) << msg;
+  } else {
+    EXPECT_TRUE(kiln_test::starts_with(
+        msg, "[DistributedDataParallel] parameter 'extra' received no gradient in " + when))
+        << msg;
+    EXPECT_TRUE(kiln_test::contains(
+        msg, fmt::format("(1 of 5 parameters did not: 'extra') on rank {} of group 'world'",
+                         world().rank())))
+        << msg;
+  }
+  // The ranks are still in step: a backward that uses it everywhere gives the average.
+  m.use_extra = true;
+  ddp.zero_grad();
+  loss_of(m, xs, ys).backward();
+  loss_of(ref, x, y).backward();
+  EXPECT_TRUE(allclose(m.l1->weight.grad().to(Device(kCPU)), ref.l1->weight.grad(), 1e-4, 1e-6));
+  EXPECT_TRUE(allclose(m.extra.grad().to(Device(kCPU)), ref.extra.grad(), 1e-4, 1e-6));
+  EXPECT_EQ(ddp.stats().syncs, device.is_cpu() ? 1 : 2);
+}
+
+TEST(DDP, ParameterUnusedOnSomeRanksRaisesOnEveryRank) {
+  if (world().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  unused_on_some_ranks(Device(kCPU));
+}
+TEST(DDP, ParameterUnusedOnSomeRanksRaisesOnEveryRankOnSim) {
+  if (world().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  unused_on_some_ranks(sim());
+}
+
+// Traced, the flags are read at once: the trace fails on every rank, and a later trace in
+// which every rank uses the parameter gives a working compiled step.
+void unused_on_some_ranks_compiled(Device device) {
+  distributed::TimeoutGuard deadline(std::chrono::seconds(5));
+  Net m(5, /*with_extra=*/true), ref(5, true);
+  m.to(device);
+  DistributedDataParallel ddp(m, {.bucket_cap_bytes = 300, .first_bucket_cap_bytes = 200});
+  auto [x, y] = batch(0, kBatch);
+  Tensor xs = share(x, kBatch).to(device), ys = share(y, kBatch).to(device);
+  m.use_extra = world().rank() == 0;
+  auto step = [&](const Tensor& a, const Tensor& b) {
+    ddp.zero_grad();
+    Tensor loss = loss_of(m, a, b);
+    loss.backward();
+    return loss.detach();
+  };
+  CompiledFunction failing = compile(step, {.name = "ddp_unused"});
+  std::string msg = kiln_test::message_of<ValueError>([&] { failing({xs, ys}); });
+  EXPECT_TRUE(kiln_test::starts_with(msg, world().rank() == 0
+                                              ? "[DistributedDataParallel] another rank got no "
+                                                "gradient in this backward"
+                                              : "[DistributedDataParallel] parameter 'extra' "
+                                                "received no gradient in this backward"))
+      << msg;
+  m.use_extra = true;
+  CompiledFunction working = compile(step, {.name = "ddp_used"});
+  for (int i = 0; i < 3; ++i) working({xs, ys});
+  loss_of(ref, x, y).backward();
+  EXPECT_TRUE(allclose(m.extra.grad().to(Device(kCPU)), ref.extra.grad(), 1e-4, 1e-6));
+  EXPECT_TRUE(allclose(m.l1->weight.grad().to(Device(kCPU)), ref.l1->weight.grad(), 1e-4, 1e-6));
+}
+
+TEST(DDP, ParameterUnusedOnSomeRanksFailsTheTraceOnEveryRank) {
+  if (world().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  unused_on_some_ranks_compiled(Device(kCPU));
+}
+TEST(DDP, ParameterUnusedOnSomeRanksFailsTheTraceOnEveryRankOnSim) {
+  if (world().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  unused_on_some_ranks_compiled(sim());
 }
 
 TEST(DDP, RanksWrappingDifferentModulesRaise) {
