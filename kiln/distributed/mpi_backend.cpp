@@ -5,6 +5,7 @@
 
 #include "kiln/core/tensor_impl.h"
 #include "kiln/distributed/backends.h"
+#include "kiln/distributed/cma_allreduce.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/mpi_comm.h"
 #include "kiln/distributed/shm_allreduce.h"
@@ -28,13 +29,16 @@ class MpiBackend final : public CollectiveBackend {
   MpiBackend(const ProcessGroup& group, DeviceInterface* host_tasks)
       : group_(group),
         host_tasks_(host_tasks),
-        shm_(ShmAllReduce::make(group, host_tasks ? host_tasks : device_interface(kCPU))) {}
+        shm_(ShmAllReduce::make(group, host_tasks ? host_tasks : device_interface(kCPU))),
+        cma_(host_tasks ? nullptr : CmaAllReduce::make(group)) {}
   std::string_view name() const override { return host_tasks_ ? "mpi (host tasks)" : "mpi"; }
 
   void all_reduce(const Tensor& in, const Tensor& out, const Collective& c) override {
     // Small messages between ranks of one host: Note [Custom all-reduce] in shm_allreduce.cpp.
     if (shm_ && host_tasks_ && shm_->eligible(in, c.reduce)) return shm_->all_reduce(in, out, c);
-    // Large CPU all-reduces go through it in pieces: Note [Large CPU all-reduces].
+    // Large CPU all-reduces: Note [Large CPU all-reduces].
+    if (cma_ && cma_->eligible(in, c.reduce))
+      return cma_->all_reduce(in, out, c, *group_.comm(stream_key(in.device())));
     if (shm_ && !host_tasks_ && in.nbytes() >= cpu_shm_min_bytes() &&
         shm_->eligible_in_pieces(in, c.reduce))
       return all_reduce_in_pieces(in, out, c);
@@ -132,7 +136,8 @@ class MpiBackend final : public CollectiveBackend {
 
   const ProcessGroup& group_;
   DeviceInterface* host_tasks_;        // null for CPU tensors
-  std::unique_ptr<ShmAllReduce> shm_;  // host tasks only; null where the ranks share no host
+  std::unique_ptr<ShmAllReduce> shm_;  // null where the ranks share no host
+  std::unique_ptr<CmaAllReduce> cma_;  // CPU tensors only; null where not permitted
 };
 
 }  // namespace
