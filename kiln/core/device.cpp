@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "kiln/core/error.h"
 #include "kiln/core/storage.h"
@@ -189,6 +190,28 @@ uint64_t DeviceInterface::create_stream(int) { return 0; }
 void DeviceInterface::launch_host_task(int, std::string_view, std::function<void()> fn) { fn(); }
 void* DeviceInterface::host_task_address(int, void*) { return nullptr; }
 bool DeviceInterface::capturing(int) { return false; }
+
+namespace {
+std::mutex g_capture_end_mu;
+std::vector<CaptureEndHook>& capture_end_hooks() {
+  static auto* v = new std::vector<CaptureEndHook>();  // never destroyed: plugins call at exit
+  return *v;
+}
+}  // namespace
+
+void add_capture_end_hook(CaptureEndHook hook) {
+  std::lock_guard<std::mutex> lock(g_capture_end_mu);
+  capture_end_hooks().push_back(hook);
+}
+
+void run_capture_end_hooks(DeviceInterface* iface, int index) {
+  std::vector<CaptureEndHook> hooks;
+  {
+    std::lock_guard<std::mutex> lock(g_capture_end_mu);
+    hooks = capture_end_hooks();
+  }
+  for (CaptureEndHook h : hooks) h(iface, index);
+}
 void DeviceInterface::destroy_stream(int, uint64_t) {}
 uint64_t DeviceInterface::current_stream(int) { return 0; }
 void DeviceInterface::set_current_stream(int, uint64_t) {}

@@ -92,6 +92,15 @@ class DeviceInterface {
   virtual bool capturing(int index);
 };
 
+// Capture-end hooks: a device plugin's end_capture calls run_capture_end_hooks once a capture
+// has succeeded, on the capturing thread, before it returns the graph, so that a layer above
+// (the custom all-reduce: Note [Custom all-reduce] in kiln/distributed/shm_allreduce.cpp) can
+// complete what the capture registered. A hook that throws makes end_capture throw, and the
+// plugin drops the graph.
+using CaptureEndHook = void (*)(DeviceInterface* iface, int index);
+void add_capture_end_hook(CaptureEndHook hook);
+void run_capture_end_hooks(DeviceInterface* iface, int index);
+
 // Note [Canonical devices]
 // A Device is only ever built by the registry's rules: a name or alias is looked up once, at
 // parse time, and single-device types (cpu, meta) normalise their index to 0. So every

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -22,6 +24,7 @@
 #include "kiln/distributed/flight_recorder.h"
 #include "kiln/distributed/init.h"
 #include "kiln/distributed/mpi_comm.h"
+#include "kiln/distributed/registration_slots.h"
 #include "kiln/distributed/watchdog.h"
 
 // Note [Custom all-reduce]
@@ -43,12 +46,14 @@
 //   registration at once (their handles or offsets all-gathered over MPI), and from then on
 //   each replay reads the registered buffers with no registration and no exchange. A capture
 //   made again (the graph's inputs moved) registers its buffers again, and one more exchange
-//   follows it. On CUDA the exchange runs when the capture ends (the device plugin's
-//   end_capture calls it) and replays read the graph's buffers with no copy. Sim memory cannot
-//   be shared, so here a registration is a slot of the rank's shared segment that the replay
-//   copies the graph's buffer into, and the exchange runs at the first replay, as the task's
-//   first act (every rank runs the same graph, so every rank reaches it at the same point);
-//   the states and their order are CUDA's.
+//   follows it. The exchange runs when the capture ends, on the capturing thread (the device
+//   plugin's end_capture calls it: CUDA's directly, sim's through run_capture_end_hooks), so
+//   two captures on one stream before either replays are two exchanges, the same on every
+//   rank. On CUDA replays read the graph's buffers with no copy. Sim memory cannot be shared,
+//   so here a registration is a range of the rank's shared segment that the replay copies the
+//   graph's buffer into; the states and their order are CUDA's. Registrations take slots that
+//   are reclaimed once the graphs holding them are gone, agreed by every rank (Note
+//   [Registration slots] in registration_slots.cpp).
 // Both ways give the same bits: each element is summed over the ranks in rank order, 16-bit
 // floats in float32 and rounded once, so every rank gets the same result, eager or replayed.
 //
@@ -67,9 +72,11 @@
 // Channels. Like MPI communicators (Note [One communicator per stream] in process_group.cpp),
 // each stream that issues gets a channel of its own (segments, counters, staging slot), made
 // on the issuing thread the first time the stream issues, so in the same order on every rank;
-// a channel's tasks run in the order of one stream. A graph keeps the channel of the stream it
-// was captured on. Waits poll the call's deadline; when it passes, the rank writes its flight
-// recorder and ends the job, as MPI collectives do (Note [Deadlines] in mpi_comm.cpp).
+// a channel's tasks run in the order of one stream (so an all_reduce_async on the group's
+// communication stream and an all-reduce on the current stream never share one). A graph keeps
+// the channel of the stream it was captured on. Waits poll the call's deadline; when it passes, the
+// rank writes its flight recorder and ends the job, as MPI collectives do (Note [Deadlines] in
+// mpi_comm.cpp).
 namespace kiln::distributed {
 namespace {
 
@@ -89,7 +96,7 @@ static_assert(sizeof(Signal) <= kPage);
 
 std::atomic<int> g_mode{-1};
 struct Counters {
-  std::atomic<uint64_t> eager{0}, captured{0}, exchanges{0}, registered{0}, runs{0};
+  std::atomic<uint64_t> eager{0}, captured{0}, exchanges{0}, registered{0}, runs{0}, reclaimed{0};
 } g_stats;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -154,30 +161,43 @@ size_t custom_all_reduce_max_bytes() {
 }
 
 CustomAllReduceStats shm_all_reduce_stats() {
-  return {g_stats.eager.load(), g_stats.captured.load(), g_stats.exchanges.load(),
-          g_stats.registered.load(), g_stats.runs.load()};
+  return {g_stats.eager.load(),      g_stats.captured.load(), g_stats.exchanges.load(),
+          g_stats.registered.load(), g_stats.runs.load(),     g_stats.reclaimed.load()};
 }
 
 // A registration (Note [Custom all-reduce]): where each rank's copy of one captured call's
-// input sits in its segment. offset[rank] is set at capture, the peers' by the exchange.
+// input sits in its segment. offset[rank] is set at capture, the peers' by the exchange. The
+// graph's host task shares it; when the last graph holding it is gone its slot is released
+// (Note [Registration slots]).
 struct Registration {
+  int slot = -1;
   size_t bytes = 0;
   std::vector<size_t> offset;
   std::atomic<bool> exchanged{false};
+  std::shared_ptr<RegistrationSlots> slots;
+
+  ~Registration() {
+    if (slots) slots->release(slot);
+  }
 };
 
 // One stream's shared segments: [Signal | tmp | staging | registered], capacity bytes each for
-// tmp and staging, kRegisterFactor times that for registrations.
+// tmp and staging, kRegisterFactor times that for registrations. The first three are backed
+// when the channel is made, a registration's range when its capture ends (exchange()).
 struct ShmAllReduce::Channel {
   const ProcessGroup* group = nullptr;
-  MpiComm* comm = nullptr;  // the stream's communicator: exchanges and debug checks
+  MpiComm* comm = nullptr;  // the stream's communicator: debug checks in the stream's tasks
   int rank = 0, size = 1;
   size_t capacity = 0, bytes = 0;
+  int device_index = 0;
+  int fd = -1;             // this rank's segment, kept open to back registrations
   std::vector<char*> seg;  // every rank's segment, mapped here
   std::mutex mu;
-  size_t registered_bytes = 0;  // used of this rank's registration region (under mu)
-  std::vector<std::shared_ptr<Registration>> pending;  // under mu
-  uint64_t seq = 0;                                    // calls run, by this channel's tasks only
+  std::shared_ptr<RegistrationSlots> slots;
+  std::map<size_t, size_t> free_ranges;  // of the registration area: offset -> bytes (under mu)
+  std::map<int, std::pair<size_t, size_t>> range_of_slot;  // taken slots' ranges (under mu)
+  std::vector<std::shared_ptr<Registration>> pending;      // under mu
+  uint64_t seq = 0;  // calls run, by this channel's tasks only
 
   size_t tmp_at() const { return kPage; }
   size_t staging_at() const { return kPage + capacity; }
@@ -187,43 +207,93 @@ struct ShmAllReduce::Channel {
   ~Channel() {
     for (char* p : seg)
       if (p) munmap(p, bytes);
+    if (fd >= 0) close(fd);
   }
 
   std::string where() const {
     return fmt::format("group {} (rank {} of {})", group->name(), rank, size);
   }
 
-  // A pending registration of `nbytes` in this rank's region; a DistributedError when full.
-  std::shared_ptr<Registration> register_pending(size_t nbytes) {
-    std::lock_guard<std::mutex> lock(mu);
-    const size_t need = round_up(nbytes, 64);
-    if (registered_bytes + need > kRegisterFactor * capacity)
-      throw DistributedError(fmt::format(
-          "[all_reduce] the shared-memory all-reduce of {} has no room to register a captured "
-          "input of {} bytes ({} of {} bytes registered by earlier captures on this stream); "
-          "set KILN_CUSTOM_AR=0, or capture on a new stream",
-          where(), nbytes, registered_bytes, kRegisterFactor * capacity));
-    auto reg = std::make_shared<Registration>();
-    reg->bytes = nbytes;
-    reg->offset.assign(size, 0);
-    reg->offset[rank] = registered_at() + registered_bytes;
-    registered_bytes += need;
-    pending.push_back(reg);
-    return reg;
+  // The lowest range of `need` bytes left in the registration area, or npos (under mu).
+  size_t take_range(size_t need) {
+    for (auto it = free_ranges.begin(); it != free_ranges.end(); ++it) {
+      if (it->second < need) continue;
+      const size_t at = it->first, left = it->second - need;
+      free_ranges.erase(it);
+      if (left) free_ranges.emplace(at + need, left);
+      return at;
+    }
+    return std::string::npos;
+  }
+  void free_range(size_t at, size_t n) {  // under mu; merges with its neighbours
+    auto next = free_ranges.lower_bound(at);
+    if (next != free_ranges.end() && at + n == next->first) {
+      n += next->second;
+      next = free_ranges.erase(next);
+    }
+    if (next != free_ranges.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == at) {
+        prev->second += n;
+        return;
+      }
+    }
+    free_ranges.emplace(at, n);
   }
 
-  // Completes every pending registration at once (Note [Custom all-reduce]): all ranks run it
-  // at the same point, the first replay after a capture.
-  void exchange() {
+  // A pending registration of `nbytes`, on the capturing thread. When no slot or no range is
+  // left, every rank reclaims the slots released everywhere (collective over `host`; every rank
+  // gets here at the same call, Note [Registration slots]), and raises alike if still none.
+  std::shared_ptr<Registration> register_pending(size_t nbytes, const MpiComm& host) {
+    const size_t need = round_up(nbytes, 64);
+    std::lock_guard<std::mutex> lock(mu);
+    for (bool reclaimed = false;; reclaimed = true) {
+      const int slot = slots->take();
+      const size_t at = slot < 0 ? std::string::npos : take_range(need);
+      if (at != std::string::npos) {
+        auto reg = std::make_shared<Registration>();
+        reg->slot = slot;
+        reg->bytes = nbytes;
+        reg->offset.assign(size, 0);
+        reg->offset[rank] = registered_at() + at;
+        reg->slots = slots;
+        range_of_slot[slot] = {at, need};
+        pending.push_back(reg);
+        return reg;
+      }
+      if (slot >= 0) slots->untake(slot);
+      if (reclaimed) {
+        size_t used = kRegisterFactor * capacity;
+        for (auto& [o, n] : free_ranges) used -= n;
+        throw DistributedError(fmt::format(
+            "[all_reduce] the shared-memory all-reduce of {} has no room to register a captured "
+            "input of {} bytes: {} of {} slots and {} of {} bytes are held by graphs that are "
+            "still alive on some rank; destroy graphs you no longer replay, raise "
+            "KILN_CUSTOM_AR_SLOTS, or set KILN_CUSTOM_AR=0",
+            where(), nbytes, range_of_slot.size(), slots->end(), used, kRegisterFactor * capacity));
+      }
+      for (int s : slots->reclaim(host)) {
+        auto it = range_of_slot.find(s);
+        if (it == range_of_slot.end()) continue;
+        free_range(it->second.first, it->second.second);
+        range_of_slot.erase(it);
+        g_stats.reclaimed++;
+      }
+    }
+  }
+
+  // Completes every pending registration at once (Note [Custom all-reduce]), on the thread that
+  // ended the capture, collective over `host`: backs each one's range of this rank's segment,
+  // then all-gathers the offsets. A failure on any rank is every rank's DistributedError.
+  void exchange(const MpiComm& host) {
     std::vector<std::shared_ptr<Registration>> regs;
     {
       std::lock_guard<std::mutex> lock(mu);
       regs.swap(pending);
     }
     const uint64_t mine = regs.size();
-    CallInfo count_info{"custom_ar_register", group, DType::Int64, 1};
     std::vector<uint64_t> counts(size);
-    comm->all_gather(&mine, counts.data(), 1, count_info);
+    host.all_gather_bytes(&mine, counts.data(), sizeof mine);
     for (int r = 0; r < size; ++r)
       if (counts[r] != regs.size())
         throw DistributedError(
@@ -231,12 +301,30 @@ struct ShmAllReduce::Channel {
                         "all-reduces: rank {} registered {}, rank {} registered {}",
                         where(), rank, regs.size(), r, counts[r]));
     if (regs.empty()) return;
+    // Back the ranges now: a /dev/shm too small is this error on every rank, not a SIGBUS when
+    // a replay first writes there.
+    std::string error;
+    for (auto& r : regs) {
+      const size_t need = round_up(r->bytes, 64);
+      const int e =
+          posix_fallocate(fd, static_cast<off_t>(r->offset[rank]), static_cast<off_t>(need));
+      if (e) {
+        error = fmt::format(
+            "backing {} bytes at offset {} of its segment: {} (POSIX shared "
+            "memory: is /dev/shm full?)",
+            need, r->offset[rank], std::strerror(e));
+        break;
+      }
+    }
+    agree_on_outcome(host, error, "all_reduce",
+                     fmt::format("registering {} captured input(s) of the shared-memory all-reduce",
+                                 regs.size()),
+                     where());
     // Per registration: its bytes and this rank's offset.
     std::vector<uint64_t> row;
     for (auto& r : regs) row.insert(row.end(), {r->bytes, r->offset[rank]});
     std::vector<uint64_t> all(row.size() * size);
-    CallInfo info{"custom_ar_register", group, DType::Int64, static_cast<int64_t>(row.size())};
-    comm->all_gather(row.data(), all.data(), static_cast<int64_t>(row.size()), info);
+    host.all_gather_bytes(row.data(), all.data(), row.size() * sizeof(uint64_t));
     for (size_t i = 0; i < regs.size(); ++i)
       for (int r = 0; r < size; ++r) {
         const uint64_t* e = &all[r * row.size() + 2 * i];
@@ -292,7 +380,11 @@ struct ShmAllReduce::Channel {
     const uint64_t slot = fr.start("all_reduce", group->name(), s, numel, t, -1);
     try {
       if (debug_detail()) debug_check(numel, t, op, timeout);
-      if (reg && !reg->exchanged.load(std::memory_order_acquire)) exchange();
+      if (reg && !reg->exchanged.load(std::memory_order_acquire))
+        throw DistributedError(fmt::format(
+            "[all_reduce] a graph replays a shared-memory all-reduce of {} whose registration was "
+            "never exchanged (bug: its capture's end should have exchanged it or failed)",
+            where()));
       const Clock::time_point deadline = Clock::now() + timeout;
       const std::string what = fmt::format(
           "[all_reduce] timed out after {} ms on {}, shared-memory all-reduce {} of its "
@@ -327,6 +419,14 @@ struct ShmAllReduce::Channel {
   }
 };
 
+namespace {
+std::mutex g_instances_mu;
+std::vector<ShmAllReduce*>& instances() {
+  static auto* v = new std::vector<ShmAllReduce*>();  // never destroyed: hooks run at exit
+  return *v;
+}
+}  // namespace
+
 std::unique_ptr<ShmAllReduce> ShmAllReduce::make(const ProcessGroup& group,
                                                  DeviceInterface* iface) {
   MpiComm* base = group.base_comm();
@@ -345,10 +445,37 @@ std::unique_ptr<ShmAllReduce> ShmAllReduce::make(const ProcessGroup& group,
     if (std::strncmp(r.host, rows[0].host, sizeof(r.host)) != 0) return nullptr;
     capacity = std::min(capacity, r.capacity);
   }
-  return std::unique_ptr<ShmAllReduce>(new ShmAllReduce(group, iface, capacity));
+  static const bool hooked = [] {
+    add_capture_end_hook(&ShmAllReduce::end_capture);
+    return true;
+  }();
+  (void)hooked;
+  auto made = std::unique_ptr<ShmAllReduce>(new ShmAllReduce(group, iface, capacity));
+  std::lock_guard<std::mutex> lock(g_instances_mu);
+  instances().push_back(made.get());
+  return made;
 }
 
-ShmAllReduce::~ShmAllReduce() = default;
+ShmAllReduce::~ShmAllReduce() {
+  std::lock_guard<std::mutex> lock(g_instances_mu);
+  std::erase(instances(), this);
+}
+
+void ShmAllReduce::end_capture(DeviceInterface* iface, int index) {
+  std::vector<std::pair<const ProcessGroup*, std::shared_ptr<Channel>>> todo;
+  {
+    std::lock_guard<std::mutex> lock(g_instances_mu);
+    for (ShmAllReduce* a : instances()) {
+      if (a->iface_ != iface) continue;
+      std::lock_guard<std::mutex> l(a->mu_);
+      for (auto& [key, ch] : a->channels_) {
+        std::lock_guard<std::mutex> c(ch->mu);
+        if (ch->device_index == index && !ch->pending.empty()) todo.emplace_back(&a->group_, ch);
+      }
+    }
+  }
+  for (auto& [group, ch] : todo) ch->exchange(*group->comm(0));
+}
 
 bool ShmAllReduce::eligible_in_pieces(const Tensor& in, ReduceOp op) const {
   const CustomAllReduceMode mode = custom_all_reduce_mode();
@@ -376,9 +503,13 @@ std::shared_ptr<ShmAllReduce::Channel> ShmAllReduce::channel(uint64_t key, Devic
   ch->size = base->size();
   ch->capacity = capacity_;
   ch->bytes = kPage + (2 + kRegisterFactor) * capacity_;
+  ch->device_index = device.index();
   ch->seg.assign(ch->size, nullptr);
-  // Each rank makes its segment (sparse: pages are backed as they are written), then maps its
-  // peers' by name, then unlinks its own, so nothing is left in /dev/shm once all are mapped.
+  ch->slots = std::make_shared<RegistrationSlots>(0, custom_all_reduce_slots());
+  ch->free_ranges.emplace(0, kRegisterFactor * capacity_);
+  // Each rank makes its segment, then maps its peers' by name, then unlinks its own, so nothing
+  // is left in /dev/shm once all are mapped. Every rank maps whole segments; a segment's file
+  // covers the flags, tmp and staging areas (backed now) and grows as registrations are backed.
   static std::atomic<int> made{0};
   struct Row {
     char name[64] = {};
@@ -387,9 +518,9 @@ std::shared_ptr<ShmAllReduce::Channel> ShmAllReduce::channel(uint64_t key, Devic
   } mine;
   std::snprintf(mine.name, sizeof(mine.name), "/kiln_ar_%d_%d", static_cast<int>(getpid()), made++);
   int fd = shm_open(mine.name, O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(ch->bytes)) != 0) mine.error = errno;
+  if (fd < 0) mine.error = errno;
   // The flags, tmp and staging areas are backed now: a full /dev/shm is this error on every
-  // rank, not a SIGBUS at the first write (the registration area stays sparse).
+  // rank, not a SIGBUS at the first write.
   if (fd >= 0 && !mine.error)
     mine.error = posix_fallocate(fd, 0, static_cast<off_t>(kPage + 2 * capacity_));
   if (fd >= 0 && !mine.error) {
@@ -399,7 +530,7 @@ std::shared_ptr<ShmAllReduce::Channel> ShmAllReduce::channel(uint64_t key, Devic
     else
       ch->seg[ch->rank] = static_cast<char*>(p);
   }
-  if (fd >= 0) close(fd);
+  ch->fd = fd;  // closed with the channel
   std::vector<Row> rows(ch->size);
   base->all_gather_bytes(&mine, rows.data(), sizeof(Row));
   int failed_rank = -1, failed_errno = 0;
@@ -435,7 +566,7 @@ void ShmAllReduce::all_reduce(const Tensor& in, const Tensor& out, const Collect
   std::shared_ptr<Channel> ch = channel(stream_key(d), d);
   std::shared_ptr<Registration> reg;
   if (iface_->capturing(d.index())) {
-    reg = ch->register_pending(in.nbytes());
+    reg = ch->register_pending(in.nbytes(), *group_.comm(0));
     g_stats.captured++;
   } else {
     g_stats.eager++;

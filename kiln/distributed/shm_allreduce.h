@@ -33,6 +33,7 @@ struct CustomAllReduceStats {
   uint64_t exchanges = 0;   // registration exchanges (one for all that were pending)
   uint64_t registered = 0;  // registrations those exchanges completed
   uint64_t runs = 0;        // all-reduces run (eager calls and graph replays)
+  uint64_t reclaimed = 0;   // registration slots freed once every rank's graphs released them
 };
 CustomAllReduceStats shm_all_reduce_stats();
 
@@ -56,6 +57,10 @@ class ShmAllReduce {
   // Queues the all-reduce of `in` into `out` (may be `in`) as a host task on the current
   // stream of their device.
   void all_reduce(const Tensor& in, const Tensor& out, const Collective& c);
+
+  // Completes the pending registrations of every channel on device `index` of `iface`: the
+  // capture-end hook (run_capture_end_hooks), on the thread that ended the capture.
+  static void end_capture(DeviceInterface* iface, int index);
 
   struct Channel;
 

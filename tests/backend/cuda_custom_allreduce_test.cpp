@@ -2,13 +2,16 @@
 // eager calls through the staging buffer (one-shot and two-shot, float32, float16, bfloat16,
 // sum and avg, in place), a compiled step's warm-up, capture and 100 replays with changing
 // inputs bitwise equal to the reference sum, the same with the path forced on and off, one
-// registration exchange per capture, and a capture made again after its inputs moved. Run under
+// registration exchange per capture (two captures before either replays), a capture made again
+// after its inputs moved, an input one rank cannot share (every rank raises), the reclaiming of
+// registration slots, and all_reduce_async beside current-stream calls. Run under
 // `mpirun -n 2`: ranks that share a GPU (the GPU machine has one) turn NCCL off (KILN_NCCL=0,
 // NCCL refuses two ranks on one GPU) and exercise the whole IPC protocol between two processes
 // on one device. Every test skips without a GPU (CI) or as a world of one.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,7 +19,10 @@
 #include "kiln/backend/cuda/custom_allreduce.h"
 #include "kiln/backend/cuda/nccl.h"
 #include "kiln/compile/compile.h"
+#include "kiln/core/storage.h"
 #include "kiln/core/stream.h"
+#include "kiln/core/tensor_impl.h"
+#include "kiln/distributed/registration_slots.h"
 #include "kiln/distributed/shm_allreduce.h"
 #include "tests/backend/cuda_util.h"
 #include "tests/distributed/dist_test_util.h"
@@ -26,37 +32,24 @@ namespace {
 
 using dist::CustomAllReduceMode;
 using dist::ReduceOp;
-
-class ModeGuard {
- public:
-  explicit ModeGuard(CustomAllReduceMode m) { dist::set_custom_all_reduce_mode(m); }
-  ~ModeGuard() { dist::set_custom_all_reduce_mode(CustomAllReduceMode::Auto); }
-};
+using ModeGuard = CustomModeGuard;
 
 Device gpu() { return Device("cuda", cuda::nccl_device()); }
 
-std::vector<int> world_ranks() {
-  std::vector<int> r(dist::world_size());
-  for (int i = 0; i < dist::world_size(); ++i) r[i] = i;
-  return r;
-}
-
-double value(int call, int r, int64_t k) {
-  return 0.5 * static_cast<double>((r * 7 + k * 3 + call * 5) % 19) - 4.0;
-}
-Tensor input(int call, IntArrayRef sizes, DType t) {
-  return make_tensor(sizes, t, gpu(), dist::rank(),
-                     [call](int r, int64_t k) { return value(call, r, k); });
-}
+Tensor input(int call, IntArrayRef sizes, DType t) { return custom_input(call, sizes, t, gpu()); }
 Tensor reference(int call, IntArrayRef sizes, DType t, ReduceOp op = ReduceOp::Sum) {
-  return expected_reduce(sizes, t, op, world_ranks(),
-                         [call](int r, int64_t k) { return value(call, r, k); });
+  return custom_reference(call, sizes, t, op);
 }
 
 cuda::CustomAllReduceStats delta(const cuda::CustomAllReduceStats& b) {
   cuda::CustomAllReduceStats n = cuda::custom_all_reduce_stats();
-  return {n.eager - b.eager, n.captured - b.captured, n.staged_in_capture - b.staged_in_capture,
-          n.exchanges - b.exchanges, n.registered - b.registered};
+  return {n.eager - b.eager,
+          n.captured - b.captured,
+          n.staged_in_capture - b.staged_in_capture,
+          n.exchanges - b.exchanges,
+          n.registered - b.registered,
+          n.reclaimed - b.reclaimed,
+          n.ordered - b.ordered};
 }
 
 void sync() { Stream::current(gpu()).synchronize(); }
@@ -209,6 +202,93 @@ TEST_F(CustomAllReduce, RecaptureAfterTheInputsMove) {
   EXPECT_EQ(d.staged_in_capture, 0u);
   EXPECT_EQ(d.exchanges, 2u);
   EXPECT_EQ(d.registered, 2u);
+}
+
+// Two captures on one stream before either replays: one exchange as each ends; then the graphs
+// replay in the other order, bitwise equal to the reference (the sim mirror tests the same).
+TEST_F(CustomAllReduce, TwoCapturesOnOneStreamBeforeTheFirstReplay) {
+  ModeGuard m(CustomAllReduceMode::On);
+  DeviceInterface& di = *device_interface(gpu().type());
+  const uint64_t stream = di.create_stream(gpu().index());
+  Tensor x = input(0, {8}, kFloat32), z = input(0, {64}, kFloat32);
+  auto before = cuda::custom_all_reduce_stats();
+  {
+    Tensor ax, bz;
+    HandCapture a(
+        gpu(), [&] { ax = dist::all_reduce(x); }, stream);
+    HandCapture b(
+        gpu(), [&] { bz = dist::all_reduce(z); }, stream);
+    EXPECT_EQ(delta(before).exchanges, 2u);
+    for (int call = 1; call <= 10; ++call) {
+      z.copy_(input(call, {64}, kFloat32));
+      b.launch();
+      x.copy_(input(call + 1, {8}, kFloat32));
+      a.launch();
+      ASSERT_TRUE(bitwise_equal(bz, reference(call, {64}, kFloat32))) << "call " << call;
+      ASSERT_TRUE(bitwise_equal(ax, reference(call + 1, {8}, kFloat32))) << "call " << call;
+    }
+  }
+  di.destroy_stream(gpu().index(), stream);
+}
+
+// A captured input that rank 1 cannot share (host memory posing as a cuda tensor: neither
+// cuMemGetAddressRange nor cudaIpcGetMemHandle takes it) fails the exchange on every rank
+// alike, naming rank 1, instead of raising there only and leaving rank 0 in the next
+// collective. The graph is never replayed.
+TEST_F(CustomAllReduce, AnInputOneRankCannotShareIsAnErrorOnEveryRank) {
+  ModeGuard m(CustomAllReduceMode::On);
+  alignas(16) static float host[16] = {};
+  Tensor x = input(0, {16}, kFloat32);
+  if (dist::rank() == 1)
+    x = Tensor(make_ref<TensorImpl>(make_ref<StorageImpl>(host, sizeof host, gpu()), kFloat32,
+                                    IntArrayRef{16}, IntArrayRef{1}, 0));
+  EXPECT_THROW_CONTAINS(HandCapture(gpu(), [&] { (void)dist::all_reduce(x); }), DistributedError,
+                        "failed on group rank 1");
+  // The group still works.
+  Tensor y = input(4, {16}, kFloat32);
+  EXPECT_TRUE(bitwise_equal(dist::all_reduce(y), reference(4, {16}, kFloat32)));
+}
+
+// KILN_CUSTOM_AR_SLOTS=4 (ctest's kiln_cuda_custom_allreduce_test.few_slots): slot 0 and three
+// for captured calls. Capturing and dropping three times as many graphs reuses the slots of the
+// graphs that are gone (CUDA releases a graph's user objects once it and its executables are
+// destroyed); with every slot held by a live graph, one more capture raises on every rank.
+TEST_F(CustomAllReduce, DroppedGraphsGiveBackTheirSlots) {
+  const int slots = dist::custom_all_reduce_slots() - 1;
+  if (slots > 8) GTEST_SKIP() << "run on 2 ranks with KILN_CUSTOM_AR_SLOTS=4";
+  ModeGuard m(CustomAllReduceMode::On);
+  auto before = cuda::custom_all_reduce_stats();
+  Tensor x = input(0, {16}, kFloat32);
+  for (int call = 0; call < 3 * slots; ++call) {
+    Tensor out;
+    HandCapture g(gpu(), [&] { out = dist::all_reduce(x); });
+    x.copy_(input(call, {16}, kFloat32));
+    g.launch();
+    ASSERT_TRUE(bitwise_equal(out, reference(call, {16}, kFloat32))) << "graph " << call;
+  }
+  EXPECT_GE(delta(before).reclaimed, static_cast<uint64_t>(slots));
+  std::vector<std::unique_ptr<HandCapture>> alive;
+  for (int i = 0; i < slots; ++i)
+    alive.push_back(std::make_unique<HandCapture>(gpu(), [&] { (void)dist::all_reduce(x); }));
+  EXPECT_THROW_CONTAINS(HandCapture(gpu(), [&] { (void)dist::all_reduce(x); }), DistributedError,
+                        "has no free registration slot");
+}
+
+// all_reduce_async (the group's communication stream) and all-reduces on the current stream,
+// issued without waiting for each other: each eager call on the other stream first waits for
+// the previous one, so they never share the staging buffer and flags at once.
+TEST_F(CustomAllReduce, AsyncAndCurrentStreamCallsRunOneAfterAnother) {
+  ModeGuard m(CustomAllReduceMode::On);
+  auto before = cuda::custom_all_reduce_stats();
+  for (int call = 0; call < 20; ++call) {
+    Tensor a = input(call, {32}, kFloat32), b = input(call + 1, {300000}, kFloat32);
+    dist::Work w = dist::all_reduce_async(a);
+    Tensor c = dist::all_reduce(b);
+    w.wait();
+    ASSERT_TRUE(bitwise_equal(a, reference(call, {32}, kFloat32))) << "call " << call;
+    ASSERT_TRUE(bitwise_equal(c, reference(call + 1, {300000}, kFloat32))) << "call " << call;
+  }
+  EXPECT_GE(delta(before).ordered, 39u);
 }
 
 }  // namespace

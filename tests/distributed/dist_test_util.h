@@ -4,6 +4,7 @@
 // computed locally, and bitwise comparisons. Every rank runs the same tests in the same order,
 // so every rank makes the same groups and calls the same collectives; a test must never skip
 // or return early on some ranks only (the others would wait for it until the deadline).
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include "kiln/distributed/distributed.h"
 #include "kiln/distributed/flight_recorder.h"
+#include "kiln/distributed/shm_allreduce.h"
 #include "kiln/ops/ops.h"
 #include "tests/backend/sim_util.h"
 #include "tests/core/test_util.h"
@@ -225,5 +227,111 @@ inline int calls_since(double since, std::string_view op) {
     if (e.started_s > since && e.op == op) ++n;
   return n;
 }
+
+// ---------------------------------------------------------------- the custom all-reduce
+
+// What CUDA's custom all-reduce tests (tests/backend/cuda_custom_allreduce_test.cpp) and its
+// shared-memory mirror's (tests/distributed/shm_allreduce_test.cpp) share.
+
+// Sets the custom all-reduce's mode for one scope, on every rank alike, and restores Auto.
+class CustomModeGuard {
+ public:
+  explicit CustomModeGuard(dist::CustomAllReduceMode m) { dist::set_custom_all_reduce_mode(m); }
+  ~CustomModeGuard() { dist::set_custom_all_reduce_mode(dist::CustomAllReduceMode::Auto); }
+  CustomModeGuard(const CustomModeGuard&) = delete;
+  CustomModeGuard& operator=(const CustomModeGuard&) = delete;
+};
+
+inline std::vector<int> world_ranks() {
+  std::vector<int> r(dist::world_size());
+  for (int i = 0; i < dist::world_size(); ++i) r[i] = i;
+  return r;
+}
+
+// Element k of call `call`'s input on world rank r: multiples of 0.5 in [-4, 5], exact in every
+// floating dtype, so any order of the sum gives the same bits.
+inline double custom_value(int call, int r, int64_t k) {
+  return 0.5 * static_cast<double>((r * 7 + k * 3 + call * 5) % 19) - 4.0;
+}
+inline Tensor custom_input(int call, IntArrayRef sizes, DType t, Device d) {
+  return make_tensor(sizes, t, d, dist::rank(),
+                     [call](int r, int64_t k) { return custom_value(call, r, k); });
+}
+// What every rank should get from all-reducing call `call`'s inputs over the world.
+inline Tensor custom_reference(int call, IntArrayRef sizes, DType t,
+                               dist::ReduceOp op = dist::ReduceOp::Sum) {
+  return expected_reduce(sizes, t, op, world_ranks(),
+                         [call](int r, int64_t k) { return custom_value(call, r, k); });
+}
+
+inline std::string sizes_str(IntArrayRef sizes) {
+  return fmt::format("[{}]", fmt::join(sizes, ", "));
+}
+
+// A graph captured by hand through the device interface of `device`: on `stream` (0: a stream
+// of its own) into a pool of its own, `body` run while capturing, then instantiated. Whatever
+// it made is destroyed with it, and the current stream is restored even when the capture
+// throws (end_capture raises what the custom all-reduce's exchange raised).
+class HandCapture {
+ public:
+  HandCapture(Device device, const std::function<void()>& body, uint64_t stream = 0)
+      : di_(*device_interface(device.type())), index_(device.index()) {
+    own_stream_ = stream == 0;
+    stream_ = own_stream_ ? di_.create_stream(index_) : stream;
+    pool_ = di_.create_pool(index_);
+    const uint64_t previous = di_.current_stream(index_);
+    di_.set_current_stream(index_, stream_);
+    try {
+      di_.begin_capture(index_, stream_, pool_);
+      try {
+        body();
+      } catch (...) {
+        try {
+          (void)di_.end_capture(index_, stream_);
+        } catch (...) {  // NOLINT: body's error is the one to report
+        }
+        throw;
+      }
+      graph_ = di_.end_capture(index_, stream_);
+      di_.set_current_stream(index_, previous);
+      exec_ = di_.instantiate(index_, graph_);
+    } catch (...) {
+      di_.set_current_stream(index_, previous);
+      release();
+      throw;
+    }
+  }
+  ~HandCapture() { release(); }
+  HandCapture(const HandCapture&) = delete;
+  HandCapture& operator=(const HandCapture&) = delete;
+
+  // Replays the graph on `stream` (default: the device's default stream).
+  void launch(uint64_t stream = 0) { di_.launch(index_, exec_, stream); }
+
+ private:
+  void release() {
+    if (exec_) {
+      try {
+        di_.synchronize(index_);  // no replay still running while its graph and pool go
+      } catch (...) {             // NOLINT: a failed replay was reported by the test already
+      }
+      di_.destroy_exec(index_, exec_);
+    }
+    if (graph_) di_.destroy_graph(index_, graph_);
+    exec_ = graph_ = 0;
+    if (pool_) di_.release_pool(index_, pool_);
+    pool_ = 0;
+    if (own_stream_ && stream_) {
+      di_.synchronize_stream(index_, stream_);
+      di_.destroy_stream(index_, stream_);
+    }
+    stream_ = 0;
+  }
+
+  DeviceInterface& di_;
+  int index_;
+  bool own_stream_ = true;
+  uint64_t stream_ = 0, pool_ = 0, graph_ = 0, exec_ = 0;
+};
 
 }  // namespace kiln::test

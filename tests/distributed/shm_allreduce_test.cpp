@@ -2,17 +2,23 @@
 // CUDA's custom all-reduce: eager calls through the staging slot (one-shot and two-shot, every
 // floating dtype, sum and avg, in place), a warm-up, a capture and 100 replays with changing
 // inputs bitwise equal to the reference sum, the same with the path forced on and off, the
-// state machine of registrations (pending at capture, one exchange at the first replay, none
-// after) and a capture made again after its inputs moved. Run on 2 and 3 ranks of one host;
-// as a world of one every test skips (there is nothing to share).
-#include <fmt/ranges.h>
+// state machine of registrations (pending at capture, one exchange when the capture ends, none
+// after; two captures before either replays), a capture made again after its inputs moved, a
+// registration one rank cannot back (every rank raises), the reclaiming of registration slots,
+// and all_reduce_async beside current-stream calls. Run on 2 and 3 ranks of one host; as a
+// world of one every test skips (there is nothing to share).
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <cstdlib>
+#include <memory>
 #include <string_view>
 
 #include "kiln/compile/compile.h"
 #include "kiln/core/stream.h"
+#include "kiln/distributed/registration_slots.h"
 #include "kiln/distributed/shm_allreduce.h"
 #include "tests/distributed/dist_test_util.h"
 
@@ -21,46 +27,22 @@ namespace {
 
 using dist::CustomAllReduceMode;
 using dist::ReduceOp;
+using ModeGuard = CustomModeGuard;
 
-// Sets the mode for one test, on every rank alike, and restores Auto.
-class ModeGuard {
- public:
-  explicit ModeGuard(CustomAllReduceMode m) { dist::set_custom_all_reduce_mode(m); }
-  ~ModeGuard() { dist::set_custom_all_reduce_mode(CustomAllReduceMode::Auto); }
-};
-
-std::vector<int> world_ranks() {
-  std::vector<int> r(dist::world_size());
-  for (int i = 0; i < dist::world_size(); ++i) r[i] = i;
-  return r;
-}
-
-// Call `call`'s input on world rank r: exact in every floating dtype, so any order of the sum
-// gives the same bits.
-double value(int call, int r, int64_t k) {
-  return 0.5 * static_cast<double>((r * 7 + k * 3 + call * 5) % 19) - 4.0;
-}
-Tensor input(int call, IntArrayRef sizes, DType t) {
-  return make_tensor(sizes, t, sim(), dist::rank(),
-                     [call](int r, int64_t k) { return value(call, r, k); });
-}
+Tensor input(int call, IntArrayRef sizes, DType t) { return custom_input(call, sizes, t, sim()); }
 Tensor reference(int call, IntArrayRef sizes, DType t, ReduceOp op = ReduceOp::Sum) {
-  return expected_reduce(sizes, t, op, world_ranks(),
-                         [call](int r, int64_t k) { return value(call, r, k); });
+  return custom_reference(call, sizes, t, op);
 }
+std::string str(IntArrayRef sizes) { return sizes_str(sizes); }
 
 dist::CustomAllReduceStats delta(const dist::CustomAllReduceStats& before) {
   dist::CustomAllReduceStats now = dist::shm_all_reduce_stats();
-  return {now.eager - before.eager, now.captured - before.captured,
+  return {now.eager - before.eager,         now.captured - before.captured,
           now.exchanges - before.exchanges, now.registered - before.registered,
-          now.runs - before.runs};
+          now.runs - before.runs,           now.reclaimed - before.reclaimed};
 }
 
 void sync() { Stream::current(sim()).synchronize(); }
-
-std::string str(const std::vector<int64_t>& sizes) {
-  return fmt::format("[{}]", fmt::join(sizes, ", "));
-}
 
 class ShmAllReduce : public ::testing::Test {
  protected:
@@ -116,30 +98,25 @@ TEST_F(ShmAllReduce, IneligibleCallsTakeMpi) {
   EXPECT_EQ(delta(before).runs, 0u);
 }
 
-// The state machine by hand: a warm-up, a capture whose registration stays pending until the
-// first replay exchanges it, then 100 replays over new inputs with no further exchange.
+// The state machine by hand: a warm-up, a capture whose registration is exchanged as the
+// capture ends, then 100 replays over new inputs with no further exchange.
 TEST_F(ShmAllReduce, WarmupCaptureAndReplaysRegisterOnce) {
   ModeGuard m(CustomAllReduceMode::On);
-  DeviceInterface& di = sim_interface();
   for (const auto& sizes : kSizes) {
     Tensor x = input(0, sizes, kFloat32);
     auto before = dist::shm_all_reduce_stats();
     EXPECT_TRUE(bitwise_equal(dist::all_reduce(x), reference(0, sizes, kFloat32)));  // warm-up
-    const uint64_t s = di.create_stream(0), pool = di.create_pool(0);
-    di.set_current_stream(0, s);
-    di.begin_capture(0, s, pool);
-    Tensor out = dist::all_reduce(x);
-    const uint64_t graph = di.end_capture(0, s);
-    di.set_current_stream(0, 0);
-    const uint64_t exec = di.instantiate(0, graph);
+    Tensor out;
+    HandCapture g(sim(), [&] { out = dist::all_reduce(x); });
     sync();
     auto d = delta(before);
     EXPECT_EQ(d.eager, 1u);
     EXPECT_EQ(d.captured, 1u);
-    EXPECT_EQ(d.exchanges, 0u);  // pending: nothing has replayed yet
+    EXPECT_EQ(d.exchanges, 1u);  // when the capture ended, before any replay
+    EXPECT_EQ(d.registered, 1u);
     for (int call = 1; call <= 100; ++call) {
       x.copy_(input(call, sizes, kFloat32));
-      di.launch(0, exec, 0);
+      g.launch();
       ASSERT_TRUE(bitwise_equal(out, reference(call, sizes, kFloat32)))
           << "replay " << call << ", " << str(sizes);
     }
@@ -147,11 +124,63 @@ TEST_F(ShmAllReduce, WarmupCaptureAndReplaysRegisterOnce) {
     EXPECT_EQ(d.exchanges, 1u);
     EXPECT_EQ(d.registered, 1u);
     EXPECT_EQ(d.runs, 101u);
-    di.destroy_exec(0, exec);
-    di.destroy_graph(0, graph);
-    di.release_pool(0, pool);
-    di.destroy_stream(0, s);
   }
+}
+
+// Two captures on one stream before either replays: each capture's registrations are exchanged
+// when it ends (two exchanges, the same on every rank), never split by which replay comes
+// first; then the graphs replay in the other order, each bitwise equal to the reference.
+TEST_F(ShmAllReduce, TwoCapturesOnOneStreamBeforeTheFirstReplay) {
+  ModeGuard m(CustomAllReduceMode::On);
+  DeviceInterface& di = sim_interface();
+  const uint64_t stream = di.create_stream(0);
+  Tensor x = input(0, {8}, kFloat32), y = input(0, {3, 5}, kFloat32), z = input(0, {64}, kFloat32);
+  auto before = dist::shm_all_reduce_stats();
+  Tensor ax, ay, bz;
+  {
+    HandCapture a(
+        sim(),
+        [&] {
+          ax = dist::all_reduce(x);
+          ay = dist::all_reduce(y);
+        },
+        stream);
+    EXPECT_EQ(delta(before).exchanges, 1u);
+    HandCapture b(
+        sim(), [&] { bz = dist::all_reduce(z); }, stream);
+    auto d = delta(before);
+    EXPECT_EQ(d.exchanges, 2u);
+    EXPECT_EQ(d.registered, 3u);
+    for (int call = 1; call <= 10; ++call) {
+      z.copy_(input(call, {64}, kFloat32));
+      b.launch();
+      x.copy_(input(call + 1, {8}, kFloat32));
+      y.copy_(input(call + 2, {3, 5}, kFloat32));
+      a.launch();
+      ASSERT_TRUE(bitwise_equal(bz, reference(call, {64}, kFloat32))) << "call " << call;
+      ASSERT_TRUE(bitwise_equal(ax, reference(call + 1, {8}, kFloat32))) << "call " << call;
+      ASSERT_TRUE(bitwise_equal(ay, reference(call + 2, {3, 5}, kFloat32))) << "call " << call;
+    }
+    EXPECT_EQ(delta(before).exchanges, 2u);
+  }
+  di.destroy_stream(0, stream);
+}
+
+// An all_reduce_async on the group's communication stream and all-reduces on the current
+// stream, issued without waiting for each other: each stream has a channel of its own (flags
+// and staging), so they never share one, and every result is the reference.
+TEST_F(ShmAllReduce, AsyncAndCurrentStreamCallsDoNotShareAChannel) {
+  ModeGuard m(CustomAllReduceMode::On);
+  auto before = dist::shm_all_reduce_stats();
+  for (int call = 0; call < 20; ++call) {
+    Tensor a = input(call, {32}, kFloat32), b = input(call + 1, {200000}, kFloat32);
+    dist::Work w = dist::all_reduce_async(a);
+    Tensor c = dist::all_reduce(b);
+    w.wait();
+    ASSERT_TRUE(bitwise_equal(a, reference(call, {32}, kFloat32))) << "call " << call;
+    ASSERT_TRUE(bitwise_equal(c, reference(call + 1, {200000}, kFloat32))) << "call " << call;
+  }
+  EXPECT_EQ(delta(before).runs, 40u);
 }
 
 // A compiled step whose all-reduces read the graph's own buffers: call 0 traces, call 1 is the
@@ -232,25 +261,87 @@ TEST_F(ShmAllReduce, RecaptureAfterTheInputsMove) {
   EXPECT_EQ(d.registered, 2u);
 }
 
-// Ranks that capture all-reduces of different sizes all raise at the exchange, naming both,
-// instead of reducing garbage.
+// Ranks that capture all-reduces of different sizes all raise when the capture ends, naming
+// both, instead of reducing garbage.
 TEST_F(ShmAllReduce, RanksCapturingDifferentSizesRaise) {
   ModeGuard m(CustomAllReduceMode::On);
-  DeviceInterface& di = sim_interface();
   Tensor x = input(0, {dist::rank() == 0 ? 4 : 8}, kFloat32);
-  const uint64_t s = di.create_stream(0), pool = di.create_pool(0);
-  di.set_current_stream(0, s);
-  di.begin_capture(0, s, pool);
-  Tensor out = dist::all_reduce(x);
-  const uint64_t graph = di.end_capture(0, s);
-  di.set_current_stream(0, 0);
-  const uint64_t exec = di.instantiate(0, graph);
-  di.launch(0, exec, 0);
-  EXPECT_THROW_CONTAINS(sync(), DeviceError, "captured different shared-memory all-reduces");
-  di.destroy_exec(0, exec);
-  di.destroy_graph(0, graph);
-  di.release_pool(0, pool);
-  di.destroy_stream(0, s);
+  EXPECT_THROW_CONTAINS(HandCapture(sim(), [&] { (void)dist::all_reduce(x); }), DistributedError,
+                        "captured different shared-memory all-reduces");
+}
+
+// A registration that one rank cannot back (its files may not grow past the registration area's
+// start: RLIMIT_FSIZE stands in for a full /dev/shm) is the capture's DistributedError on
+// every rank, naming that rank and why, never a SIGBUS at the first replay; once the limit is
+// lifted, the same capture works.
+TEST_F(ShmAllReduce, ARegistrationOneRankCannotBackIsAnErrorOnEveryRank) {
+  ModeGuard m(CustomAllReduceMode::On);
+  DeviceInterface& di = sim_interface();
+  const uint64_t stream = di.create_stream(0);
+  Tensor x = input(0, {16}, kFloat32);
+  rlimit old{};
+  getrlimit(RLIMIT_FSIZE, &old);
+  void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
+  if (dist::rank() == 1) {
+    // Past the flags, tmp and staging areas of a segment (page, then two slots).
+    rlimit low = old;
+    low.rlim_cur = 4096 + 2 * dist::custom_all_reduce_max_bytes();
+    setrlimit(RLIMIT_FSIZE, &low);
+  }
+  EXPECT_THROW_CONTAINS(HandCapture(
+                            sim(), [&] { (void)dist::all_reduce(x); }, stream),
+                        DistributedError, "failed on group rank 1: backing 64 bytes at offset");
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  Tensor out;
+  {
+    HandCapture g(
+        sim(), [&] { out = dist::all_reduce(x); }, stream);
+    x.copy_(input(3, {16}, kFloat32));
+    g.launch();
+    EXPECT_TRUE(bitwise_equal(out, reference(3, {16}, kFloat32)));
+  }
+  di.destroy_stream(0, stream);
+}
+
+// KILN_CUSTOM_AR_SLOTS=4 (ctest's kiln_shm_allreduce_test.few_slots): a stream that captures and
+// drops three times as many graphs as it has slots reuses the slots of the graphs that are
+// gone; with every slot held by a live graph, one more capture is an error on every rank.
+TEST(ShmAllReduceSlots, DroppedGraphsGiveBackTheirSlots) {
+  const int slots = dist::custom_all_reduce_slots();
+  if (dist::world_size() < 2 || slots > 8)
+    GTEST_SKIP() << "run on 2 ranks with KILN_CUSTOM_AR_SLOTS=4";
+  ModeGuard m(CustomAllReduceMode::On);
+  DeviceInterface& di = sim_interface();
+  const uint64_t stream = di.create_stream(0);
+  auto before = dist::shm_all_reduce_stats();
+  Tensor x = input(0, {16}, kFloat32);
+  for (int call = 0; call < 3 * slots; ++call) {
+    Tensor out;
+    HandCapture g(
+        sim(), [&] { out = dist::all_reduce(x); }, stream);
+    x.copy_(input(call, {16}, kFloat32));
+    g.launch();
+    ASSERT_TRUE(bitwise_equal(out, reference(call, {16}, kFloat32))) << "graph " << call;
+  }
+  EXPECT_GE(delta(before).reclaimed, static_cast<uint64_t>(slots));
+  {
+    std::vector<std::unique_ptr<HandCapture>> alive;
+    for (int i = 0; i < slots; ++i)
+      alive.push_back(std::make_unique<HandCapture>(
+          sim(), [&] { (void)dist::all_reduce(x); }, stream));
+    EXPECT_THROW_CONTAINS(HandCapture(
+                              sim(), [&] { (void)dist::all_reduce(x); }, stream),
+                          DistributedError, "has no room to register a captured input of 64 bytes");
+  }
+  {
+    Tensor out;
+    HandCapture g(
+        sim(), [&] { out = dist::all_reduce(x); }, stream);  // room again
+    g.launch();
+    EXPECT_TRUE(bitwise_equal(out, reference(3 * slots - 1, {16}, kFloat32)));
+  }
+  di.destroy_stream(0, stream);
 }
 
 // A staging slot larger than /dev/shm can back (ctest's kiln_shm_allreduce_test.full_dev_shm

@@ -27,6 +27,15 @@
 //   graph's own buffers with no copy. An input the kernel cannot read in place (an in-place
 //   call, whose output a one-shot kernel would overwrite while peers read it, or an address not
 //   16-byte aligned) is copied to staging inside the graph instead, and its peers are told so.
+//   Getting a handle or an address range, or opening a peer's handle, can fail on one rank
+//   only: each step ends with every rank's outcome all-gathered, and all raise the same
+//   DistributedError naming the rank that failed (agree_on_outcome).
+// - Slots: KILN_CUSTOM_AR_SLOTS (default 4096) per group, slot 0 included. A captured call's
+//   slot is held by a user object that the capturing graph retains
+//   (cudaGraphRetainUserObject); executable graphs instantiated or updated from it take
+//   references, and CUDA runs its destructor once the graph, its executables and their
+//   launches are gone, which releases the slot. Released slots are freed when every rank has
+//   released them (Note [Registration slots] in kiln/distributed/registration_slots.cpp).
 // - Flags: Signal::self_counter, in device memory, is advanced by the kernel at every barrier;
 //   the flag value is never a kernel argument (a graph would freeze it, and the second replay
 //   would wait for a value that was already used). Flags are stored with st.release.sys and
@@ -37,8 +46,13 @@
 //   device's error word with this group's code, so the next synchronize raises a DeviceError
 //   naming the group, and the kernel ends. The flags are then out of step: the group's custom
 //   all-reduce cannot be used again.
-// - A group's custom all-reduce serves one stream at a time, as an NCCL communicator does: two
-//   streams running its kernels at once would share the staging buffer and the flags.
+// - One stream at a time: two streams running the group's kernels at once would share the
+//   staging buffer and the flags. An eager call on another stream than the previous eager
+//   call's (all_reduce_async runs on the group's communication stream, a plain all-reduce on
+//   the current stream) first makes its stream wait for an event recorded after that call, so
+//   the eager calls of a group run one after another whatever their streams. A graph's calls
+//   run where the graph is launched, which this code does not see: launch a graph holding them
+//   on a stream ordered with the group's other calls.
 #include "kiln/backend/cuda/custom_allreduce.h"
 
 #include <cuda.h>
@@ -62,6 +76,7 @@
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/flight_recorder.h"
 #include "kiln/distributed/mpi_comm.h"
+#include "kiln/distributed/registration_slots.h"
 #include "kiln/distributed/shm_allreduce.h"
 
 namespace kiln::cuda {
@@ -72,11 +87,9 @@ namespace {
 
 // Up to this size one-shot (every rank reads every input once) beats two-shot.
 constexpr size_t kOneShotMaxBytes = size_t{256} << 10;
-// RankData slots: slot 0 for eager calls, the others one per captured call.
-constexpr int kSlots = 4096;
-
 struct Counters {
-  std::atomic<uint64_t> eager{0}, captured{0}, staged_in_capture{0}, exchanges{0}, registered{0};
+  std::atomic<uint64_t> eager{0}, captured{0}, staged_in_capture{0}, exchanges{0}, registered{0},
+      reclaimed{0}, ordered{0};
 } g_stats;
 
 // cuMemGetAddressRange through the runtime's driver entry point: linking libcuda would make
@@ -108,8 +121,9 @@ bool nccl_enabled() {
 }
 
 CustomAllReduceStats custom_all_reduce_stats() {
-  return {g_stats.eager.load(), g_stats.captured.load(), g_stats.staged_in_capture.load(),
-          g_stats.exchanges.load(), g_stats.registered.load()};
+  return {g_stats.eager.load(),     g_stats.captured.load(),   g_stats.staged_in_capture.load(),
+          g_stats.exchanges.load(), g_stats.registered.load(), g_stats.reclaimed.load(),
+          g_stats.ordered.load()};
 }
 
 struct CustomAllReduce::State {
@@ -120,14 +134,17 @@ struct CustomAllReduce::State {
   int max_blocks = 0;         // the same on every rank
   char* buffer = nullptr;     // this rank's [Signal | tmp | staging]
   std::vector<char*> bases;   // every rank's buffer, mapped here
-  char* rank_data = nullptr;  // kSlots RankData, device memory
+  char* rank_data = nullptr;  // slots->end() RankData, device memory; slot 0 is staging's
+  std::shared_ptr<dist::RegistrationSlots> slots;
   int error_code = 0;
   std::mutex mu;
-  int next_slot = 1;  // under mu
+  cudaStream_t last_stream = nullptr;  // of the last eager call (under mu)
+  cudaEvent_t last_done = nullptr;     // recorded after it
   struct Pending {
     int slot;
     const char* ptr;  // null: the replay copies the input to staging
     size_t bytes;
+    unsigned long long capture;  // the capture's id (cudaStreamGetCaptureInfo)
   };
   std::vector<Pending> pending;         // under mu
   std::map<std::string, char*> opened;  // peer rank + IPC handle -> mapped allocation
@@ -142,6 +159,9 @@ struct CustomAllReduce::State {
   std::string where() const {
     return fmt::format("group {} (rank {} of {}) on cuda:{}", group->name(), rank, size, device);
   }
+  // A slot for a call captured on `stream`, held by the capturing graph; its pending entry
+  // is pending.back() (under mu).
+  int take_slot(cudaStream_t stream, std::string_view op);
   void exchange();
 };
 
@@ -250,7 +270,9 @@ std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group
   }
   cudaGetLastError();
   const size_t rd = detail::custom_all_reduce_rank_data_bytes();
-  ok = ok && cudaMalloc(&s->rank_data, kSlots * rd) == cudaSuccess;
+  s->slots = std::make_shared<dist::RegistrationSlots>(1, dist::custom_all_reduce_slots());
+  ok = ok && cudaMalloc(&s->rank_data, s->slots->end() * rd) == cudaSuccess &&
+       cudaEventCreateWithFlags(&s->last_done, cudaEventDisableTiming) == cudaSuccess;
   if (ok) {  // slot 0: every rank's staging buffer
     std::vector<char> slot0(rd, 0);
     for (int r = 0; r < s->size; ++r) {
@@ -264,6 +286,7 @@ std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group
     for (int r = 0; r < s->size; ++r)
       if (r != s->rank && s->bases[r]) cudaIpcCloseMemHandle(s->bases[r]);
     if (s->rank_data) cudaFree(s->rank_data);
+    if (s->last_done) cudaEventDestroy(s->last_done);
     cudaFree(s->buffer);
     return nullptr;
   }
@@ -287,6 +310,54 @@ bool CustomAllReduce::eligible(const Tensor& in, dist::ReduceOp op) const {
   return n > 0 && n % 16 == 0 && n <= s_->capacity;
 }
 
+namespace {
+
+// Held by a capturing graph (cudaGraphRetainUserObject): CUDA destroys it once the graph, the
+// executable graphs made from it and their launches are gone, which releases the slot.
+struct SlotRef {
+  std::shared_ptr<dist::RegistrationSlots> slots;
+  int slot;
+};
+void release_slot(void* p) {  // on a CUDA thread: no CUDA call here
+  auto* ref = static_cast<SlotRef*>(p);
+  ref->slots->release(ref->slot);
+  delete ref;
+}
+
+}  // namespace
+
+int CustomAllReduce::State::take_slot(cudaStream_t stream, std::string_view op) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaGraph_t graph = nullptr;
+  KILN_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id, &graph));
+  // Registrations of a capture that ended without its exchange (it failed): their graph is gone.
+  std::erase_if(pending, [id](const Pending& p) { return p.capture != id; });
+  int slot = slots->take();
+  if (slot < 0) {  // every rank gets here at the same call (Note [Registration slots])
+    g_stats.reclaimed += slots->reclaim(*base).size();
+    slot = slots->take();
+  }
+  if (slot < 0)
+    throw DistributedError(fmt::format(
+        "[{}] the custom all-reduce of {} has no free registration slot: all {} are held by "
+        "captured graphs still alive on some rank; destroy graphs you no longer replay, raise "
+        "KILN_CUSTOM_AR_SLOTS, or set KILN_CUSTOM_AR=0",
+        op, where(), slots->end() - 1));
+  auto* ref = new SlotRef{slots, slot};
+  cudaUserObject_t obj = nullptr;
+  cudaError_t err =
+      cudaUserObjectCreate(&obj, ref, release_slot, 1, cudaUserObjectNoDestructorSync);
+  if (err != cudaSuccess) {
+    delete ref;
+    slots->untake(slot);
+    KILN_CUDA_CHECK(err);
+  }
+  KILN_CUDA_CHECK(cudaGraphRetainUserObject(graph, obj, 1, cudaGraphUserObjectMove));
+  pending.push_back({slot, nullptr, 0, id});
+  return slot;
+}
+
 void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist::Collective& c) {
   State& s = *s_;
   KILN_CHECK_DEVICE(in.device().index() == s.device,
@@ -300,21 +371,21 @@ void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist
   auto* dst = static_cast<char*>(out.impl()->data());
   int slot = 0;
   bool stage = true;
+  std::lock_guard<std::mutex> lock(s.mu);
   if (capture != cudaStreamCaptureStatusNone) {
     const bool overlap = src < dst + out.nbytes() && dst < src + n;
     stage = overlap || reinterpret_cast<uintptr_t>(src) % 16 != 0;
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (s.next_slot >= kSlots)
-      throw DistributedError(fmt::format(
-          "[{}] the custom all-reduce of {} has registered {} captured calls, its limit; "
-          "capture fewer all-reduces, or set KILN_CUSTOM_AR=0",
-          c.op, s.where(), kSlots - 1));
-    slot = s.next_slot++;
-    s.pending.push_back({slot, stage ? nullptr : src, n});
+    slot = s.take_slot(stream, c.op);
+    s.pending.back().ptr = stage ? nullptr : src;
+    s.pending.back().bytes = n;
     g_stats.captured++;
     if (stage) g_stats.staged_in_capture++;
   } else {
     g_stats.eager++;
+    if (s.last_stream && s.last_stream != stream) {  // Note [Custom all-reduce on CUDA]
+      KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, s.last_done));
+      g_stats.ordered++;
+    }
   }
   if (stage)
     KILN_CUDA_CHECK(cudaMemcpyAsync(s.staging(s.rank), src, n, cudaMemcpyDeviceToDevice, stream));
@@ -325,6 +396,10 @@ void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist
       static_cast<int64_t>(n), dst, c.reduce == dist::ReduceOp::Avg, n > kOneShotMaxBytes,
       s.max_blocks, timeout_ns, error_word(s.device), s.error_code, stream);
   check_launch("all_reduce");
+  if (capture == cudaStreamCaptureStatusNone) {
+    KILN_CUDA_CHECK(cudaEventRecord(s.last_done, stream));
+    s.last_stream = stream;
+  }
   dist::FlightRecorder& fr = dist::FlightRecorder::get();
   fr.finish(fr.start(c.op, s.group->name(), ++s.seq, in.numel(), in.dtype(), -1),
             dist::CallState::Completed);  // queued; a hang shows as the kernel's deadline
@@ -351,58 +426,84 @@ void CustomAllReduce::State::exchange() {
     int32_t staged = 0, pad = 0;
     cudaIpcMemHandle_t handle{};
   };
+  // This rank's rows: what fails here fails on this rank only, so every rank hears of it.
   std::vector<Row> mine(regs.size());
-  for (size_t i = 0; i < regs.size(); ++i) {
-    Row& row = mine[i];
-    row.slot = static_cast<uint64_t>(regs[i].slot);
-    row.bytes = regs[i].bytes;
-    row.staged = regs[i].ptr == nullptr;
-    if (row.staged) continue;
-    AddressRangeFn range = address_range();
-    KILN_CHECK_DEVICE(range,
-                      "[all_reduce] the custom all-reduce of {} needs the driver's "
-                      "cuMemGetAddressRange, which this driver does not provide",
-                      where());
-    CUdeviceptr b = 0;
-    size_t sz = 0;
-    KILN_CHECK_DEVICE(range(&b, &sz, reinterpret_cast<CUdeviceptr>(regs[i].ptr)) == CUDA_SUCCESS,
-                      "[all_reduce] cuMemGetAddressRange failed for a captured input at {} ({})",
-                      fmt::ptr(regs[i].ptr), where());
-    row.offset = reinterpret_cast<uintptr_t>(regs[i].ptr) - static_cast<uintptr_t>(b);
-    KILN_CUDA_CHECK(cudaIpcGetMemHandle(&row.handle, reinterpret_cast<void*>(b)));
+  std::string error;
+  try {
+    for (size_t i = 0; i < regs.size(); ++i) {
+      Row& row = mine[i];
+      row.slot = static_cast<uint64_t>(regs[i].slot);
+      row.bytes = regs[i].bytes;
+      row.staged = regs[i].ptr == nullptr;
+      if (row.staged) continue;
+      AddressRangeFn range = address_range();
+      KILN_CHECK_DEVICE(range,
+                        "the driver does not provide cuMemGetAddressRange, which the custom "
+                        "all-reduce needs");
+      CUdeviceptr b = 0;
+      size_t sz = 0;
+      const CUresult r = range(&b, &sz, reinterpret_cast<CUdeviceptr>(regs[i].ptr));
+      KILN_CHECK_DEVICE(r == CUDA_SUCCESS,
+                        "cuMemGetAddressRange failed (CUresult {}) for captured input {} at {} (a "
+                        "buffer not from cudaMalloc?)",
+                        static_cast<int>(r), i, fmt::ptr(regs[i].ptr));
+      row.offset = reinterpret_cast<uintptr_t>(regs[i].ptr) - static_cast<uintptr_t>(b);
+      KILN_CUDA_CHECK(cudaIpcGetMemHandle(&row.handle, reinterpret_cast<void*>(b)));
+    }
+  } catch (const Error& e) {
+    error = e.what();
   }
+  const std::string what =
+      fmt::format("registering {} captured input(s) of the custom all-reduce", regs.size());
+  dist::agree_on_outcome(*base, error, "all_reduce", what, where());
   std::vector<Row> all(regs.size() * size);
   if (!regs.empty()) gather(*this, mine.data(), all.data(), regs.size() * sizeof(Row));
-  const size_t rd = detail::custom_all_reduce_rank_data_bytes();
-  for (size_t i = 0; i < regs.size(); ++i) {
-    std::vector<char> data(rd, 0);
+  for (size_t i = 0; i < regs.size(); ++i)
     for (int r = 0; r < size; ++r) {
       const Row& row = all[r * regs.size() + i];
       if (row.bytes != mine[i].bytes || row.slot != mine[i].slot)
         throw DistributedError(fmt::format(
             "[all_reduce] the ranks of {} captured different custom all-reduces: registration "
-            "{} is {} bytes on rank {} and {} bytes on rank {}",
-            where(), i, mine[i].bytes, rank, row.bytes, r));
-      const char* p = nullptr;
-      if (r == rank) {
-        p = regs[i].ptr ? regs[i].ptr : staging(rank);
-      } else if (row.staged) {
-        p = staging(r);
-      } else {
-        std::string key(reinterpret_cast<const char*>(&row.handle), sizeof row.handle);
-        key += std::to_string(r);
-        auto it = opened.find(key);
-        if (it == opened.end()) {
-          void* m = nullptr;
-          KILN_CUDA_CHECK(cudaIpcOpenMemHandle(&m, row.handle, cudaIpcMemLazyEnablePeerAccess));
-          it = opened.emplace(key, static_cast<char*>(m)).first;
-        }
-        p = it->second + row.offset;
-      }
-      std::memcpy(data.data() + r * sizeof(char*), &p, sizeof p);
+            "{} is {} bytes in slot {} on rank {} and {} bytes in slot {} on rank {}",
+            where(), i, mine[i].bytes, mine[i].slot, rank, row.bytes, row.slot, r));
     }
-    KILN_CUDA_CHECK(cudaMemcpy(slot_at(regs[i].slot), data.data(), rd, cudaMemcpyHostToDevice));
+  // Open the peers' handles and write the slots; again every rank hears of a failure.
+  const size_t rd = detail::custom_all_reduce_rank_data_bytes();
+  try {
+    for (size_t i = 0; i < regs.size(); ++i) {
+      std::vector<char> data(rd, 0);
+      for (int r = 0; r < size; ++r) {
+        const Row& row = all[r * regs.size() + i];
+        const char* p = nullptr;
+        if (r == rank) {
+          p = regs[i].ptr ? regs[i].ptr : staging(rank);
+        } else if (row.staged) {
+          p = staging(r);
+        } else {
+          std::string key(reinterpret_cast<const char*>(&row.handle), sizeof row.handle);
+          key += std::to_string(r);
+          auto it = opened.find(key);
+          if (it == opened.end()) {
+            void* m = nullptr;
+            const cudaError_t err =
+                cudaIpcOpenMemHandle(&m, row.handle, cudaIpcMemLazyEnablePeerAccess);
+            KILN_CHECK_DEVICE(err == cudaSuccess,
+                              "cudaIpcOpenMemHandle of group rank {}'s captured input {} failed: "
+                              "{} ({})",
+                              r, i, cudaGetErrorName(err), cudaGetErrorString(err));
+            it = opened.emplace(key, static_cast<char*>(m)).first;
+          }
+          p = it->second + row.offset;
+        }
+        std::memcpy(data.data() + r * sizeof(char*), &p, sizeof p);
+      }
+      KILN_CUDA_CHECK(cudaMemcpy(slot_at(regs[i].slot), data.data(), rd, cudaMemcpyHostToDevice));
+    }
+  } catch (const Error& e) {
+    cudaGetLastError();
+    error = e.what();
   }
+  dist::agree_on_outcome(*base, error, "all_reduce", what, where());
   g_stats.exchanges++;
   g_stats.registered += regs.size();
 }

@@ -26,6 +26,8 @@ struct CustomAllReduceStats {
                                    // not 16-byte aligned) instead of reading them directly
   uint64_t exchanges = 0;          // registration exchanges after a capture (one for all pending)
   uint64_t registered = 0;         // registrations those exchanges completed
+  uint64_t reclaimed = 0;          // slots freed once every rank's graphs holding them were gone
+  uint64_t ordered = 0;  // eager calls made to wait for the previous one, issued on another stream
 };
 CustomAllReduceStats custom_all_reduce_stats();
 

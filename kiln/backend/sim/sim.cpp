@@ -126,7 +126,14 @@ class Interface final : public DeviceInterface {
     device_state(index).begin_capture(s, pool);
   }
   uint64_t end_capture(int index, uint64_t s) override {
-    return device_state(index).end_capture(s);
+    const uint64_t g = device_state(index).end_capture(s);
+    try {  // the capture's custom all-reduce registrations (Note [Custom all-reduce])
+      run_capture_end_hooks(this, index);
+    } catch (...) {
+      device_state(index).destroy(g);
+      throw;
+    }
+    return g;
   }
   uint64_t instantiate(int index, uint64_t g) override {
     return device_state(index).instantiate(g);
