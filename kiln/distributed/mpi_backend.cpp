@@ -95,12 +95,29 @@ class MpiBackend final : public CollectiveBackend {
   // Note [Large CPU all-reduces]
   // Open MPI's shared-memory all-reduce (vader) is fast while the message fits the caches and
   // slow past them: 64 MB of float32 between 2 ranks moved at a bus bandwidth of 1.1 GB/s on the
-  // GPU machine's 16-core host, below gloo's 1.9 there. The shared-memory all-reduce copies
-  // each piece into its staging slot, reduces a share per rank and gathers the shares. On this
-  // project's 2-core machine (2 ranks, one run each): MPI against it at 4 MB 0.35 / 0.45 ms, 8 MB
-  // 0.96 / 1.92, 16 MB 2.7 / 3.1, 32 MB 13.4 / 6.7, 64 MB 26.7 / 12.5. So CPU all-reduces of
-  // floating dtypes from KILN_CPU_SHM_MIN_BYTES (default 32 MiB) up go through it in slot-sized
-  // pieces, one after another (each piece averages by itself for avg); smaller ones through MPI.
+  // GPU machine's 16-core host, below gloo's 1.9-2.1 there. Its own knobs do not help: on this
+  // project's 2-core machine (2 ranks, 64 MB) coll_tuned_allreduce_algorithm 4 (ring) and 5
+  // (segmented ring) took 26.2 and 26.5 ms like the default's 27.5, recursive doubling (3) 47.4.
+  // So CPU all-reduces of floating dtypes from KILN_CPU_CMA_MIN_BYTES (1 MiB) up take the
+  // cross-memory all-reduce (Note [Cross-memory all-reduce] in cma_allreduce.cpp), which reads
+  // and writes each byte the fewest times. Measured here, one thread a rank, all-reduces in
+  // place, MPI against it (us, median of 12 interleaved repeats; the machine is shared, so
+  // runs vary by 10-20% together):
+  //   2 ranks: 256 KB 55 / 54, 1 MB 191 / 193, 4 MB 715 / 762 (another run 338 / 371), 16 MB
+  //            3009 / 3124, 64 MB 26512 / 11867 (2.2x);
+  //   4 ranks (oversubscribed): 256 KB 182 / 161, 1 MB 586 / 556, 4 MB 2179 / 2188, 64 MB
+  //            77069 / 33607 (2.3x).
+  // Up to 16 MB the messages stay in this machine's 32 MB L3 and MPI's extra copies cost little,
+  // so the two are even; past it the cross-memory all-reduce takes less than half MPI's time.
+  // 1 MiB is where it stops losing here at 2 ranks, and on a host whose caches hold less (the
+  // GPU machine's MPI moved 4 MB at 4.1 GB/s bus bandwidth against 11 here) it should win from
+  // lower. Its reduction block (KILN_CPU_CMA_CHUNK_BYTES, 256 KiB) is not critical: 64 KiB to 1
+  // MiB gave 64 MB in 12.2-13.7 ms. Where it is not permitted (Note [Cross-memory all-reduce]:
+  // ptrace permission, seccomp, ranks on several hosts) the shared-memory all-reduce serves
+  // from KILN_CPU_SHM_MIN_BYTES (32 MiB) up, in slot-sized pieces, one after another (each piece
+  // averages by itself for avg): it copies each piece into its staging slot, reduces a share
+  // per rank and gathers the shares (MPI against it here: 16 MB 2.7 / 3.1 ms, 32 MB 13.4 / 6.7,
+  // 64 MB 26.7 / 12.5; on the GPU machine's host 2.06-2.48 GB/s at 64 MB, bench/gpu_runs.md I5).
   static size_t cpu_shm_min_bytes() {
     static const size_t n = [] {
       const char* v = std::getenv("KILN_CPU_SHM_MIN_BYTES");
