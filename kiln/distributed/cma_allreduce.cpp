@@ -82,6 +82,8 @@ struct Counters {
 constexpr size_t kDefaultMinBytes = size_t{1} << 20;
 constexpr size_t kDefaultChunkBytes = size_t{256} << 10;
 
+#ifdef KILN_HAVE_MPI
+// (Without MPI there is no path: make() returns null.)
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 bool log_distributed() {
@@ -229,6 +231,7 @@ struct CallRow {
 struct ErrorRow {
   int32_t error = 0, peer = -1;
 };
+#endif
 
 }  // namespace
 
