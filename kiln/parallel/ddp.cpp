@@ -116,6 +116,7 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   size_t ready_count = 0;
   size_t next_launch = 0;
   std::chrono::steady_clock::time_point first_launch;
+  std::chrono::steady_clock::duration comm{};  // in collective calls during backward
   DDPSyncStats stats;
 
   static std::string describe_sync(const void*) {
@@ -127,6 +128,7 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
     std::fill(ready.begin(), ready.end(), 0);
     ready_count = 0;
     next_launch = 0;
+    comm = {};
     for (Bucket& b : buckets) {
       b.pending = b.params.size();
       b.launched = b.done = false;
@@ -160,19 +162,28 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
 
   // Starts every bucket that is full, in index order (See Note [DDP's buckets]).
   void launch_ready() {
-    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
-      Bucket& b = buckets[next_launch++];
-      if (next_launch == 1) first_launch = std::chrono::steady_clock::now();
-      b.work = distributed::all_reduce_async(b.flat, distributed::ReduceOp::Avg, group);
-      b.launched = true;
-    }
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) launch_next();
+  }
+
+  // Starts bucket next_launch (the time spent in the call counts as communication: a
+  // collective that cannot run in the background, such as the cross-memory CPU all-reduce,
+  // does all its work there).
+  void launch_next() {
+    Bucket& b = buckets[next_launch++];
+    auto t0 = std::chrono::steady_clock::now();
+    if (next_launch == 1) first_launch = t0;
+    b.work = distributed::all_reduce_async(b.flat, distributed::ReduceOp::Avg, group);
+    b.launched = true;
+    comm += std::chrono::steady_clock::now() - t0;
   }
 
   void progress() {
+    auto t0 = std::chrono::steady_clock::now();
     for (size_t k = 0; k < next_launch; ++k) {
       Bucket& b = buckets[k];
       if (!b.done) b.done = b.work.is_completed();
     }
+    comm += std::chrono::steady_clock::now() - t0;
   }
 
   void wait_launched() {
@@ -184,12 +195,7 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
 
   // Starts every bucket not started yet, in index order, full or not.
   void launch_rest() {
-    while (next_launch < buckets.size()) {
-      Bucket& b = buckets[next_launch++];
-      if (next_launch == 1) first_launch = std::chrono::steady_clock::now();
-      b.work = distributed::all_reduce_async(b.flat, distributed::ReduceOp::Avg, group);
-      b.launched = true;
-    }
+    while (next_launch < buckets.size()) launch_next();
   }
 
   void finish() {
@@ -227,6 +233,7 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
       stats.bytes += b.numel * static_cast<int64_t>(itemsize(b.dtype));
     stats.overlap_ms = ms(end - first_launch).count();
     stats.wait_ms = ms(waited - end).count();
+    stats.comm_ms = ms(comm).count();
   }
 
   static bool tracing() { return local_dispatch_state().included.has(DispatchKey::Trace); }

@@ -48,6 +48,9 @@ struct DDPSyncStats {
   int64_t bytes = 0;      // reduced by the last one
   double overlap_ms = 0;  // from its first all-reduce's start to the end of backward
   double wait_ms = 0;     // waiting for the all-reduces at the end of backward
+  // Time backward spent inside collective calls before its end (starting and testing them): on
+  // the CPU a call that cannot run in the background does all its work there.
+  double comm_ms = 0;
 };
 
 class DistributedDataParallel {

@@ -15,6 +15,7 @@
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/parallel/ddp.h"
+#include "kiln/profiler/profiler.h"
 
 #ifdef KILN_HAVE_MPI
 #include <mpi.h>
@@ -224,6 +225,7 @@ struct DdpSteps {
   optim::AdamW local_opt{local_model->parameters(), optim::AdamWOptions{}};
   optim::AdamW ddp_opt{ddp_model->parameters(), optim::AdamWOptions{}};
   Tensor x, y;
+  parallel::DDPSyncStats sums;  // of every eager DDP step's stats (syncs counts them)
 
   DdpSteps(const Tensor& x, const Tensor& y) : x(x), y(y) {}
   Tensor local() {
@@ -238,9 +240,29 @@ struct DdpSteps {
     Tensor loss = cross_entropy((*ddp_model)(x), y);
     loss.backward();
     ddp_opt.step();
+    const parallel::DDPSyncStats& st = wrapped.stats();
+    sums.syncs += 1;
+    sums.overlap_ms += st.overlap_ms;
+    sums.wait_ms += st.wait_ms;
+    sums.comm_ms += st.comm_ms;
     return loss;
   }
 };
+
+// The mean time a replay of `step` spends in its all_reduce_ steps, from a profile of `calls`
+// calls (after the timing: profiling adds its own cost).
+double allreduce_ms_per_call(CompiledFunction& step, int calls,
+                             const std::function<void()>& barrier) {
+  profiler::Session session;
+  for (int i = 0; i < calls; ++i) {
+    barrier();
+    step({});
+  }
+  double ns = 0;
+  for (const profiler::Event& e : session.events())
+    if (e.category == "replay" && e.name == "all_reduce_") ns += static_cast<double>(e.dur_ns);
+  return ns / 1e6 / calls;
+}
 
 std::vector<Metric> ddp_on_every_rank(int64_t iters) {
   const int rank = distributed::rank(), ranks = distributed::world_size();
@@ -251,9 +273,17 @@ std::vector<Metric> ddp_on_every_rank(int64_t iters) {
   DdpSteps eager(x, y);
   check_falls("local", [&] { return eager.local(); });
   check_falls("ddp", [&] { return eager.ddp(); });
-  std::vector<double> s =
-      time_interleaved(iters, kRepeats, {[&] { eager.local(); }, [&] { eager.ddp(); }}, barrier);
-  const parallel::DDPSyncStats& st = eager.wrapped.stats();
+  // The buckets' all-reduces alone, on tensors of their sizes (zeros: sums stay finite): the
+  // floor of the overhead where backward cannot hide them (one core per rank).
+  std::vector<Tensor> alone;
+  for (const parallel::DDPBucket& b : eager.wrapped.buckets()) alone.push_back(zeros({b.numel}));
+  auto reduce_alone = [&] {
+    for (const Tensor& t : alone) distributed::all_reduce_(t, distributed::ReduceOp::Avg);
+  };
+  eager.sums = {};
+  std::vector<double> s = time_interleaved(
+      iters, kRepeats, {[&] { eager.local(); }, [&] { eager.ddp(); }, reduce_alone}, barrier);
+  const double n = static_cast<double>(std::max<int64_t>(1, eager.sums.syncs));
   std::vector<Metric> m = {
       {"world", static_cast<double>(ranks), "count", "ranks"},
       {"mlp_step_local_us", s[0] * 1e6, "us", "mlp train step, one process (all ranks at once)"},
@@ -261,8 +291,13 @@ std::vector<Metric> ddp_on_every_rank(int64_t iters) {
       {"ddp_overhead", s[1] / s[0] - 1, "x", "ddp / local - 1 (target <= 0.15)"},
       {"ddp_buckets", static_cast<double>(eager.wrapped.buckets().size()), "count",
        "gradient buckets"},
-      {"ddp_overlap_ms", st.overlap_ms, "ms", "last step: all-reduces in flight during backward"},
-      {"ddp_wait_ms", st.wait_ms, "ms", "last step: waiting for them after backward"},
+      {"ddp_allreduce_alone_us", s[2] * 1e6, "us", "their all-reduces alone, outside a step"},
+      {"ddp_allreduce_alone_share", s[2] / s[0], "x", "that / the local step"},
+      {"ddp_overlap_ms", eager.sums.overlap_ms / n, "ms",
+       "a step's all-reduces in flight during backward (mean)"},
+      {"ddp_wait_ms", eager.sums.wait_ms / n, "ms", "waiting for them after backward (mean)"},
+      {"ddp_comm_ms", eager.sums.comm_ms / n, "ms",
+       "in collective calls during backward (mean): what backward could not hide"},
   };
 
   DdpSteps fresh(x, y);
@@ -275,6 +310,8 @@ std::vector<Metric> ddp_on_every_rank(int64_t iters) {
   m.push_back({"mlp_step_local_compiled_us", c[0] * 1e6, "us", "the local step, compiled"});
   m.push_back({"mlp_step_ddp_compiled_us", c[1] * 1e6, "us", "the DDP step, compiled"});
   m.push_back({"ddp_compiled_overhead", c[1] / c[0] - 1, "x", "compiled ddp / local - 1"});
+  m.push_back({"ddp_compiled_allreduce_ms", allreduce_ms_per_call(ddp_c, 10, barrier), "ms",
+               "a compiled step's replayed all_reduce_ steps (mean of 10 profiled calls)"});
   return m;
 }
 
