@@ -20,6 +20,8 @@ void* Tensor::data_ptr() const {
   KILN_CHECK_DEVICE(device().is_cpu(),
                     "[data_ptr] cannot read host data of a tensor on {}; copy it to cpu first",
                     device());
+  KILN_CHECK(!impl_->key_set().has(DispatchKey::Sharded),
+             "[data_ptr] a DTensor has no data of its own; read kiln::dtensor::to_local(t)");
   detail::note_host_read(*impl_, "data_ptr");
   return impl_->data();
 }

@@ -15,6 +15,13 @@ class AutogradMetaBase {
   virtual ~AutogradMetaBase() = default;
 };
 
+// Per-tensor DTensor state (local tensor and spec); defined by kiln/dtensor. Set only on the
+// impls that carry the Sharded key.
+class ShardedMetaBase {
+ public:
+  virtual ~ShardedMetaBase() = default;
+};
+
 class TensorImpl : public RefCounted {
  public:
   // A tensor over `storage` with the given geometry. Strides are in elements.
@@ -78,6 +85,8 @@ class TensorImpl : public RefCounted {
 
   AutogradMetaBase* autograd_meta() const { return autograd_.get(); }
   void set_autograd_meta(std::unique_ptr<AutogradMetaBase> m) { autograd_ = std::move(m); }
+  ShardedMetaBase* sharded_meta() const { return sharded_.get(); }
+  void set_sharded_meta(std::unique_ptr<ShardedMetaBase> m) { sharded_ = std::move(m); }
 
  private:
   void refresh();
@@ -95,6 +104,7 @@ class TensorImpl : public RefCounted {
   bool inference_ = false;
   uint32_t dynamic_dims_ = 0;
   std::unique_ptr<AutogradMetaBase> autograd_;
+  std::unique_ptr<ShardedMetaBase> sharded_;
 };
 
 namespace detail {
