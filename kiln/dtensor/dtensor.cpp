@@ -115,6 +115,11 @@ Tensor make_dtensor(Tensor local, const DTensorSpec* spec) {
   return Tensor(std::move(impl));
 }
 
+namespace {
+constexpr int64_t kMaxCheckedDims = 32;
+void check_shapes(const Tensor& local, const DTensorSpec& spec, bool whole, const char* what);
+}  // namespace
+
 Tensor distribute_tensor(const Tensor& t, const DeviceMesh& mesh, ArrayRef<Placement> placements) {
   KILN_CHECK(t.defined(), "[distribute_tensor] the tensor is undefined");
   KILN_CHECK_TYPE(!is_dtensor(t), "[distribute_tensor] the tensor is already a DTensor: {}",
@@ -124,6 +129,9 @@ Tensor distribute_tensor(const Tensor& t, const DeviceMesh& mesh, ArrayRef<Place
   const DTensorSpec* target =
       intern_spec(mesh, placements, t.sizes(), strides, t.dtype(), "distribute_tensor");
   const DTensorSpec* replicated = with_placements(*target, all_replicate(mesh.ndim()));
+  KILN_CHECK(t.dim() <= kMaxCheckedDims, "[distribute_tensor] takes at most {} dims, got {}",
+             kMaxCheckedDims, t.dim());
+  check_shapes(t, *target, true, "[distribute_tensor] ranks passed different tensors for");
   // Rank 0's values win: broadcast along each mesh dim from coordinate 0.
   Tensor whole = t.contiguous();
   bool copied = false;
@@ -137,8 +145,6 @@ Tensor distribute_tensor(const Tensor& t, const DeviceMesh& mesh, ArrayRef<Place
 }
 
 namespace {
-
-constexpr int64_t kMaxCheckedDims = 32;
 
 // Sums `x` (CPU int64) over every rank of the mesh: an all-reduce along each mesh dim.
 Tensor sum_over_mesh(Tensor x, const DeviceMesh& mesh) {
@@ -162,9 +168,10 @@ Shape coordinate_of(const DeviceMesh& mesh, int64_t idx) {
   return c;
 }
 
-// See from_local: every rank learns every rank's local shape and dtype (one row each, summed
-// over the mesh into a zero table) and raises the same error.
-void check_shapes(const Tensor& local, const DTensorSpec& spec) {
+// Every rank learns every rank's shape and dtype (one row each, summed over the mesh into a zero
+// table) and raises the same error when one differs from what `spec` gives that rank: its local
+// shape, or with `whole` the global shape.
+void check_shapes(const Tensor& local, const DTensorSpec& spec, bool whole, const char* what) {
   const DeviceMesh& mesh = spec.mesh();
   const int64_t cols = 2 + kMaxCheckedDims, me = linear_index(mesh, mesh.coordinate());
   Tensor table = zeros({mesh.size(), cols}, kInt64);
@@ -177,7 +184,7 @@ void check_shapes(const Tensor& local, const DTensorSpec& spec) {
   std::vector<std::string> bad;
   for (int64_t idx = 0; idx < mesh.size(); ++idx) {
     const int64_t* r = all + idx * cols;
-    Shape expected = spec.local_shape_at(coordinate_of(mesh, idx));
+    Shape expected = whole ? Shape(spec.shape()) : spec.local_shape_at(coordinate_of(mesh, idx));
     bool ok = r[0] == spec.ndim() && r[1] == static_cast<int64_t>(spec.dtype()) + 1;
     for (int64_t i = 0; ok && i < spec.ndim(); ++i) ok = r[2 + i] == expected[i];
     if (ok) continue;
@@ -187,8 +194,7 @@ void check_shapes(const Tensor& local, const DTensorSpec& spec) {
                               r[1] > 0 ? fmt::format("{}", static_cast<DType>(r[1] - 1)) : "?",
                               fmt::join(expected, ", "), spec.dtype()));
   }
-  KILN_CHECK(bad.empty(), "[from_local] run_check: local shards disagree with {}: {}", spec.str(),
-             fmt::join(bad, "; "));
+  KILN_CHECK(bad.empty(), "{} {}: {}", what, spec.str(), fmt::join(bad, "; "));
 }
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
@@ -255,7 +261,7 @@ Tensor from_local(const Tensor& local, const DeviceMesh& mesh, ArrayRef<Placemen
     KILN_CHECK(local.dim() <= kMaxCheckedDims,
                "[from_local] run_check takes at most {} dims, got {}", kMaxCheckedDims,
                local.dim());
-    check_shapes(local, *spec);
+    check_shapes(local, *spec, false, "[from_local] run_check: local shards disagree with");
     check_replicas(local, *spec);
   }
   return make_dtensor(local, spec);

@@ -345,6 +345,15 @@ TEST_P(DTensorOnDevice, BadInputRaises) {
   EXPECT_THROW_PREFIX(
       dt::distribute_tensor(g.to(device().is_cpu() ? sim() : Device(kCPU)), m, {Replicate()}),
       DeviceError, "[distribute_tensor] the tensor is on");
+  if (dist::world_size() > 1) {  // every rank raises, naming the last rank
+    const int last = dist::world_size() - 1;
+    Tensor mine = global_tensor({dist::rank() == last ? 5 : 4, 6}, kFloat32, device());
+    EXPECT_THROW_CONTAINS(
+        dt::distribute_tensor(mine, m, {Shard(0)}), ValueError,
+        dist::rank() == last
+            ? "rank 0 has [4, 6] float32 where [5, 6] float32 is expected"
+            : fmt::format("rank {} has [5, 6] float32 where [4, 6] float32", last));
+  }
   EXPECT_THROW_PREFIX(dt::from_local(g, m, {Shard(0)}, false, {}, {1}), ValueError,
                       "[from_local] 1 strides [1] for shape");
   Tensor d = dt::distribute_tensor(g, m, {Shard(0)});
