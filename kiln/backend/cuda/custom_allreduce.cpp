@@ -138,8 +138,11 @@ struct CustomAllReduce::State {
   std::shared_ptr<dist::RegistrationSlots> slots;
   int error_code = 0;
   std::mutex mu;
-  cudaStream_t last_stream = nullptr;  // of the last eager call (under mu)
-  cudaEvent_t last_done = nullptr;     // recorded after it
+  // Of the last eager call (under mu). The legacy default stream's handle is null, so whether
+  // there was a call is a flag of its own.
+  bool had_eager = false;
+  cudaStream_t last_stream = nullptr;
+  cudaEvent_t last_done = nullptr;  // recorded after it
   struct Pending {
     int slot;
     const char* ptr;  // null: the replay copies the input to staging
@@ -382,7 +385,7 @@ void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist
     if (stage) g_stats.staged_in_capture++;
   } else {
     g_stats.eager++;
-    if (s.last_stream && s.last_stream != stream) {  // Note [Custom all-reduce on CUDA]
+    if (s.had_eager && s.last_stream != stream) {  // Note [Custom all-reduce on CUDA]
       KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, s.last_done));
       g_stats.ordered++;
     }
@@ -399,6 +402,7 @@ void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist
   if (capture == cudaStreamCaptureStatusNone) {
     KILN_CUDA_CHECK(cudaEventRecord(s.last_done, stream));
     s.last_stream = stream;
+    s.had_eager = true;
   }
   dist::FlightRecorder& fr = dist::FlightRecorder::get();
   fr.finish(fr.start(c.op, s.group->name(), ++s.seq, in.numel(), in.dtype(), -1),
