@@ -21,11 +21,7 @@ namespace kiln::dtensor {
 // Autograd and Autocast). The local tensor and the spec live in a ShardedMeta in the impl's
 // sharded_meta() slot: the hot path gets both with two loads, and compares specs by pointer.
 //
-// Note [No Sharded layer yet]
-// Until the sharding rules exist, a boxed fallback at the Sharded key serves every op: it raises
-// a NotImplementedError naming the op and its inputs' specs, so no op computes on a DTensor as if
-// it were a plain tensor. A call without a DTensor among its arguments (Sharded included
-// thread-locally) falls through to the keys below. The Sharded layer will replace it.
+// Ops on DTensors run through the Sharded layer: Note [The Sharded layer] in sharded_layer.cpp.
 
 namespace {
 
@@ -34,45 +30,6 @@ std::string describe(const Tensor& t) {
   if (is_dtensor(t)) return "DTensor " + sharded_meta(t).spec->str();
   return fmt::format("Tensor([{}], {}, {})", fmt::join(t.sizes(), ", "), t.dtype(), t.device());
 }
-
-bool has_dtensor(const Stack& stack) {
-  for (const IValue& v : stack) {
-    if (auto* t = std::get_if<Tensor>(&v); t && is_dtensor(*t)) return true;
-    if (auto* l = std::get_if<TensorList>(&v))
-      for (const Tensor& x : *l)
-        if (is_dtensor(x)) return true;
-  }
-  return false;
-}
-
-void sharded_not_implemented(const OpDef& op, DispatchKey, Stack& stack) {
-  if (!has_dtensor(stack)) {
-    // Sharded included thread-locally over plain tensors: nothing to do at this layer.
-    ExcludeKeyGuard below(DispatchKey::Sharded);
-    return op.call_boxed(stack);
-  }
-  std::vector<std::string> inputs;
-  for (const IValue& v : stack) {
-    if (auto* t = std::get_if<Tensor>(&v)) {
-      inputs.push_back(describe(*t));
-    } else if (auto* l = std::get_if<TensorList>(&v)) {
-      std::vector<std::string> items;
-      for (const Tensor& x : *l) items.push_back(describe(x));
-      inputs.push_back(fmt::format("[{}]", fmt::join(items, ", ")));
-    }
-  }
-  throw NotImplementedError(
-      fmt::format("[{}] ops on DTensors are not implemented yet (no sharding rule); inputs: {}. "
-                  "Use kiln::dtensor::to_local or full_tensor to compute on plain tensors",
-                  op.name(), fmt::join(inputs, "; ")));
-}
-
-// See Note [No Sharded layer yet]. g_fallbacks is constant-initialised, so the order of static
-// initialisers does not matter.
-const bool g_fallback_registered = [] {
-  register_fallback(DispatchKey::Sharded, &sharded_not_implemented);
-  return true;
-}();
 
 void check_device(const Tensor& t, const DeviceMesh& mesh, const char* op) {
   KILN_CHECK_DEVICE(t.device() == mesh.device(),

@@ -371,24 +371,6 @@ TEST_P(DTensorOnDevice, BadInputRaises) {
   }
 }
 
-TEST_P(DTensorOnDevice, OpsOnDTensorsAreNotImplementedYet) {
-  const dt::DeviceMesh& m = mesh_1d(device());
-  Tensor g = global_tensor({4, 6}, kFloat32, device());
-  Tensor d = dt::distribute_tensor(g, m, {Shard(0)});
-  Tensor r = dt::distribute_tensor(g, m, {Replicate()});
-  const std::string spec = dt::spec_of(d)->str();
-  EXPECT_THROW_PREFIX(add(d, r), NotImplementedError,
-                      fmt::format("[add] ops on DTensors are not implemented yet (no sharding "
-                                  "rule); inputs: DTensor {}; DTensor {}",
-                                  spec, dt::spec_of(r)->str()));
-  EXPECT_THROW_CONTAINS(add(d, g), NotImplementedError,
-                        "; Tensor([4, 6], float32, " + device().str() + ")");
-  EXPECT_THROW_PREFIX(relu(d), NotImplementedError, "[relu] ops on DTensors");
-  EXPECT_THROW_CONTAINS(d.clone(), NotImplementedError, "] ops on DTensors are not implemented");
-  EXPECT_THROW_PREFIX(cat({d, d}, 0), NotImplementedError, "[cat] ops on DTensors");
-  EXPECT_THROW_PREFIX(d.view({24}), NotImplementedError, "[view]");
-}
-
 TEST(DTensorFallback, PlainTensorsFallThroughAnIncludedShardedKey) {
   Tensor a = global_tensor({3}, kFloat32, Device(kCPU));
   IncludeKeyGuard sharded(DispatchKey::Sharded);

@@ -1,0 +1,192 @@
+// Ops on DTensors through the Sharded layer (kiln/dtensor/sharded_layer.cpp): a table of calls,
+// each run on every combination of its inputs' placements on a 1-D mesh (Replicate, Shard of
+// every dim, Partial(sum) for floating inputs), compared with the same call on the whole
+// tensors; then the decision cache, the errors, and in-place forms. On CPU and sim; a world of
+// one, 2 ranks (the full sweep) and 3 (uneven and empty shards).
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "kiln/dtensor/sharding_rule.h"
+#include "kiln/ops/op_list.h"
+#include "tests/dtensor/dtensor_test_util.h"
+
+namespace kiln::test {
+namespace {
+
+using Fn = std::function<TensorList(const TensorList&)>;
+
+struct Case {
+  std::string name;
+  std::vector<Shape> shapes;
+  Fn fn;
+  DType dtype = kFloat32;
+  bool partial = true;  // try Partial(sum) inputs too
+};
+
+Tensor bias_of(const TensorList& x) { return x.size() > 2 ? x[2] : Tensor(); }
+
+std::vector<Case> cases() {
+  auto one = [](std::function<Tensor(const TensorList&)> f) -> Fn {
+    return [f](const TensorList& x) { return TensorList{f(x)}; };
+  };
+  return {
+      {"add", {{4, 6}, {4, 6}}, one([](auto& x) { return add(x[0], x[1]); })},
+      {"add_broadcast_row", {{4, 6}, {6}}, one([](auto& x) { return add(x[0], x[1]); })},
+      {"add_broadcast_col", {{4, 1}, {1, 6}}, one([](auto& x) { return add(x[0], x[1]); })},
+      {"sub_alpha", {{4, 6}, {4, 6}}, one([](auto& x) { return sub(x[0], x[1], 2.0); })},
+      {"mul", {{4, 6}, {4, 6}}, one([](auto& x) { return mul(x[0], x[1]); })},
+      {"div", {{4, 6}, {6}}, one([](auto& x) { return div(x[0], add(x[1], 10.0)); })},
+      {"add_number", {{4, 6}}, one([](auto& x) { return add(x[0], 2.0); })},
+      {"mul_number", {{4, 6}}, one([](auto& x) { return mul(x[0], 3.0); })},
+      {"neg", {{4, 6}}, one([](auto& x) { return neg(x[0]); })},
+      {"relu", {{4, 6}}, one([](auto& x) { return relu(sub(x[0], 10.0)); })},
+      {"exp", {{4, 6}}, one([](auto& x) { return exp(div(x[0], 10.0)); })},
+      {"maximum", {{4, 6}, {4, 6}}, one([](auto& x) { return maximum(x[0], x[1]); })},
+      {"gt", {{4, 6}, {6}}, one([](auto& x) { return gt(x[0], x[1]); })},
+      {"where", {{4, 6}, {4, 6}, {4, 6}}, one([](auto& x) {
+         return where(gt(x[0], 10.0), x[1], x[2]);
+       })},
+      {"clamp", {{4, 6}}, one([](auto& x) { return clamp(x[0], 3.0, 12.0); })},
+      {"to_float64", {{4, 6}}, one([](auto& x) { return x[0].to(kFloat64); })},
+      {"sum_dim0", {{4, 6}}, one([](auto& x) { return sum(x[0], {0}); })},
+      {"sum_dim1_keepdim", {{4, 6}}, one([](auto& x) { return sum(x[0], {1}, true); })},
+      {"sum_all", {{4, 6}}, one([](auto& x) { return sum(x[0]); })},
+      {"mean_dim1", {{4, 6}}, one([](auto& x) { return mean(x[0], {1}); })},
+      {"mean_all", {{4, 6}}, one([](auto& x) { return mean(x[0]); })},
+      {"amax_dim0", {{4, 6}}, one([](auto& x) { return amax(x[0], {0}); })},
+      {"amin_all", {{4, 6}}, one([](auto& x) { return amin(x[0]); })},
+      {"var_dim1", {{4, 6}}, one([](auto& x) { return var(x[0], {1}); })},
+      {"argmax_dim0", {{4, 6}}, one([](auto& x) { return argmax(x[0], 0); })},
+      {"softmax_dim1", {{4, 6}}, one([](auto& x) { return softmax(div(x[0], 20.0), 1); })},
+      {"log_softmax_dim0", {{4, 6}}, one([](auto& x) { return log_softmax(div(x[0], 20.0), 0); })},
+      {"max_dim1",
+       {{4, 6}},
+       [](auto& x) {
+         auto [v, i] = max(x[0], 1);
+         return TensorList{v, i};
+       }},
+      {"mm", {{4, 6}, {6, 8}}, one([](auto& x) { return mm(x[0], x[1]); })},
+      {"bmm", {{2, 4, 6}, {2, 6, 4}}, one([](auto& x) { return bmm(x[0], x[1]); })},
+      {"addmm", {{4, 6}, {6, 8}, {8}}, one([](auto& x) {
+         return addmm(bias_of(x), x[0], x[1], 0.5, 2.0);
+       })},
+  };
+}
+
+// Every placement an input of `shape` may take on a 1-D mesh.
+std::vector<dt::Placement> placements_for(const Shape& shape, bool partial) {
+  std::vector<dt::Placement> ps{dt::Replicate()};
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) ps.push_back(dt::Shard(d));
+  if (partial) ps.push_back(dt::Partial());
+  return ps;
+}
+
+::testing::AssertionResult close(const Tensor& got, const Tensor& want) {
+  if (got.sizes() != want.sizes() || got.dtype() != want.dtype())
+    return ::testing::AssertionFailure()
+           << "got " << fmt::format("{} {}", got.sizes(), got.dtype()) << ", want "
+           << fmt::format("{} {}", want.sizes(), want.dtype());
+  Tensor g = got.to(Device(kCPU)).to(kFloat64), w = want.to(Device(kCPU)).to(kFloat64);
+  double err = g.numel() ? amax(abs(sub(g, w))).item<double>() : 0;
+  double scale = w.numel() ? amax(abs(w)).item<double>() : 0;
+  if (err <= 1e-5 * (1 + scale)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max error " << err << " (scale " << scale << ")";
+}
+
+class ShardedOps : public ::testing::TestWithParam<std::string> {
+ protected:
+  Device dev() const { return device_named(GetParam()); }
+};
+INSTANTIATE_TEST_SUITE_P(Devices, ShardedOps, ::testing::ValuesIn(device_names()),
+                         [](const auto& info) { return info.param; });
+
+// The sweep: every case, every combination of its inputs' placements.
+TEST_P(ShardedOps, EveryPlacementCombinationMatchesTheWholeTensors) {
+  const Device d = dev();
+  const dt::DeviceMesh& mesh = mesh_1d(d);
+  for (const Case& c : cases()) {
+    TensorList whole;
+    for (size_t i = 0; i < c.shapes.size(); ++i)
+      whole.push_back(global_tensor(c.shapes[i], c.dtype, d, static_cast<int64_t>(7 * i)));
+    const TensorList want = c.fn(whole);
+    std::vector<std::vector<dt::Placement>> choices;
+    for (const Shape& s : c.shapes) choices.push_back(placements_for(s, c.partial));
+    std::vector<size_t> pick(c.shapes.size(), 0);
+    while (true) {
+      TensorList in;
+      std::string label = c.name + " [";
+      for (size_t i = 0; i < pick.size(); ++i) {
+        const dt::Placement p = choices[i][pick[i]];
+        in.push_back(dt::distribute_tensor(whole[i], mesh, {p}));
+        label += (i ? ", " : "") + p.str();
+      }
+      label += "]";
+      TensorList got;
+      try {
+        got = c.fn(in);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << label << " raised: " << e.what();
+      }
+      if (got.size() == want.size())
+        for (size_t k = 0; k < want.size(); ++k) {
+          ASSERT_TRUE(dt::is_dtensor(got[k])) << label << " result " << k;
+          EXPECT_TRUE(close(dt::full_tensor(got[k]), want[k])) << label << " result " << k;
+        }
+      size_t i = 0;
+      while (i < pick.size() && ++pick[i] == choices[i].size()) pick[i++] = 0;
+      if (i == pick.size()) break;
+    }
+  }
+}
+
+TEST_P(ShardedOps, RepeatedCallsHitTheDecisionCache) {
+  const Device d = dev();
+  const dt::DeviceMesh& mesh = mesh_1d(d);
+  // A shape no other test uses, so that its decisions are made here.
+  Tensor a = dt::distribute_tensor(global_tensor({5, 7}, kFloat32, d), mesh, {dt::Shard(0)});
+  Tensor b = dt::distribute_tensor(global_tensor({5, 7}, kFloat32, d), mesh, {dt::Replicate()});
+  (void)add(a, b);
+  const auto before = dt::decision_cache_stats();
+  for (int i = 0; i < 10; ++i) (void)add(a, b);
+  EXPECT_EQ(dt::decision_cache_stats().misses, before.misses);
+  (void)sum(a, {1});  // another op, another entry
+  (void)sum(a, {0});  // other dims: another key
+  EXPECT_EQ(dt::decision_cache_stats().misses, before.misses + 2);
+  Tensor c = add(a, b);
+  EXPECT_EQ(dt::spec_of(c)->placements()[0], dt::Placement(dt::Shard(0)));
+}
+
+TEST_P(ShardedOps, PlainTensorsDoNotMixWithDTensors) {
+  const Device d = dev();
+  Tensor a = dt::distribute_tensor(global_tensor({4, 6}, kFloat32, d), mesh_1d(d), {dt::Shard(0)});
+  EXPECT_THROW_PREFIX(add(a, ones({4, 6}, kFloat32, d)), ValueError,
+                      "[add] mixes DTensors with a plain tensor (argument 1");
+}
+
+TEST_P(ShardedOps, InPlaceFormsKeepTheWrittenPlacement) {
+  const Device d = dev();
+  const dt::DeviceMesh& mesh = mesh_1d(d);
+  Tensor whole = global_tensor({4, 6}, kFloat32, d), other = global_tensor({4, 6}, kFloat32, d, 3);
+  Tensor a = dt::distribute_tensor(whole, mesh, {dt::Shard(0)});
+  add_(a, dt::distribute_tensor(other, mesh, {dt::Replicate()}));
+  EXPECT_EQ(dt::spec_of(a)->placements()[0], dt::Placement(dt::Shard(0)));
+  EXPECT_TRUE(close(dt::full_tensor(a), add(whole, other)));
+  // A Partial self stays Partial through a linear op, and cannot through another.
+  Tensor p = dt::distribute_tensor(whole, mesh, {dt::Partial()});
+  mul_(p, 2.0);
+  EXPECT_TRUE(close(dt::full_tensor(p), mul(whole, 2.0)));
+  if (dist::world_size() > 1) {
+    EXPECT_THROW_PREFIX(relu_(p), ValueError, "[relu_] cannot keep the placements");
+  }
+}
+
+TEST_P(ShardedOps, AnOpWithoutARuleNamesItselfAndTheSpecs) {
+  const Device d = dev();
+  Tensor a = dt::distribute_tensor(global_tensor({4, 6}, kFloat32, d), mesh_1d(d), {dt::Shard(0)});
+  EXPECT_THROW_CONTAINS(dist::all_reduce(a), NotImplementedError,
+                        "[all_reduce] has no sharding rule");
+}
+
+}  // namespace
+}  // namespace kiln::test
