@@ -87,6 +87,7 @@ struct Entry {
   std::vector<std::shared_ptr<const RedistributePlan>> plans;  // per input; null: unchanged
   std::vector<const DTensorSpec*> outputs;
   std::vector<std::pair<size_t, IValue>> local_args;
+  std::function<void(Stack&)> local_run;  // instead of the op, when set
 };
 
 // Where one DTensor input sits: stack position, and element index for a list (-1 otherwise).
@@ -342,6 +343,7 @@ std::unique_ptr<Entry> decide(const OpDef& op, Stack& stack, const Scratch& s, u
     e->outputs.push_back(intern_spec(mesh, d.outputs[r], results[r]->sizes(), results[r]->strides(),
                                      results[r]->dtype(), std::string(op.name()).c_str()));
   e->local_args = std::move(d.local_args);
+  e->local_run = std::move(d.local_run);
   for (size_t pos : d.local_shape_args) {
     KILN_ASSERT(!e->outputs.empty(), "[{}] a local shape argument without a result", op.name());
     e->local_args.emplace_back(pos, Shape(e->outputs[0]->local_shape()));
@@ -372,7 +374,10 @@ void run(const OpDef& op, Stack& stack, const Entry& e, const Scratch& s) {
   for (const auto& [pos, v] : e.local_args) stack[pos] = v;
   {
     ExcludeKeyGuard below(DispatchKey::Sharded);
-    op.call_boxed(stack);
+    if (e.local_run)
+      e.local_run(stack);
+    else
+      op.call_boxed(stack);
   }
   wrap_results(stack, e);
 }

@@ -7,6 +7,7 @@
 // function. A decision is cached per (op, input specs, the arguments that can change it: Note
 // [What keys a decision]), so a rule runs once per distinct call.
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string_view>
 #include <utility>
@@ -73,6 +74,11 @@ struct ShardingDecision {
   // Stack positions whose argument becomes result 0's local shape (a view's `size`, expand's):
   // the layer fills them in once the result's spec is known.
   std::vector<size_t> local_shape_args;
+  // When set, runs instead of the op on the local arguments (already redistributed and swapped
+  // in; called below Sharded) and leaves the local results on the stack, as the op would: for
+  // ops whose local form is not the op itself (a row-sharded embedding's masked lookup). It may
+  // capture what the rule knew (this rank's offsets): a decision is this process's own.
+  std::function<void(Stack& stack)> local_run;
 };
 
 using ShardingRuleFn = void (*)(const ShardingCall& call, ShardingDecision& d);
