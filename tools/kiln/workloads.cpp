@@ -11,6 +11,7 @@
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
 #include "tools/kiln/dist_workloads.h"
+#include "tools/kiln/dtensor_workload.h"
 
 namespace kiln::workloads {
 
@@ -270,6 +271,8 @@ const std::vector<Workload>& all() {
       {"allreduce", "float32 all_reduce at 4 KB..64 MB against bare MPI_Allreduce (mpirun)", 200,
        [](const Options& o) { return allreduce(o); }},
       {"ddp", "the mlp step under DistributedDataParallel against one process (mpirun)", 10, ddp},
+      {"dtensor", "add/mm/detach/relu/sum on 64x64 DTensors against plain tensors (mpirun)", 2000,
+       dtensor},
   };
   return list;
 }

@@ -35,7 +35,7 @@ struct Workload {
 };
 
 // dispatch, chain, adamw, mlp, gpt (all but dispatch also on an accelerator), gpt_large, and
-// the distributed allreduce (dist_workloads.h).
+// the distributed allreduce and ddp (dist_workloads.h) and dtensor (dtensor_workload.h).
 const std::vector<Workload>& all();
 // nullptr when there is no workload of that name.
 const Workload* find(const std::string& name);
