@@ -1,5 +1,6 @@
 #include "kiln/distributed/cma_allreduce.h"
 
+#include <omp.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -43,11 +44,12 @@
 //      may be short or empty). Block by block (KILN_CPU_CMA_CHUNK_BYTES, sized for the L2 cache),
 //      it reads each peer's block of the input into a scratch buffer and reduces every rank's
 //      block, in rank order, into its output. 16-bit floats accumulate in float32 and round once
-//      (Note [16-bit reductions] in mpi_comm.cpp); avg divides the sum there.
+//      (Note [16-bit reductions] in mpi_comm.cpp); avg divides the sum there. The rank's OpenMP
+//      threads share this work (Note [Threads of the cross-memory all-reduce]).
 //   3. an MPI_Allgather of each rank's error (0, or the errno of a read that failed): every share
 //      is reduced, and no rank reads an input again, so in-place callers may now overwrite theirs.
 //   4. all-gather: each rank reads every peer's reduced share from the peer's output into its
-//      own output, one process_vm_readv per peer.
+//      own output, one process_vm_readv per peer and thread.
 //   5. the same error all-gather: no rank reads this rank's output any more, so it may return.
 // Each element is reduced by one rank only, so every rank gets the same bits; the order (rank
 // order) does not depend on which rank owns it. Per rank and per byte of the message, this reads
@@ -69,11 +71,28 @@
 // mpi_comm.cpp): a peer that never comes ends the job with the flight recorder. A read that
 // fails is reported by steps 3 and 5, so every rank raises the same DistributedError (the
 // output is then undefined). KILN_DIST_DEBUG=detail checks the call as every backend does.
+//
+// Note [Threads of the cross-memory all-reduce]
+// One thread moves only 3-6 GB/s through process_vm_readv (the kernel pins each page and copies
+// it), far below what a host's memory serves: at 4 ranks on the GPU machine's 16-core host the
+// single-threaded path reached 3.6-3.7 GB/s bus bandwidth at 4 and 64 MB. So each rank splits
+// its work over its OpenMP threads (omp_get_max_threads() of the calling thread: kiln's
+// --threads, kiln::set_num_threads, OMP_NUM_THREADS), at most one per kMinThreadBytes (64 KiB)
+// of a share, so that a small message does not pay a team for little work. Thread i of n takes
+// piece i of n of the rank's share (whole 64-byte lines) in step 2, reading and reducing it
+// block by block into a scratch buffer of its own (thread-local, kept across calls: its pages
+// fault in once), and piece i of n of every peer's share in step 4. The pieces only split the
+// elements: each element is still reduced by one thread of one rank, from every rank's value in
+// rank order, so the bits do not depend on the number of threads, nor on the peer each thread
+// reads first (rank + 1 on: the ranks do not all read rank 0 at once). Only the calling thread
+// talks to MPI, before and after each team (steps 1, 3, 5); a thread's failed read is kept in
+// its slot and the first slot with one is what steps 3 and 5 report. A call from inside a
+// parallel region runs on one thread (OpenMP does not nest by default).
 namespace kiln::distributed {
 namespace {
 
 struct Counters {
-  std::atomic<uint64_t> groups{0}, fallbacks{0}, calls{0};
+  std::atomic<uint64_t> groups{0}, fallbacks{0}, calls{0}, threads{0};
   std::mutex mu;
   std::string reason;  // under mu
 } g_stats;
@@ -81,6 +100,9 @@ struct Counters {
 // Note [Large CPU all-reduces] in mpi_backend.cpp has the measurements behind these.
 constexpr size_t kDefaultMinBytes = size_t{1} << 20;
 constexpr size_t kDefaultChunkBytes = size_t{256} << 10;
+// The least of a rank's share that one more thread takes on (Note [Threads of the cross-memory
+// all-reduce]).
+constexpr size_t kMinThreadBytes = size_t{64} << 10;
 
 #ifdef KILN_HAVE_MPI
 // (Without MPI there is no path: make() returns null.)
@@ -126,6 +148,14 @@ int read_peer(int pid, void* local, uintptr_t remote, size_t bytes) {
   return 0;
 }
 
+// The threads that reduce and gather a share of `part_bytes`: this thread's OpenMP threads
+// (omp_get_max_threads(), kiln::set_num_threads), at most one per kMinThreadBytes of the share.
+int threads_for(size_t part_bytes) {
+  const size_t most = std::max<size_t>(1, part_bytes / kMinThreadBytes);
+  return static_cast<int>(
+      std::min<size_t>(most, static_cast<size_t>(std::max(1, omp_get_max_threads()))));
+}
+
 // Yama's ptrace_scope: 1 means a process may be read only by its tracer or one it named.
 bool yama_restricted() {
   FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
@@ -136,7 +166,8 @@ bool yama_restricted() {
   return one;
 }
 
-// Per thread, reused: each peer's block of the input and the block's partial sums.
+// Per thread, reused across calls (no page faults after the first): each peer's block of the
+// input.
 char* scratch(size_t bytes) {
   struct Buffer {
     char* p = nullptr;
@@ -155,9 +186,10 @@ char* scratch(size_t bytes) {
 
 // out[i] = src[0][i] op src[1][i] op ... (in rank order), in the accumulation type A; avg divides
 // the sum by the number of ranks. One src[k] may be `out` itself (in place), so `out` is written
-// only once every input has been read: through `acc` (a block of A) when there are more than two.
+// only once every input has been read: through a tile of A on the stack (in L1) when the types
+// differ or there are more than two inputs.
 template <class T, class A, class Op>
-void reduce_block(const T* const* src, int n, T* out, A* acc, int64_t m, Op op, bool avg) {
+void reduce_block(const T* const* src, int n, T* out, int64_t m, Op op, bool avg) {
   if constexpr (std::is_same_v<T, A>) {
     if (n == 2) {
       for (int64_t i = 0; i < m; ++i) out[i] = op(src[0][i], src[1][i]);
@@ -166,45 +198,52 @@ void reduce_block(const T* const* src, int n, T* out, A* acc, int64_t m, Op op, 
       return;
     }
   }
-  for (int64_t i = 0; i < m; ++i) acc[i] = op(static_cast<A>(src[0][i]), static_cast<A>(src[1][i]));
-  for (int r = 2; r < n; ++r)
-    for (int64_t i = 0; i < m; ++i) acc[i] = op(acc[i], static_cast<A>(src[r][i]));
-  if (avg)
-    for (int64_t i = 0; i < m; ++i) acc[i] /= static_cast<A>(n);
-  for (int64_t i = 0; i < m; ++i) out[i] = static_cast<T>(acc[i]);
+  constexpr int64_t kTile = 1024;
+  A acc[kTile];
+  for (int64_t s = 0; s < m; s += kTile) {
+    const int64_t k = std::min(kTile, m - s);
+    const T* s0 = src[0] + s;
+    const T* s1 = src[1] + s;
+    for (int64_t i = 0; i < k; ++i) acc[i] = op(static_cast<A>(s0[i]), static_cast<A>(s1[i]));
+    for (int r = 2; r < n; ++r) {
+      const T* sr = src[r] + s;
+      for (int64_t i = 0; i < k; ++i) acc[i] = op(acc[i], static_cast<A>(sr[i]));
+    }
+    if (avg)
+      for (int64_t i = 0; i < k; ++i) acc[i] /= static_cast<A>(n);
+    for (int64_t i = 0; i < k; ++i) out[s + i] = static_cast<T>(acc[i]);
+  }
 }
 template <class T, class A>
-void reduce_block(const void* const* src, int n, void* out, void* acc, int64_t m, ReduceOp op) {
+void reduce_block(const void* const* src, int n, void* out, int64_t m, ReduceOp op) {
   auto s = reinterpret_cast<const T* const*>(src);
   auto o = static_cast<T*>(out);
-  auto a = static_cast<A*>(acc);
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Avg:
       return reduce_block<T, A>(
-          s, n, o, a, m, [](A x, A y) { return x + y; }, op == ReduceOp::Avg);
+          s, n, o, m, [](A x, A y) { return x + y; }, op == ReduceOp::Avg);
     case ReduceOp::Product:
       return reduce_block<T, A>(
-          s, n, o, a, m, [](A x, A y) { return x * y; }, false);
+          s, n, o, m, [](A x, A y) { return x * y; }, false);
     case ReduceOp::Max:  // as MPI_MAX: a NaN in `y` is dropped, one in `x` kept
       return reduce_block<T, A>(
-          s, n, o, a, m, [](A x, A y) { return y > x ? y : x; }, false);
+          s, n, o, m, [](A x, A y) { return y > x ? y : x; }, false);
     case ReduceOp::Min:
       return reduce_block<T, A>(
-          s, n, o, a, m, [](A x, A y) { return y < x ? y : x; }, false);
+          s, n, o, m, [](A x, A y) { return y < x ? y : x; }, false);
   }
 }
-void reduce_block(DType t, const void* const* src, int n, void* out, void* acc, int64_t m,
-                  ReduceOp op) {
+void reduce_block(DType t, const void* const* src, int n, void* out, int64_t m, ReduceOp op) {
   switch (t) {
     case DType::Float16:
-      return reduce_block<Half, float>(src, n, out, acc, m, op);
+      return reduce_block<Half, float>(src, n, out, m, op);
     case DType::BFloat16:
-      return reduce_block<BFloat16, float>(src, n, out, acc, m, op);
+      return reduce_block<BFloat16, float>(src, n, out, m, op);
     case DType::Float32:
-      return reduce_block<float, float>(src, n, out, acc, m, op);
+      return reduce_block<float, float>(src, n, out, m, op);
     case DType::Float64:
-      return reduce_block<double, double>(src, n, out, acc, m, op);
+      return reduce_block<double, double>(src, n, out, m, op);
     default:
       KILN_ASSERT(false, "[all_reduce] the cross-memory all-reduce got {} (bug: eligible())", t);
   }
@@ -237,7 +276,8 @@ struct ErrorRow {
 
 CmaAllReduceStats cma_all_reduce_stats() {
   std::lock_guard<std::mutex> lock(g_stats.mu);
-  return {g_stats.groups.load(), g_stats.fallbacks.load(), g_stats.calls.load(), g_stats.reason};
+  return {g_stats.groups.load(), g_stats.fallbacks.load(), g_stats.calls.load(),
+          g_stats.threads.load(), g_stats.reason};
 }
 
 std::unique_ptr<CmaAllReduce> CmaAllReduce::make(const ProcessGroup& group) {
@@ -421,45 +461,86 @@ void CmaAllReduce::all_reduce([[maybe_unused]] const Tensor& in, [[maybe_unused]
       return std::pair<int64_t, int64_t>{std::min(numel, r * part),
                                          std::min(numel, (r + 1) * part)};
     };
-    // 2. Reduce-scatter, block by block.
+    // 2. Reduce-scatter, block by block, on `threads` threads, each a piece of this rank's
+    // share (Note [Threads of the cross-memory all-reduce]).
     const int64_t block = static_cast<int64_t>(std::max<size_t>(1, chunk_bytes_ / isz));
     const size_t block_bytes = round_up(static_cast<size_t>(block) * isz, 64);
-    const size_t acc_isz = t == DType::Float64 ? 8 : 4;  // float32 for 16-bit floats
-    char* buf = scratch(block_bytes * (size - 1) + static_cast<size_t>(block) * acc_isz);
-    char* acc = buf + block_bytes * (size - 1);
-    ErrorRow err;
-    std::vector<const void*> src(size);
-    const auto [b, e] = share(rank);
-    for (int64_t s = b; s < e && !err.error; s += block) {
-      const int64_t m = std::min(block, e - s);
-      const size_t off = static_cast<size_t>(s) * isz, bytes = static_cast<size_t>(m) * isz;
-      for (int r = 0, k = 0; r < size && !err.error; ++r) {
-        if (r == rank) {
-          src[r] = in_p + off;
-          continue;
+    const int threads = threads_for(static_cast<size_t>(part) * isz);
+    // Piece i of n of [from, to), in whole 64-byte lines (the last ones may be short or empty).
+    auto piece = [align](int64_t from, int64_t to, int n, int i) {
+      const int64_t len = ((to - from + n - 1) / n + align - 1) / align * align;
+      return std::pair<int64_t, int64_t>{std::min(to, from + i * len),
+                                         std::min(to, from + (i + 1) * len)};
+    };
+    const std::pair<int64_t, int64_t> mine = share(rank);
+    // Runs on an OpenMP thread: raises nothing, returns its first failed read.
+    auto reduce_piece = [&](int tid, int nt) {
+      ErrorRow err;
+      try {
+        const auto [pb, pe] = piece(mine.first, mine.second, nt, tid);
+        if (pe <= pb) return err;
+        char* buf = scratch(block_bytes * (size - 1));
+        std::vector<const void*> src(size);
+        for (int64_t s = pb; s < pe; s += block) {
+          const int64_t m = std::min(block, pe - s);
+          const size_t off = static_cast<size_t>(s) * isz, bytes = static_cast<size_t>(m) * isz;
+          src[rank] = in_p + off;
+          for (int j = 1; j < size; ++j) {  // from the next rank on: the ranks start apart
+            const int r = (rank + j) % size;
+            char* dst = buf + block_bytes * (j - 1);
+            if ((err.error = read_peer(pids_[r], dst, rows[r].in + off, bytes))) {
+              err.peer = r;
+              return err;
+            }
+            src[r] = dst;
+          }
+          reduce_block(t, src.data(), size, out_p + off, m, c.reduce);
         }
-        char* dst = buf + block_bytes * k++;
-        err.error = read_peer(pids_[r], dst, rows[r].in + off, bytes);
-        err.peer = r;
-        src[r] = dst;
+      } catch (const std::bad_alloc&) {
+        err = ErrorRow{ENOMEM, rank};
       }
-      if (!err.error) reduce_block(t, src.data(), size, out_p + off, acc, m, c.reduce);
+      return err;
+    };
+    // 4. All-gather: the same piece of every peer's reduced share, from its output.
+    auto gather_piece = [&](int tid, int nt) {
+      ErrorRow err;
+      for (int j = 1; j < size; ++j) {
+        const int r = (rank + j) % size;
+        const auto [sb, se] = share(r);
+        const auto [pb, pe] = piece(sb, se, nt, tid);
+        if (pe <= pb) continue;
+        const size_t off = static_cast<size_t>(pb) * isz;
+        if ((err.error = read_peer(pids_[r], out_p + off, rows[r].out + off,
+                                   static_cast<size_t>(pe - pb) * isz))) {
+          err.peer = r;
+          return err;
+        }
+      }
+      return err;
+    };
+    std::vector<ErrorRow> errs(static_cast<size_t>(threads));
+    auto first_error = [&] {
+      for (const ErrorRow& e : errs)
+        if (e.error) return e;
+      return ErrorRow{};
+    };
+    int team = 1;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+      const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+      if (tid == 0) team = nt;
+      errs[static_cast<size_t>(tid)] = reduce_piece(tid, nt);
     }
-    if (!err.error) err.peer = -1;
     // 3. Every share reduced; no input is read from now on.
-    agree(err, "reduce-scatter");
-    // 4. All-gather: every peer's reduced share from its output.
-    for (int r = 0; r < size && !err.error; ++r) {
-      if (r == rank) continue;
-      const auto [pb, pe] = share(r);
-      if (pe <= pb) continue;
-      const size_t off = static_cast<size_t>(pb) * isz;
-      err.error =
-          read_peer(pids_[r], out_p + off, rows[r].out + off, static_cast<size_t>(pe - pb) * isz);
-      err.peer = r;
+    agree(first_error(), "reduce-scatter");
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+      const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+      errs[static_cast<size_t>(tid)] = gather_piece(tid, nt);
     }
     // 5. No output is read from now on.
-    agree(err, "all-gather");
+    agree(first_error(), "all-gather");
+    g_stats.threads = static_cast<uint64_t>(team);
   } catch (...) {
     fr.finish(slot, CallState::Failed);
     throw;

@@ -22,6 +22,7 @@ struct CmaAllReduceStats {
   uint64_t groups = 0;     // group set-ups that chose the path (every rank agreed it works)
   uint64_t fallbacks = 0;  // group set-ups that wanted it but found it not permitted
   uint64_t calls = 0;      // all-reduces that took it
+  uint64_t threads = 0;    // the threads the last of them ran on (0 before any)
   std::string reason;      // why the last fallback happened ("" before any)
 };
 CmaAllReduceStats cma_all_reduce_stats();

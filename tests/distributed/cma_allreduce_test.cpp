@@ -3,12 +3,14 @@
 // on the world and on sub-groups, bitwise equal to the reference and the same on every rank;
 // equal to MPI's within float tolerance on values whose sums round; which calls take the path;
 // the fallback when a rank turns it off; bad settings and ranks that disagree, raised on every
-// rank. Run on 2 ranks, and a sample on 3 and 4; as a world of one every test skips.
+// rank; the rank's OpenMP threads sharing the work, bitwise equal to one thread. Run on 2 ranks,
+// and a sample on 3 and 4; as a world of one every test skips.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 
+#include "kiln/core/half.h"
 #include "kiln/distributed/cma_allreduce.h"
 #include "kiln/distributed/shm_allreduce.h"
 #include "tests/distributed/dist_test_util.h"
@@ -52,6 +54,16 @@ class EnvGuard {
 };
 
 uint64_t calls() { return dist::cma_all_reduce_stats().calls; }
+
+// Sets kiln's OpenMP threads for one test, and restores them.
+class ThreadsGuard {
+ public:
+  explicit ThreadsGuard(int n) : old_(get_num_threads()) { set_num_threads(n); }
+  ~ThreadsGuard() { set_num_threads(old_); }
+
+ private:
+  int old_;
+};
 
 // reduce_value (dist_test_util.h) of dtype `t`: sums, products and averages of up to 4 ranks
 // exact in float32.
@@ -169,6 +181,83 @@ TEST_F(CmaAllReduce, MatchesMpiWithinTolerance) {
       EXPECT_TRUE(allclose(got.to(kFloat64), mpi.to(kFloat64), tol, tol)) << at;
       EXPECT_TRUE(same_on_every_rank(got, &dist::world())) << at;
     }
+}
+
+// Values whose sums round, already rounded to dtype `t`, so that the reference (in rank order,
+// 16-bit types in float32 and rounded once) is bitwise what the ranks compute.
+ValueFn rounding_value_fn(DType t) {
+  return [t](int r, int64_t k) {
+    const double v = std::sin(0.37 * static_cast<double>(k) + r) * 3.1;
+    if (t == kFloat32) return static_cast<double>(static_cast<float>(v));
+    if (t == kFloat16) return static_cast<double>(static_cast<float>(Half(static_cast<float>(v))));
+    if (t == kBFloat16)
+      return static_cast<double>(static_cast<float>(BFloat16(static_cast<float>(v))));
+    return v;
+  };
+}
+
+// The rank's OpenMP threads share its work (Note [Threads of the cross-memory all-reduce]):
+// on 1 to 4 threads, with the default block and with 4 KiB blocks (many per thread, their
+// edges not the pieces'), every floating dtype and the reductions whose order shows, on values
+// whose sums round: bitwise the one-thread result and the rank-order reference, in place and
+// not, the same on every rank, and the call ran on the threads asked for.
+TEST_F(CmaAllReduce, ThreadsGiveTheOneThreadResultBitwise) {
+  std::vector<int> all(dist::world_size());
+  for (int r = 0; r < dist::world_size(); ++r) all[r] = r;
+  std::shared_ptr<dist::ProcessGroup> small_blocks;
+  {
+    EnvGuard env("KILN_CPU_CMA_CHUNK_BYTES", "4096");
+    small_blocks = dist::new_group(all);
+    dist::all_reduce(full({1}, 1.0), ReduceOp::Sum, small_blocks.get());  // makes its backend
+  }
+  // 1 MiB and a little: every rank's share takes 4 threads of kMinThreadBytes (64 KiB) at up to
+  // 4 ranks, and the pieces end mid-block.
+  const int64_t big = (int64_t{1} << 20) / 4 + 77;
+  for (DType t : kFloats)
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Product, ReduceOp::Max}) {
+      const int64_t n = t == kBFloat16 || t == kFloat16 ? 2 * big : big;
+      const ValueFn f = rounding_value_fn(t);
+      const Tensor x = make_tensor({n}, t, Device(kCPU), dist::rank(), f);
+      const Tensor want = expected_reduce({n}, t, op, all, f);
+      for (const dist::ProcessGroup* g : {&dist::world(), small_blocks.get()}) {
+        Tensor one;
+        for (int threads : {1, 2, 3, 4}) {
+          const std::string at = fmt::format("group {} {} {} on {} threads", g->name(), name(t),
+                                             dist::reduce_op_name(op), threads);
+          ThreadsGuard th(threads);
+          const uint64_t before = calls();
+          Tensor got = dist::all_reduce(x, op, g);
+          EXPECT_EQ(dist::cma_all_reduce_stats().threads, static_cast<uint64_t>(threads)) << at;
+          Tensor inplace = x.clone();
+          dist::all_reduce_(inplace, op, g);
+          EXPECT_EQ(calls() - before, 2u) << at;
+          if (threads == 1) one = got;
+          EXPECT_TRUE(bitwise_equal(got, one)) << at;
+          EXPECT_TRUE(bitwise_equal(got, want)) << at;
+          EXPECT_TRUE(bitwise_equal(inplace, want)) << at;
+          EXPECT_TRUE(same_on_every_rank(got, g)) << at;
+        }
+      }
+    }
+}
+
+// A message whose share is under two threads' worth (64 KiB each) runs on one thread whatever
+// the rank has; from two threads' worth up, on two.
+TEST_F(CmaAllReduce, SmallSharesRunOnOneThread) {
+  ModeGuard m(CustomAllReduceMode::On);
+  ThreadsGuard th(4);
+  const int ranks = dist::world_size();
+  std::vector<int> all(ranks);
+  for (int r = 0; r < ranks; ++r) all[r] = r;
+  for (auto [share_bytes, threads] :
+       {std::pair<int64_t, uint64_t>{1 << 10, 1}, {(128 << 10) - 64, 1}, {128 << 10, 2}}) {
+    const int64_t n = share_bytes / 4 * ranks;
+    Tensor x = make_tensor({n}, kFloat32, Device(kCPU), dist::rank(), reduce_value_fn(kFloat32));
+    EXPECT_TRUE(bitwise_equal(dist::all_reduce(x), expected_reduce({n}, kFloat32, ReduceOp::Sum,
+                                                                   all, reduce_value_fn(kFloat32))))
+        << share_bytes;
+    EXPECT_EQ(dist::cma_all_reduce_stats().threads, threads) << share_bytes << " bytes a share";
+  }
 }
 
 // The flight recorder holds one entry per call, under the op's name.
