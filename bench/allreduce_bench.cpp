@@ -2,12 +2,16 @@
 // MPI_Allreduce loop over the same buffer, and what a PyTorch user gets on CPU, libtorch's
 // ProcessGroupGloo (Debian's libtorch 1.13 has it; built in when gloo's headers, libgloo-dev,
 // are found). Run on N ranks:
-//   scripts/mpirun.sh 2 build/release/bench/kiln_allreduce_bench [--iters N] [--json FILE]
+//   scripts/mpirun.sh 2 build/release/bench/kiln_allreduce_bench [--iters N] [--threads T]
+//                                                                [--json FILE]
 // Every result is checked (the sum is exact) before it is timed; each rank times the three
 // interleaved (Note [Timing collectives] in tools/kiln/dist_workloads.cpp) and rank 0 prints.
 // Targets (issue 14): Kiln within 5% or 2 us of bare MPI at every size; against gloo, at most
 // half its latency and at least twice its bus bandwidth. --smoke: a few iterations, results
-// checked, no timing claimed.
+// checked, no timing claimed. --threads: each rank's OpenMP threads (default OMP_NUM_THREADS,
+// which scripts/mpirun.sh sets to 1), which the cross-memory all-reduce of CPU tensors from
+// 1 MiB shares its work over (Note [Threads of the cross-memory all-reduce]); keep ranks times
+// threads within the host's cores.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -75,10 +79,19 @@ int main(int argc, char** argv) {
       smoke = true;
     } else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
       o.iters = std::atoll(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
+      const int threads = std::atoi(argv[++i]);
+      if (threads < 1) {
+        fmt::print(stderr, "kiln_allreduce_bench: --threads must be at least 1, got '{}'\n",
+                   argv[i]);
+        return 2;
+      }
+      kiln::set_num_threads(threads);
     } else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
       json_path = argv[++i];
     } else {
-      fmt::print(stderr, "usage: kiln_allreduce_bench [--iters N] [--json FILE] [--smoke]\n");
+      fmt::print(stderr,
+                 "usage: kiln_allreduce_bench [--iters N] [--threads T] [--json FILE] [--smoke]\n");
       return 2;
     }
   }
@@ -105,7 +118,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     const bool has_mpi = v.count("mpi_allreduce_4k_us") > 0, has_gloo = !others.empty();
-    fmt::print("all_reduce of float32 on {} CPU rank(s), us per call (rank 0's median)\n", ranks);
+    fmt::print(
+        "all_reduce of float32 on {} CPU rank(s) of {} thread(s), us per call (rank 0's "
+        "median)\n",
+        ranks, kiln::get_num_threads());
     fmt::print("{:>7} {:>10} {:>10} {:>9} {:>7}  {:>10} {:>8} {:>9} {:>9} {:>7}\n", "size",
                "kiln us", "MPI us", "kiln-MPI", "target", "gloo us", "kiln/gl", "kiln GB/s",
                "gloo GB/s", "target");

@@ -125,6 +125,8 @@ std::vector<Metric> allreduce_on_every_rank(int64_t iters_4k,
 #endif
   std::vector<Metric> m;
   m.push_back({"world", static_cast<double>(ranks), "count", "ranks"});
+  m.push_back({"threads", static_cast<double>(get_num_threads()), "count",
+               "OpenMP threads a rank (the cross-memory all-reduce's, from 1 MiB)"});
   for (int64_t bytes : kAllreduceBytes) {
     const int64_t n = bytes / 4;
     Tensor t = empty({n});
