@@ -110,8 +110,15 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   return {};
 }
 
+namespace {
+GradLayoutHook g_grad_layout = nullptr;
+}  // namespace
+void set_grad_layout_hook(GradLayoutHook hook) { g_grad_layout = hook; }
+
 void accumulate_grad(const Tensor& variable, Tensor g) {
   if (!g.defined()) return;
+  if (g_grad_layout && variable.key_set().has(DispatchKey::Sharded))
+    g = g_grad_layout(variable, std::move(g));
   AutogradMeta& m = ensure_meta(variable);
   if (m.grad.defined()) {
     add_(m.grad, g);  // in place: the gradient keeps its address (graph capture relies on it)

@@ -130,6 +130,10 @@ class AccumulateGrad : public Node {
   TensorList apply(TensorList&& grads) override;
   Tensor variable;
 };
+// Lays out a DTensor leaf's incoming gradient like the leaf (its placements), before it is
+// accumulated: installed by kiln/dtensor (Note [Gradients of DTensors] there). Null: as is.
+using GradLayoutHook = Tensor (*)(const Tensor& leaf, Tensor grad);
+void set_grad_layout_hook(GradLayoutHook hook);
 // Adds `g` into variable's .grad (in place once it exists, so its address stays stable).
 void accumulate_grad(const Tensor& variable, Tensor g);
 

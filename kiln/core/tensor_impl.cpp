@@ -32,6 +32,9 @@ TensorImpl::TensorImpl(const TensorImpl& base, IntArrayRef sizes, IntArrayRef st
       device_(base.device_),
       keys_(base.keys_ & kBackendKeys),
       inference_(base.inference_) {
+  KILN_ASSERT(!base.sharded_,
+              "a view of a DTensor with a geometry of its own bypassed the "
+              "Sharded layer (views of DTensors are ops on DTensors)");
   refresh();
 }
 
@@ -46,7 +49,13 @@ TensorImpl::TensorImpl(const TensorImpl& base)
       device_(base.device_),
       keys_(base.keys_ & kBackendKeys),
       contiguous_(base.contiguous_),
-      inference_(base.inference_) {}
+      inference_(base.inference_) {
+  // An alias of a DTensor (a saved output, detach's twin) is a DTensor of the same shard.
+  if (base.sharded_) {
+    sharded_ = base.sharded_->clone();
+    keys_ = keys_.add(DispatchKey::Sharded);
+  }
+}
 
 TensorImpl::TensorImpl(const TensorImpl& base, IntArrayRef sizes, int64_t offset)
     : sizes_(sizes),
@@ -58,6 +67,9 @@ TensorImpl::TensorImpl(const TensorImpl& base, IntArrayRef sizes, int64_t offset
       device_(base.device_),
       keys_(base.keys_ & kBackendKeys),
       inference_(base.inference_) {
+  KILN_ASSERT(!base.sharded_,
+              "a view of a DTensor with a geometry of its own bypassed the "
+              "Sharded layer (views of DTensors are ops on DTensors)");
   int64_t s = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     strides_[i] = s;

@@ -20,6 +20,8 @@ class AutogradMetaBase {
 class ShardedMetaBase {
  public:
   virtual ~ShardedMetaBase() = default;
+  // The same state for an alias impl (TensorImpl(const TensorImpl&)).
+  virtual std::unique_ptr<ShardedMetaBase> clone() const = 0;
 };
 
 class TensorImpl : public RefCounted {
@@ -29,7 +31,7 @@ class TensorImpl : public RefCounted {
              int64_t offset);
   // A view of `base`: its storage, dtype, device and backend key set, with a new geometry.
   TensorImpl(const TensorImpl& base, IntArrayRef sizes, IntArrayRef strides, int64_t offset);
-  // A view of `base` with base's own geometry (detach, alias).
+  // A view of `base` with base's own geometry (detach, alias); of a DTensor, a DTensor.
   explicit TensorImpl(const TensorImpl& base);
   // A row-major view of `base` with `sizes` (whose product must be base's numel).
   TensorImpl(const TensorImpl& base, IntArrayRef sizes, int64_t offset);

@@ -4,9 +4,11 @@
 
 #include <cstring>
 
+#include "kiln/autograd/grad_mode.h"
 #include "kiln/dispatch/op.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/init.h"
+#include "kiln/dtensor/dtensor_autograd.h"
 #include "kiln/dtensor/redistribute.h"
 #include "kiln/ops/ops.h"
 
@@ -46,9 +48,10 @@ const DTensorSpec* spec_of(const Tensor& t) {
   return sharded_meta(t).spec;
 }
 
-const Tensor& to_local(const Tensor& t) {
+Tensor to_local(const Tensor& t) {
   KILN_CHECK_TYPE(is_dtensor(t), "[to_local] expected a DTensor, got {}", describe(t));
-  return sharded_meta(t).local;
+  const Tensor& local = sharded_meta(t).local;
+  return records_grad(t) ? record_to_local(t, local) : local;
 }
 
 Tensor make_dtensor(Tensor local, const DTensorSpec* spec) {
@@ -82,6 +85,7 @@ Tensor distribute_tensor(const Tensor& t, const DeviceMesh& mesh, ArrayRef<Place
   KILN_CHECK_TYPE(!is_dtensor(t), "[distribute_tensor] the tensor is already a DTensor: {}",
                   describe(t));
   check_device(t, mesh, "distribute_tensor");
+  autograd::NoGradGuard no_grad;
   Shape strides = contiguous_strides(t.sizes());
   const DTensorSpec* target =
       intern_spec(mesh, placements, t.sizes(), strides, t.dtype(), "distribute_tensor");
@@ -98,7 +102,11 @@ Tensor distribute_tensor(const Tensor& t, const DeviceMesh& mesh, ArrayRef<Place
     copied = true;
   }
   if (!copied) whole = whole.clone();
-  return make_dtensor(run_redistribute(whole, *plan_redistribute(*replicated, *target)), target);
+  Tensor out =
+      make_dtensor(run_redistribute(whole, *plan_redistribute(*replicated, *target)), target);
+  // A leaf of its own, as PyTorch's: a parameter distributed once, trained as a DTensor.
+  if (t.requires_grad()) out.requires_grad_(true);
+  return out;
 }
 
 namespace {
@@ -221,11 +229,16 @@ Tensor from_local(const Tensor& local, const DeviceMesh& mesh, ArrayRef<Placemen
     check_shapes(local, *spec, false, "[from_local] run_check: local shards disagree with");
     check_replicas(local, *spec);
   }
-  return make_dtensor(local, spec);
+  // A DTensor's local tensor never requires grad (Note [Gradients of DTensors]): the DTensor
+  // carries the history, and ops below the Sharded layer record nothing.
+  Tensor out = make_dtensor(local.requires_grad() ? local.detach() : local, spec);
+  if (records_grad(local)) record_from_local(local, out);
+  return out;
 }
 
 Tensor full_tensor(const Tensor& t) {
   const DTensorSpec* spec = spec_of(t);
+  if (records_grad(t)) return to_local(redistribute(t, all_replicate(spec->mesh().ndim())));
   if (spec->is_replicated()) return sharded_meta(t).local;
   const DTensorSpec* replicated = with_placements(*spec, all_replicate(spec->mesh().ndim()));
   return run_redistribute(sharded_meta(t).local, *plan_redistribute(*spec, *replicated));

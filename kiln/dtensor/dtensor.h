@@ -13,6 +13,9 @@ namespace kiln::dtensor {
 class ShardedMeta final : public ShardedMetaBase {
  public:
   ShardedMeta(Tensor local, const DTensorSpec* spec) : local(std::move(local)), spec(spec) {}
+  std::unique_ptr<ShardedMetaBase> clone() const override {
+    return std::make_unique<ShardedMeta>(local, spec);
+  }
   const Tensor local;
   const DTensorSpec* const spec;
 };
@@ -25,8 +28,9 @@ inline const ShardedMeta& sharded_meta(const Tensor& t) {
 }
 // The spec of a DTensor; a TypeError naming `op` for a plain tensor.
 const DTensorSpec* spec_of(const Tensor& t);
-// This rank's shard (the tensor itself, not a copy); a TypeError for a plain tensor.
-const Tensor& to_local(const Tensor& t);
+// This rank's shard (the tensor itself, not a copy; an alias that carries the gradient back when
+// `t` requires grad); a TypeError for a plain tensor.
+Tensor to_local(const Tensor& t);
 
 // A DTensor over `local` with `spec`; `local`'s shape must be the spec's local shape on this rank,
 // and its dtype and device the spec's and the mesh's. No communication. For layers that make

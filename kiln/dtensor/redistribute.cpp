@@ -1,5 +1,7 @@
 #include "kiln/dtensor/redistribute.h"
 
+#include "kiln/dtensor/dtensor_autograd.h"
+
 #include <fmt/ranges.h>
 
 #include <shared_mutex>
@@ -266,7 +268,10 @@ Tensor redistribute(const Tensor& t, ArrayRef<Placement> placements) {
   const DTensorSpec* from = spec_of(t);
   const DTensorSpec* to = with_placements(*from, placements, "redistribute");
   if (to == from) return t;
-  return make_dtensor(run_redistribute(sharded_meta(t).local, *plan_redistribute(*from, *to)), to);
+  Tensor out =
+      make_dtensor(run_redistribute(sharded_meta(t).local, *plan_redistribute(*from, *to)), to);
+  if (records_grad(t)) record_redistribute(t, out);  // Note [Gradients of DTensors]
+  return out;
 }
 
 size_t redistribute_plan_cache_size() {

@@ -43,7 +43,8 @@ std::shared_ptr<const RedistributePlan> plan_redistribute(const DTensorSpec& fro
 // Collective: every rank of the mesh runs the same plan.
 Tensor run_redistribute(const Tensor& local, const RedistributePlan& plan);
 
-// `t` (a DTensor) with `placements` on its mesh: forward only (no autograd yet).
+// `t` (a DTensor) with `placements` on its mesh; differentiable (its backward is the identity on
+// global values: Note [Gradients of DTensors] in dtensor_autograd.cpp).
 Tensor redistribute(const Tensor& t, ArrayRef<Placement> placements);
 
 // How many plans the cache holds now.

@@ -88,6 +88,7 @@ struct Entry {
   std::vector<const DTensorSpec*> outputs;
   std::vector<std::pair<size_t, IValue>> local_args;
   std::function<void(Stack&)> local_run;  // instead of the op, when set
+  std::vector<size_t> written;            // inputs the op writes
 };
 
 // Where one DTensor input sits: stack position, and element index for a list (-1 otherwise).
@@ -102,10 +103,9 @@ struct Scratch {
   std::vector<Slot> slots;
   std::vector<int64_t> keyed;
 };
-Scratch& scratch() {
-  thread_local Scratch s;
-  return s;
-}
+// initial-exec: one load from the thread pointer, not a __tls_get_addr call per use (as the
+// dispatcher's own state, op.cpp).
+thread_local Scratch t_scratch __attribute__((tls_model("initial-exec")));
 
 size_t max_decisions() {
   static const size_t n = [] {
@@ -155,10 +155,14 @@ class DecisionCache {
   }
 
  private:
+  // Element loops, not vector ==: the keys are a few words, shorter than a memcmp call.
   static bool same(const Entry& e, const OpDef& op, const Scratch& s) {
-    if (e.op != &op || e.in_ids.size() != s.specs.size() || e.keyed != s.keyed) return false;
-    for (size_t i = 0; i < s.specs.size(); ++i)
+    const size_t n = s.specs.size(), k = s.keyed.size();
+    if (e.op != &op || e.in_ids.size() != n || e.keyed.size() != k) return false;
+    for (size_t i = 0; i < n; ++i)
       if (e.in_ids[i] != s.specs[i]->id()) return false;
+    for (size_t i = 0; i < k; ++i)
+      if (e.keyed[i] != s.keyed[i]) return false;
     return true;
   }
   std::atomic<const Entry*>* slots_;
@@ -310,6 +314,7 @@ std::unique_ptr<Entry> decide(const OpDef& op, Stack& stack, const Scratch& s, u
   for (size_t i = 0; i < n; ++i) {
     const DTensorSpec& from = *s.specs[i];
     e->in_ids[i] = from.id();
+    if (written[i]) e->written.push_back(i);
     const DTensorSpec* to = with_placements(from, d.inputs[i], std::string(op.name()).c_str());
     if (to == &from) continue;
     if (written[i])
@@ -366,6 +371,9 @@ void wrap_results(Stack& stack, const Entry& e) {
 }
 
 void run(const OpDef& op, Stack& stack, const Entry& e, const Scratch& s) {
+  // A written DTensor's own version moves with its shard's, so autograd sees a saved DTensor
+  // modified in place (the kernel bumps only the local storage's).
+  for (size_t i : e.written) tensor_at(stack, s.slots[i]).impl()->storage()->bump_version();
   for (size_t i = 0; i < s.slots.size(); ++i) {
     Tensor& t = tensor_at(stack, s.slots[i]);
     const Tensor& local = sharded_meta(t).local;
@@ -383,7 +391,7 @@ void run(const OpDef& op, Stack& stack, const Entry& e, const Scratch& s) {
 }
 
 void sharded_fallback(const OpDef& op, DispatchKey, Stack& stack) {
-  Scratch& s = scratch();
+  Scratch& s = t_scratch;
   if (!collect(op, stack, s)) {
     // Sharded included thread-locally over plain tensors: nothing to do at this layer.
     ExcludeKeyGuard below(DispatchKey::Sharded);

@@ -51,10 +51,22 @@ Tensor full(IntArrayRef sizes, const Scalar& value, std::optional<DType> dtype,
   DType d = dtype ? *dtype : value.is_floating() ? default_dtype() : value.dtype();
   return op_full(sizes, value, d, device_or(device));
 }
-Tensor empty_like(const Tensor& t) { return op_empty(t.sizes(), t.dtype(), t.device()); }
-Tensor zeros_like(const Tensor& t) { return op_full(t.sizes(), 0, t.dtype(), t.device()); }
-Tensor ones_like(const Tensor& t) { return op_full(t.sizes(), 1, t.dtype(), t.device()); }
+namespace {
+detail::ShardedLikeFactory g_sharded_like = nullptr;
+// A DTensor's *_like is a DTensor (its gradients and buffers live on its mesh): the factory
+// kiln/dtensor installs makes it. Factories proper take no tensor, so they cannot tell.
+bool sharded(const Tensor& t) { return t.key_set().has(DispatchKey::Sharded) && g_sharded_like; }
+}  // namespace
+void detail::set_sharded_like_factory(ShardedLikeFactory f) { g_sharded_like = f; }
+
+Tensor empty_like(const Tensor& t) {
+  if (sharded(t)) return g_sharded_like(t, nullptr);
+  return op_empty(t.sizes(), t.dtype(), t.device());
+}
+Tensor zeros_like(const Tensor& t) { return full_like(t, 0); }
+Tensor ones_like(const Tensor& t) { return full_like(t, 1); }
 Tensor full_like(const Tensor& t, const Scalar& v) {
+  if (sharded(t)) return g_sharded_like(t, &v);
   return op_full(t.sizes(), v, t.dtype(), t.device());
 }
 Tensor arange(const Scalar& end, std::optional<DType> dtype, std::optional<Device> device) {
@@ -83,9 +95,13 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, Generator* gen,
   return op_randint(low, high, sizes, gen, dtype ? *dtype : kInt64, device_or(device));
 }
 Tensor rand_like(const Tensor& t, Generator* gen) {
+  if (t.key_set().has(DispatchKey::Sharded))
+    throw NotImplementedError("[rand_like] random DTensors are not implemented yet");
   return op_rand(t.sizes(), gen, t.dtype(), t.device());
 }
 Tensor randn_like(const Tensor& t, Generator* gen) {
+  if (t.key_set().has(DispatchKey::Sharded))
+    throw NotImplementedError("[randn_like] random DTensors are not implemented yet");
   return op_randn(t.sizes(), gen, t.dtype(), t.device());
 }
 template <class T>

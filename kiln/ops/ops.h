@@ -37,10 +37,16 @@ Tensor ones(IntArrayRef sizes, std::optional<DType> dtype = {}, std::optional<De
 // dtype defaults to the value's category: bool, int64 or the default float dtype.
 Tensor full(IntArrayRef sizes, const Scalar& value, std::optional<DType> dtype = {},
             std::optional<Device> device = {});
+// Of a DTensor: a DTensor on its mesh (detail::set_sharded_like_factory).
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, const Scalar& value);
+namespace detail {
+// Makes empty_like (fill null) and full_like of a DTensor; installed by kiln/dtensor.
+using ShardedLikeFactory = Tensor (*)(const Tensor& like, const Scalar* fill);
+void set_sharded_like_factory(ShardedLikeFactory f);
+}  // namespace detail
 // [start, end) in steps; int64 when all three are integers, else the default float dtype.
 Tensor arange(const Scalar& end, std::optional<DType> dtype = {},
               std::optional<Device> device = {});
