@@ -155,14 +155,10 @@ class DecisionCache {
   }
 
  private:
-  // Element loops, not vector ==: the keys are a few words, shorter than a memcmp call.
   static bool same(const Entry& e, const OpDef& op, const Scratch& s) {
-    const size_t n = s.specs.size(), k = s.keyed.size();
-    if (e.op != &op || e.in_ids.size() != n || e.keyed.size() != k) return false;
-    for (size_t i = 0; i < n; ++i)
+    if (e.op != &op || e.in_ids.size() != s.specs.size() || e.keyed != s.keyed) return false;
+    for (size_t i = 0; i < s.specs.size(); ++i)
       if (e.in_ids[i] != s.specs[i]->id()) return false;
-    for (size_t i = 0; i < k; ++i)
-      if (e.keyed[i] != s.keyed[i]) return false;
     return true;
   }
   std::atomic<const Entry*>* slots_;
