@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/dtensor/sharding_rule.h"
 #include "kiln/ops/op_list.h"
 
 namespace kiln {
@@ -99,8 +100,12 @@ void expect_all_or_none(const char* field, IsSet is_set,
   EXPECT_EQ(missing, "") << "ops without a " << field;
 }
 
+// An op without a rule has one on purpose: its reason is kiln/dtensor's (rule_exclusions.cpp;
+// tests/dtensor/sharding_coverage_test.cpp checks the reasons too).
 TEST(OpRecordTest, ShardingRuleCoverage) {
-  expect_all_or_none("sharding rule", [](const OpDef& op) { return op.sharding_rule(); });
+  expect_all_or_none("sharding rule or exclusion", [](const OpDef& op) {
+    return op.sharding_rule() || !dtensor::sharding_exclusion_of(op).empty();
+  });
 }
 
 TEST(OpRecordTest, AutocastPolicyCoverage) {
