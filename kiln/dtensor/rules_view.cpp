@@ -24,7 +24,8 @@ namespace {
 //     then the whole local chunk); other dims are untouched.
 //   - select: the selected dim is gone, so a shard of it replicates first; others renumber.
 //   - squeeze: a sharded size-1 dim that goes replicates first (its one element lives on the
-//     first rank only); others renumber.
+//     first rank only); others renumber. Locally it squeezes the dims the global op drops, no
+//     more (a chunk can have size 1 where the whole does not).
 //   - expand: input dim j is result dim j + (new leading dims); a size-1 dim that broadcasts
 //     replicates first. The local op's size is the result's local shape
 //     (ShardingDecision::local_shape_args).
@@ -129,19 +130,32 @@ void select_rule(const ShardingCall& call, ShardingDecision& d) {
   by_dim_map(call, d, dropping(nd, nd == 0 ? -1 : wrap_dim(call.int_arg(1), nd, "select")));
 }
 
-// squeeze(self, dim?): drops the size-1 dims (all of them, or `dim` if it has size 1).
+// squeeze(self, dim?): drops the size-1 dims (all of them, or `dim` if it has size 1). A
+// chunk may have size-1 dims where the whole has none (4 rows over 4 ranks), so the local op
+// squeezes exactly the dims the global one drops.
 void squeeze_rule(const ShardingCall& call, ShardingDecision& d) {
   const DTensorSpec& s = call.input(0);
   const int64_t nd = s.ndim();
   int64_t only = -1;
   if (!call.is_none(1) && nd > 0) only = wrap_dim(call.int_arg(1), nd, "squeeze");
   DimMap map(static_cast<size_t>(nd), -1);
+  std::vector<int64_t> dropped;
   int64_t r = 0;
   for (int64_t k = 0; k < nd; ++k) {
     const bool drop = s.shape()[k] == 1 && (call.is_none(1) || k == only);
-    if (!drop) map[k] = r++;
+    if (drop)
+      dropped.insert(dropped.begin(), k);  // last first, so the earlier ones keep their index
+    else
+      map[k] = r++;
   }
   by_dim_map(call, d, map);
+  d.local_run = [dropped](Stack& stack) {
+    Tensor t = std::get<Tensor>(stack[0]);
+    if (dropped.empty()) t = ops::op_alias(t);
+    for (int64_t k : dropped) t = ops::op_squeeze(t, k);
+    stack.clear();
+    stack.emplace_back(std::move(t));
+  };
 }
 
 // unsqueeze(self, dim).

@@ -108,6 +108,9 @@ std::vector<Case> view_cases() {
       {"squeeze_dim", floats({{4, 1, 6}}), one([](auto& x) { return squeeze(x[0], 1); })},
       {"squeeze_noop", floats({{4, 6}}), one([](auto& x) { return squeeze(x[0], 0); })},
       {"squeeze_leading", floats({{1, 5}}), one([](auto& x) { return squeeze(x[0], 0); })},
+      // Chunks of one row (2 or 3 ranks): the local op must not squeeze them.
+      {"squeeze_row_chunks", floats({{3, 1, 2}}), one([](auto& x) { return squeeze(x[0]); })},
+      {"squeeze_row_chunks_dim", floats({{3, 2}}), one([](auto& x) { return squeeze(x[0], 0); })},
       {"unsqueeze", floats({{4, 6}}), one([](auto& x) { return unsqueeze(x[0], 1); })},
       {"unsqueeze_last", floats({{4, 6}}), one([](auto& x) { return unsqueeze(x[0], -1); })},
       {"alias", floats({{5}}), one([](auto& x) { return t(x[0]); })},
