@@ -17,6 +17,10 @@ constexpr uint32_t S(int k) { return 1u << k; }
 
 Tensor zeros_of(const BackwardCtx& c, size_t slot) {
   const TensorGeometry& geo = c.geometry(slot);
+  if (geo.layout) {
+    const Scalar zero(0);
+    return detail::sharded_full(geo.layout, &zero);  // a DTensor input's: a DTensor
+  }
   return zeros(geo.sizes, geo.dtype, geo.device);
 }
 bool is_one(const Scalar& s) { return s.to_double() == 1.0; }

@@ -47,8 +47,17 @@ struct TensorGeometry {
   DType dtype = kFloat32;
   Device device;
   bool defined = false;  // false for an undefined (optional) tensor argument
+  // A DTensor's layout (ShardedMetaBase::layout()): tensors made for its gradient are DTensors.
+  const void* layout = nullptr;
   static TensorGeometry of(const Tensor& t) {
-    return {Shape(t.sizes()), Shape(t.strides()), t.storage_offset(), t.dtype(), t.device(), true};
+    const ShardedMetaBase* s = t.impl()->sharded_meta();
+    return {Shape(t.sizes()),
+            Shape(t.strides()),
+            t.storage_offset(),
+            t.dtype(),
+            t.device(),
+            true,
+            s ? s->layout() : nullptr};
   }
 };
 

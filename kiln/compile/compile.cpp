@@ -52,7 +52,22 @@ std::string bytes_str(size_t n) {
 
 [[noreturn]] void compile_error(const std::string& msg) { throw CompileError(msg); }
 
+const compiler::WrappedTensors* g_wrapped = nullptr;
+
 }  // namespace
+
+// Note [Wrapped tensors in compiled functions]
+// A DTensor's data is its local tensor; the DTensor itself holds no bytes. Traced as it is, a
+// compiled function would see the local tensor of its DTensor input as a tensor it reached but
+// was not given, hold it by identity, and replay on it even when called with another DTensor.
+// So a call unwraps: the executable's inputs are the local tensors, each input's layout (its
+// interned spec) is part of the cache entry's key (an entry fits only calls whose layouts are
+// the same pointers), and the traced function gets DTensors rebuilt around the very tensors the
+// tracer registered as inputs. Its results are unwrapped the same way and wrapped again with the
+// layouts the trace saw, on every replay. Wrapped tensors the function reaches without being
+// given (DTensor parameters) need nothing: their local tensors are held by identity like any
+// free tensor, and in-place updates keep them.
+void compiler::set_wrapped_tensors(const WrappedTensors* w) { g_wrapped = w; }
 
 struct CompiledFunction::Impl {
   // One executable per distinct set of sizes of the dynamic dims (Note [Dynamic dims]).
@@ -67,6 +82,8 @@ struct CompiledFunction::Impl {
     std::vector<bool> is_static;
     std::optional<SizeTemplate> sizes;  // derives graphs for new dynamic sizes
     std::string no_template;            // why there is none (after two traces)
+    // Note [Wrapped tensors in compiled functions]: null where the tensor is plain.
+    std::vector<const void*> in_layouts, out_layouts;
   };
   struct Traced {
     std::unique_ptr<Guards> guards;
@@ -85,11 +102,17 @@ struct CompiledFunction::Impl {
   bool warned_limit = false;
   bool warmed_up = false;    // a call already ran as warm-up (see Note [Warm-up])
   std::vector<int64_t> key;  // scratch: the dynamic sizes of a call
+  // The layouts of the call in progress and of its results (Note [Wrapped tensors in compiled
+  // functions]); all null for plain tensors.
+  std::vector<const void*> in_layouts, out_layouts;
   // One call at a time: a replay re-binds the executable's buffers. Recursive, because the
   // traced function may call this compiled function again (it then runs eagerly).
   std::recursive_mutex mu;
 
   void call(std::span<const Tensor> inputs, TensorList& outputs);
+  void call_local(std::span<const Tensor> inputs, TensorList& outputs);
+  // The function, on local tensors: wraps them in their layouts first, unwraps the results.
+  TensorList run_fn(std::span<const Tensor> inputs);
   void miss(std::span<const Tensor> inputs, const ModeState& modes, TensorList& outputs);
   std::unique_ptr<Traced> trace(std::span<const Tensor> inputs, const ModeState& modes,
                                 const std::string& reason, TensorList& outputs);
@@ -106,18 +129,52 @@ struct CompiledFunction::Impl {
 
 void CompiledFunction::Impl::call(std::span<const Tensor> inputs, TensorList& outputs) {
   std::lock_guard<std::recursive_mutex> lock(mu);
+  in_layouts.assign(inputs.size(), nullptr);
+  bool wrapped = false;
+  if (g_wrapped)
+    for (const Tensor& t : inputs) wrapped = wrapped || (t.defined() && g_wrapped->is_wrapped(t));
+  if (!wrapped) return call_local(inputs, outputs);
+  // Note [Wrapped tensors in compiled functions]
+  std::vector<Tensor> locals(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    locals[i] = inputs[i].defined() && g_wrapped->is_wrapped(inputs[i])
+                    ? g_wrapped->unwrap(inputs[i], &in_layouts[i])
+                    : inputs[i];
+  call_local(locals, outputs);
+  for (size_t r = 0; r < outputs.size() && r < out_layouts.size(); ++r)
+    if (out_layouts[r]) outputs[r] = g_wrapped->wrap(outputs[r], out_layouts[r]);
+}
+
+TensorList CompiledFunction::Impl::run_fn(std::span<const Tensor> inputs) {
+  bool wrapped = false;
+  for (const void* l : in_layouts) wrapped = wrapped || l;
+  out_layouts.clear();
+  if (!wrapped) return fn(inputs);
+  std::vector<Tensor> args(inputs.begin(), inputs.end());
+  for (size_t i = 0; i < args.size(); ++i)
+    if (in_layouts[i]) args[i] = g_wrapped->wrap(args[i], in_layouts[i]);
+  TensorList out = fn(args);
+  out_layouts.assign(out.size(), nullptr);
+  for (size_t r = 0; r < out.size(); ++r)
+    if (out[r].defined() && g_wrapped->is_wrapped(out[r]))
+      out[r] = g_wrapped->unwrap(out[r], &out_layouts[r]);
+  return out;
+}
+
+void CompiledFunction::Impl::call_local(std::span<const Tensor> inputs, TensorList& outputs) {
   ++calls;
   outputs.clear();  // the caller's previous outputs, if it holds them nowhere else, are free
   // Called from inside another function's trace: run the ops for real so that the outer trace
   // records them (a replay would run kernels it never sees).
   if (Tracer* outer = current_tracer(); outer && outer->tracing()) {
     ++eager_calls;
-    outputs = fn(inputs);
+    outputs = run_fn(inputs);
     return;
   }
   const ModeState modes = ModeState::current();
   for (const auto& e : entries) {
-    if (!e->guards->check(inputs, modes)) continue;
+    if (e->in_layouts != in_layouts || !e->guards->check(inputs, modes)) continue;
+    out_layouts = e->out_layouts;
     return run_entry(*e, inputs, modes, outputs);
   }
   miss(inputs, modes, outputs);
@@ -247,11 +304,20 @@ void CompiledFunction::Impl::miss(std::span<const Tensor> inputs, const ModeStat
     reason = "first call";
   } else {
     std::vector<std::string> whys;
+    auto why = [&](const Entry& e) {
+      for (size_t i = 0; i < in_layouts.size() && i < e.in_layouts.size(); ++i)
+        if (in_layouts[i] != e.in_layouts[i]) {
+          auto layout = [](const void* l) {
+            return l ? g_wrapped->describe(l) : std::string("a plain tensor");
+          };
+          return fmt::format("{} is laid out as {}, expected {}", input_label(i, o.input_names),
+                             layout(in_layouts[i]), layout(e.in_layouts[i]));
+        }
+      return e.guards->why(inputs, modes, o.input_names);
+    };
     for (const auto& e : entries)
-      whys.push_back(entries.size() == 1
-                         ? e->guards->why(inputs, modes, o.input_names)
-                         : fmt::format("entry {}: {}", e->info.index,
-                                       e->guards->why(inputs, modes, o.input_names)));
+      whys.push_back(entries.size() == 1 ? why(*e)
+                                         : fmt::format("entry {}: {}", e->info.index, why(*e)));
     reason = fmt::format("{}", fmt::join(whys, "; "));
     misses.push_back(reason);
     const int64_t now = profiler::now_ns();
@@ -272,7 +338,7 @@ void CompiledFunction::Impl::miss(std::span<const Tensor> inputs, const ModeStat
       warned_limit = true;
     }
     ++eager_calls;
-    outputs = fn(inputs);
+    outputs = run_fn(inputs);
     return;
   }
   std::unique_ptr<Traced> t = trace(inputs, modes, reason, outputs);
@@ -282,6 +348,8 @@ void CompiledFunction::Impl::miss(std::span<const Tensor> inputs, const ModeStat
   e->info.index = static_cast<int>(entries.size());
   e->guards = std::move(t->guards);
   e->is_static = t->is_static;
+  e->in_layouts = in_layouts;
+  e->out_layouts = out_layouts;
   std::vector<int64_t> sizes;
   e->guards->dynamic_sizes(inputs, sizes);
   e->specs.push_back({std::move(sizes), std::move(t->exe)});
@@ -323,7 +391,7 @@ std::unique_ptr<CompiledFunction::Impl::Traced> CompiledFunction::Impl::trace(
       ~Peak() { *out = end_cpu_peak(); }
     } peak{&eager_peak};
     Tracer::Scope scope(tracer);
-    outputs = fn(inputs);
+    outputs = run_fn(inputs);
   }
   const int64_t t_traced = profiler::now_ns();
   TraceProblems problems;

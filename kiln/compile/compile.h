@@ -51,6 +51,20 @@ struct CompileOptions {
   bool capture = true;
 };
 
+namespace compiler {
+// Note [Wrapped tensors in compiled functions] (compile.cpp): tensors that wrap a local tensor
+// of their own (kiln/dtensor's DTensors) cross a compiled function's boundary as their local
+// tensors plus a layout (an immortal pointer, compared by address), installed by the layer that
+// owns them.
+struct WrappedTensors {
+  bool (*is_wrapped)(const Tensor& t);
+  Tensor (*unwrap)(const Tensor& t, const void** layout);  // the local tensor and its layout
+  Tensor (*wrap)(const Tensor& local, const void* layout);
+  std::string (*describe)(const void* layout);
+};
+void set_wrapped_tensors(const WrappedTensors* w);
+}  // namespace compiler
+
 // Marks `dim` of `t` dynamic for the compiled functions it is passed to.
 void mark_dynamic(const Tensor& t, int64_t dim);
 

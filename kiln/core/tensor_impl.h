@@ -22,6 +22,9 @@ class ShardedMetaBase {
   virtual ~ShardedMetaBase() = default;
   // The same state for an alias impl (TensorImpl(const TensorImpl&)).
   virtual std::unique_ptr<ShardedMetaBase> clone() const = 0;
+  // The layout (an immortal pointer: kiln/dtensor's interned spec) that makes a tensor like this
+  // one: autograd keeps it with a tensor's geometry (TensorGeometry).
+  virtual const void* layout() const = 0;
 };
 
 class TensorImpl : public RefCounted {

@@ -16,6 +16,7 @@ class ShardedMeta final : public ShardedMetaBase {
   std::unique_ptr<ShardedMetaBase> clone() const override {
     return std::make_unique<ShardedMeta>(local, spec);
   }
+  const void* layout() const override { return spec; }
   const Tensor local;
   const DTensorSpec* const spec;
 };

@@ -45,15 +45,18 @@ const DTensorSpec* contiguous_spec(const DTensorSpec& s, ArrayRef<Placement> ps)
   return intern_spec(s.mesh(), ps, s.shape(), contiguous_strides(s.shape()), s.dtype());
 }
 
-// empty_like and full_like of a DTensor (installed in kiln/ops).
-Tensor sharded_like(const Tensor& like, const Scalar* fill) {
-  const DTensorSpec& s = *spec_of(like);
+// empty_like and full_like of a DTensor (installed in kiln/ops), also from a saved layout.
+Tensor sharded_full(const void* layout, const Scalar* fill) {
+  const DTensorSpec& s = *static_cast<const DTensorSpec*>(layout);
   const Device device = s.mesh().device();
   if (!fill)
     return make_dtensor(empty(s.local_shape(), s.dtype(), device),
                         contiguous_spec(s, s.placements()));
   const DTensorSpec* spec = contiguous_spec(s, partial_as_replicate(s.placements()));
   return make_dtensor(full(spec->local_shape(), *fill, s.dtype(), device), spec);
+}
+Tensor sharded_like(const Tensor& like, const Scalar* fill) {
+  return sharded_full(spec_of(like), fill);
 }
 
 // A leaf's gradient laid out like the leaf, before accumulation (installed in kiln/autograd).
@@ -124,6 +127,7 @@ void link(const Tensor& in, const Tensor& out, Ref<autograd::Node> node) {
 
 const bool g_installed = [] {
   detail::set_sharded_like_factory(&sharded_like);
+  detail::set_sharded_layout_factory(&sharded_full);
   autograd::set_grad_layout_hook(&grad_like_leaf);
   return true;
 }();

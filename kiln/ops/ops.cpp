@@ -58,6 +58,14 @@ detail::ShardedLikeFactory g_sharded_like = nullptr;
 bool sharded(const Tensor& t) { return t.key_set().has(DispatchKey::Sharded) && g_sharded_like; }
 }  // namespace
 void detail::set_sharded_like_factory(ShardedLikeFactory f) { g_sharded_like = f; }
+namespace {
+detail::ShardedLayoutFactory g_sharded_layout = nullptr;
+}  // namespace
+void detail::set_sharded_layout_factory(ShardedLayoutFactory f) { g_sharded_layout = f; }
+Tensor detail::sharded_full(const void* layout, const Scalar* fill) {
+  KILN_ASSERT(g_sharded_layout, "a DTensor layout without kiln/dtensor's factory");
+  return g_sharded_layout(layout, fill);
+}
 
 Tensor empty_like(const Tensor& t) {
   if (sharded(t)) return g_sharded_like(t, nullptr);

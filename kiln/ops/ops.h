@@ -46,6 +46,10 @@ namespace detail {
 // Makes empty_like (fill null) and full_like of a DTensor; installed by kiln/dtensor.
 using ShardedLikeFactory = Tensor (*)(const Tensor& like, const Scalar* fill);
 void set_sharded_like_factory(ShardedLikeFactory f);
+// The same from a DTensor's layout (ShardedMetaBase::layout()), for autograd's saved geometry.
+using ShardedLayoutFactory = Tensor (*)(const void* layout, const Scalar* fill);
+void set_sharded_layout_factory(ShardedLayoutFactory f);
+Tensor sharded_full(const void* layout, const Scalar* fill);
 }  // namespace detail
 // [start, end) in steps; int64 when all three are integers, else the default float dtype.
 Tensor arange(const Scalar& end, std::optional<DType> dtype = {},
