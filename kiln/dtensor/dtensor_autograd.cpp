@@ -23,7 +23,8 @@ namespace kiln::dtensor {
 // does need care:
 // - the seed and the buffers autograd makes with ones_like/zeros_like/empty_like are DTensors on
 //   the tensor's mesh (a fill never gives Partial placements: every rank holding 1 would sum to
-//   the mesh size);
+//   the mesh size), and the zeros a formula starts an input's gradient from (zeros_of) are
+//   replicated DTensors, since the formula writes into a view of them;
 // - a leaf's .grad has the leaf's placements (issue 15): the gradient is redistributed to them
 //   before it is accumulated, so a replicated weight's Partial gradient is all-reduced there, a
 //   sharded one's reduce-scattered, once per backward;
@@ -57,6 +58,18 @@ Tensor sharded_full(const void* layout, const Scalar* fill) {
 }
 Tensor sharded_like(const Tensor& like, const Scalar* fill) {
   return sharded_full(spec_of(like), fill);
+}
+// Autograd's tensors for a DTensor input's gradient (zeros_of in kiln/autograd/formulas.cpp),
+// made from its saved layout: replicated, because the formulas write the gradient into a view
+// of them (slice_bw: slice(zeros).copy_(g)), and a view of a shard that must move data first is
+// a new tensor, not a view, so the write would be lost.
+Tensor autograd_full(const void* layout, const Scalar* fill) {
+  const DTensorSpec& s = *static_cast<const DTensorSpec*>(layout);
+  const DTensorSpec* spec =
+      contiguous_spec(s, Placements(static_cast<size_t>(s.mesh().ndim()), Replicate()));
+  return make_dtensor(full(spec->local_shape(), fill ? *fill : Scalar(0), s.dtype(),
+                           s.mesh().device()),
+                      spec);
 }
 
 // A leaf's gradient laid out like the leaf, before accumulation (installed in kiln/autograd).
@@ -127,7 +140,7 @@ void link(const Tensor& in, const Tensor& out, Ref<autograd::Node> node) {
 
 const bool g_installed = [] {
   detail::set_sharded_like_factory(&sharded_like);
-  detail::set_sharded_layout_factory(&sharded_full);
+  detail::set_sharded_layout_factory(&autograd_full);
   autograd::set_grad_layout_hook(&grad_like_leaf);
   return true;
 }();

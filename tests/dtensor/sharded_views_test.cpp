@@ -281,17 +281,6 @@ TEST_P(ShardedViews, ViewsMatchOnTwoMeshDims) {
     if (c.make(dev()).size() == 1) sweep(c, mesh_2d(dev()), dev());
 }
 
-// Cases whose backward formula starts the input's gradient from plain zeros of its geometry
-// (zeros_of in kiln/autograd/formulas.cpp: slice, select, as_strided, index_select, gather),
-// which cannot mix with DTensor gradients yet: "[copy_] mixes DTensors with a plain tensor".
-bool backward_builds_plain_zeros(const std::string& name) {
-  for (const char* n :
-       {"as_strided", "slice_part", "slice_whole", "slice_step", "narrow", "select", "select_last",
-        "chunk", "index_select_dim0", "index_select_dim1", "gather_dim0", "gather_dim1"})
-    if (name == n) return true;
-  return false;
-}
-
 // The gradients of every case's floating inputs, each placed every way on the 1-D mesh, equal
 // the gradients on the whole tensors (every result element weighed by a distinct factor).
 TEST_P(ShardedViews, GradientsMatchTheWholeTensorsInEveryPlacement) {
@@ -320,7 +309,9 @@ TEST_P(ShardedViews, GradientsMatchTheWholeTensorsInEveryPlacement) {
         leaves[i] = whole[i].detach().requires_grad_(true);
       }
     }
-    if (diff.empty() || c.name == "detach" || backward_builds_plain_zeros(c.name)) continue;
+    // as_strided's backward lays the gradient out in a flat buffer of the base's storage
+    // (kiln/autograd/node.cpp), which has no DTensor form: it raises instead.
+    if (diff.empty() || c.name == "detach" || c.name == "as_strided") continue;
     loss(c.fn(leaves), false).backward();
     std::vector<std::vector<dt::Placement>> choices;
     for (const Tensor& t : whole) choices.push_back(placements_for(t));
