@@ -74,7 +74,7 @@ void Sequential::push_back(std::shared_ptr<UnaryModule> m) {
 }
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (auto& m : modules_) y = m->forward(y);
+  for (auto& m : modules_) y = (*m)(y);
   return y;
 }
 

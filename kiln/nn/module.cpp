@@ -156,6 +156,22 @@ void Module::zero_grad(bool set_to_none) {
   }
 }
 
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  for (auto& [name, child] : children_)
+    for (auto& [sub, m] : child->named_modules())
+      out.emplace_back(sub.empty() ? name : name + "." + sub, m);
+  return out;
+}
+
+Tensor UnaryModule::call_with_hooks(const Tensor& x) {
+  Tensor y = x;
+  for (auto& hook : pre_hooks_) y = hook(y);
+  y = forward(y);
+  for (auto& hook : post_hooks_) y = hook(y);
+  return y;
+}
+
 void Module::register_parameter(std::string name, Tensor* param) {
   KILN_CHECK(param->defined(), "[register_parameter] {} is undefined", name);
   param->requires_grad_();

@@ -2,6 +2,7 @@
 // Module: named parameters, buffers and submodules, train/eval, device/dtype moves and
 // state dicts. Modules own their tensors as members and register pointers to them, so a
 // module is neither copyable nor movable; hold submodules by shared_ptr.
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -50,6 +51,17 @@ class Module {
   void to(DType dtype);
   // Zeroes gradients in place (addresses stay stable for graph capture) or drops them.
   void zero_grad(bool set_to_none = false);
+  // This module and its submodules, depth first, with their paths relative to this one (""
+  // for this one): what plans that name submodules (tensor parallel) walk.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+
+  // Hooks around UnaryModule::operator() (not forward): a pre-hook maps the input before
+  // forward, a hook maps the output after it, each in the order registered. What the
+  // tensor-parallel styles use to convert inputs and outputs (kiln/parallel).
+  using ForwardPreHook = std::function<Tensor(const Tensor& input)>;
+  using ForwardHook = std::function<Tensor(const Tensor& output)>;
+  void register_forward_pre_hook(ForwardPreHook hook) { pre_hooks_.push_back(std::move(hook)); }
+  void register_forward_hook(ForwardHook hook) { post_hooks_.push_back(std::move(hook)); }
 
  protected:
   // Registers a member tensor; parameters are made leaves that require grad.
@@ -78,13 +90,23 @@ class Module {
   std::shared_ptr<compiler::HostCell> training_ =
       compiler::HostCell::make(true, this, &Module::describe_training);
   std::string path_;
+
+ protected:
+  std::vector<ForwardPreHook> pre_hooks_;
+  std::vector<ForwardHook> post_hooks_;
 };
 
 // A module with one tensor in and one out (what Sequential chains).
 class UnaryModule : public Module {
  public:
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x) between the module's hooks; modules call their submodules this way.
+  Tensor operator()(const Tensor& x) {
+    return pre_hooks_.empty() && post_hooks_.empty() ? forward(x) : call_with_hooks(x);
+  }
+
+ private:
+  Tensor call_with_hooks(const Tensor& x);
 };
 
 }  // namespace kiln::nn

@@ -20,20 +20,23 @@ CausalSelfAttention::CausalSelfAttention(int64_t width, int64_t heads, bool bias
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 3, "[CausalSelfAttention] expected x of shape [B, T, C], got [{}]",
              fmt::join(x.sizes(), ", "));
-  int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / heads;
-  // qkv [B, T, 3C] -> q, k, v [B, H, T, D]
-  std::vector<Tensor> qkv = split(c_attn->forward(x), c, 2);
-  auto heads_first = [&](const Tensor& y) { return transpose(y.view({b, t, heads, d}), 1, 2); };
+  int64_t b = x.size(0), t = x.size(1), d = x.size(2) / heads;
+  // qkv [B, T, 3C] -> q, k, v [B, H, T, D]. Under tensor parallel c_attn gives this rank's
+  // heads only (kiln/parallel/tensor_parallel.h), so the width and heads are taken from qkv.
+  Tensor qkv_all = (*c_attn)(x);
+  int64_t c = qkv_all.size(2) / 3, h = c / d;
+  std::vector<Tensor> qkv = split(qkv_all, c, 2);
+  auto heads_first = [&](const Tensor& y) { return transpose(y.view({b, t, h, d}), 1, 2); };
   Tensor y = scaled_dot_product_attention(heads_first(qkv[0]), heads_first(qkv[1]),
                                           heads_first(qkv[2]), {}, true);
-  return c_proj->forward(transpose(y, 1, 2).contiguous().view({b, t, c}));
+  return (*c_proj)(transpose(y, 1, 2).contiguous().view({b, t, c}));
 }
 
 MLP::MLP(int64_t width, bool bias, const Init& init) {
   c_fc = register_module("c_fc", std::make_shared<Linear>(width, 4 * width, bias, init));
   c_proj = register_module("c_proj", std::make_shared<Linear>(4 * width, width, bias, init));
 }
-Tensor MLP::forward(const Tensor& x) { return c_proj->forward(gelu(c_fc->forward(x), true)); }
+Tensor MLP::forward(const Tensor& x) { return (*c_proj)(gelu((*c_fc)(x), true)); }
 
 Block::Block(int64_t width, int64_t heads, bool bias, const Init& init) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(width, 1e-5, bias, init));
@@ -42,8 +45,8 @@ Block::Block(int64_t width, int64_t heads, bool bias, const Init& init) {
   mlp = register_module("mlp", std::make_shared<MLP>(width, bias, init));
 }
 Tensor Block::forward(const Tensor& x) {
-  Tensor y = add(x, attn->forward(ln_1->forward(x)));
-  return add(y, mlp->forward(ln_2->forward(y)));
+  Tensor y = add(x, (*attn)((*ln_1)(x)));
+  return add(y, (*mlp)((*ln_2)(y)));
 }
 
 GPTConfig GPTConfig::tiny(int64_t vocab) { return {vocab, 64, 64, 2, 4, true}; }
@@ -96,9 +99,9 @@ Tensor GPT::forward(const Tensor& idx) {
   KILN_CHECK(t <= config_.context, "[GPT] sequence length {} exceeds the context {}", t,
              config_.context);
   Tensor pos = arange(t, kInt64, idx.device());
-  Tensor x = add(wte_->forward(idx), wpe_->forward(pos));
-  for (auto& block : h_) x = block->forward(x);
-  x = ln_f_->forward(x);
+  Tensor x = add((*wte_)(idx), (*wpe_)(pos));
+  for (auto& block : h_) x = (*block)(x);
+  x = (*ln_f_)(x);
   return matmul(x, kiln::t(wte_->weight));  // [B, T, V], head tied to the token embedding
 }
 
