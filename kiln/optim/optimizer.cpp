@@ -269,8 +269,8 @@ Tensor clip_grad_norm_(const TensorList& params, double max_norm) {
   KILN_CHECK(!squares.empty(), "[clip_grad_norm_] no parameter has a gradient");
   Tensor norm = sqrt(sum(stack(squares)));
   // scale = min(1, max_norm / (norm + 1e-6)), applied on the device: no host read.
-  Tensor scale = clamp(div(scalar_tensor(max_norm, kFloat32, norm.device()), add(norm, 1e-6)),
-                       std::nullopt, 1.0);
+  // full_like: over DTensor gradients the norm is a (replicated) DTensor, the global norm.
+  Tensor scale = clamp(div(full_like(norm, max_norm), add(norm, 1e-6)), std::nullopt, 1.0);
   for (const Tensor& p : params) {
     if (!p.grad().defined()) continue;
     Tensor g = p.grad();

@@ -8,6 +8,7 @@
 
 #include <functional>
 
+#include "kiln/optim/optimizer.h"
 #include "tests/dtensor/dtensor_test_util.h"
 
 namespace kiln::test {
@@ -167,6 +168,30 @@ TEST_P(ShardedAutograd, LikeFactoriesOfDTensorsAreDTensors) {
   Tensor s = dt::distribute_tensor(global_tensor({4, 6}, kFloat32, d), mesh_1d(d), {dt::Shard(1)});
   EXPECT_EQ(dt::spec_of(zeros_like(s))->placements()[0], dt::Placement(dt::Shard(1)));
   EXPECT_THROW_PREFIX(rand_like(s), NotImplementedError, "[rand_like]");
+}
+
+// clip_grad_norm_ over DTensor gradients of several placements clips by the global norm.
+TEST_P(ShardedAutograd, ClipGradNormUsesTheGlobalNorm) {
+  const Device d = dev();
+  const dt::DeviceMesh& mesh = mesh_1d(d);
+  const std::vector<Shape> shapes{{4, 6}, {6}, {3, 5}};
+  const std::vector<dt::Placement> ps{dt::Shard(0), dt::Replicate(), dt::Shard(1)};
+  TensorList plain, sharded;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    Tensor w = global_tensor(shapes[i], kFloat32, d, static_cast<int64_t>(i));
+    Tensor g = div(global_tensor(shapes[i], kFloat32, d, 3 * static_cast<int64_t>(i)), 9.0);
+    plain.push_back(w.detach().requires_grad_(true));
+    plain.back().set_grad(g.clone());
+    sharded.push_back(dt::distribute_tensor(w, mesh, {ps[i]}).requires_grad_(true));
+    sharded.back().set_grad(dt::distribute_tensor(g, mesh, {ps[i]}));
+  }
+  Tensor want = optim::clip_grad_norm_(plain, 1.5);
+  Tensor got = optim::clip_grad_norm_(sharded, 1.5);
+  EXPECT_TRUE(close(dt::full_tensor(got), want));
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_EQ(dt::spec_of(sharded[i].grad())->placements()[0], ps[i]);
+    EXPECT_TRUE(close(dt::full_tensor(sharded[i].grad()), plain[i].grad())) << "param " << i;
+  }
 }
 
 }  // namespace
