@@ -266,7 +266,11 @@ TEST(TensorParallel, LossParallelCrossEntropyMatchesTheWholeLogits) {
   Tensor want = cross_entropy(lr, target);
   want.backward();
   Tensor lt = dt::distribute_tensor(logits, mesh(), {dt::Shard(1)}).requires_grad_(true);
+  const double mark = calls_mark();
   Tensor got = loss_parallel_cross_entropy(lt, target);
+  // The logits are never gathered: three all-reduces (max, sum of exponentials, the loss).
+  EXPECT_EQ(calls_since(mark, "all_gather_into_tensor"), 0) << calls_str(mark);
+  if (world() > 1) EXPECT_EQ(calls_since(mark, "all_reduce_"), 3) << calls_str(mark);
   ASSERT_TRUE(dt::is_dtensor(got));
   EXPECT_EQ(placement_of(got), dt::Placement(dt::Replicate()));
   EXPECT_TRUE(close(dt::to_local(got), want));
@@ -443,6 +447,12 @@ TEST(TensorParallel, CompiledGptStepEqualsEager) {
     sgd_step(*eager, kLr);
     Tensor lc = step({ids, targets})[0];
     EXPECT_TRUE(close(lc, dt::to_local(le), 1e-6)) << "step " << s;
+  }
+  // One trace, replayed: the graph holds the local ops and the collectives, no DTensor work.
+  ASSERT_EQ(step.entries().size(), 1u);
+  EXPECT_GE(step.entries()[0].hits, 2);
+  if (world() > 1) {
+    EXPECT_NE(step.graph_str(0).find("all_reduce"), std::string::npos);
   }
   auto a = gathered(*comp), b = gathered(*eager);
   for (size_t i = 0; i < a.size(); ++i)
