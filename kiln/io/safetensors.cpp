@@ -397,6 +397,58 @@ StateDict load_safetensors(const std::string& path, std::map<std::string, std::s
   return out;
 }
 
+struct SafetensorsReader::Impl {
+  std::string path;
+  Fd file;
+  uint64_t data_start = 0;
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::pair<Entry, Info>, std::less<>> entries;
+};
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  impl_->path = path;
+  int& fd = impl_->file.fd;
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  KILN_CHECK(fd >= 0, "[load_safetensors] cannot open '{}': {}", path, errno_text());
+  struct stat st;
+  KILN_CHECK(::fstat(fd, &st) == 0, "[load_safetensors] cannot stat '{}': {}", path, errno_text());
+  KILN_CHECK(S_ISREG(st.st_mode), "[load_safetensors] '{}' is not a regular file", path);
+  auto size = static_cast<uint64_t>(st.st_size);
+  check_file_size(size);
+  uint8_t prefix[8];
+  read_exact(fd, prefix, 8, 0, path);
+  uint64_t n = header_length(prefix, size);
+  std::string header(n, '\0');
+  read_exact(fd, header.data(), n, 8, path);
+  impl_->data_start = 8 + n;
+  for (Entry& e : parse_header(header, size - 8 - n, impl_->metadata)) {
+    Info info{e.dtype, e.shape};
+    std::string name = e.name;
+    impl_->entries.emplace(std::move(name), std::make_pair(std::move(e), std::move(info)));
+  }
+}
+
+SafetensorsReader::~SafetensorsReader() = default;
+
+const SafetensorsReader::Info* SafetensorsReader::find(const std::string& name) const {
+  auto it = impl_->entries.find(name);
+  return it == impl_->entries.end() ? nullptr : &it->second.second;
+}
+
+const std::map<std::string, std::string>& SafetensorsReader::metadata() const {
+  return impl_->metadata;
+}
+
+Tensor SafetensorsReader::read(const std::string& name) const {
+  auto it = impl_->entries.find(name);
+  KILN_CHECK(it != impl_->entries.end(), "[load_safetensors] '{}' holds no tensor '{}'",
+             impl_->path, brief(name));
+  StateDict one = make_tensors({it->second.first}, [&](void* dst, uint64_t offset, uint64_t count) {
+    read_exact(impl_->file.fd, dst, count, impl_->data_start + offset, impl_->path);
+  });
+  return std::move(one.front().second);
+}
+
 void save_safetensors(const StateDict& tensors, const std::string& path,
                       const std::map<std::string, std::string>& metadata) {
   // Everything is validated before the file system is touched.

@@ -4,6 +4,7 @@
 // bytes of JSON naming each tensor's dtype, shape and byte range, then the tensors' bytes.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -31,5 +32,31 @@ StateDict load_safetensors(const std::string& path,
 // The same as load_safetensors, from the bytes of a whole file held in memory.
 StateDict load_safetensors_bytes(std::span<const uint8_t> bytes,
                                  std::map<std::string, std::string>* metadata = nullptr);
+
+// A safetensors file opened to read some of its tensors: the header is read and validated whole
+// on opening (as load_safetensors does, so a malformed file throws there), each tensor's bytes
+// only when read. Not thread-safe.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  struct Info {
+    DType dtype;
+    std::vector<int64_t> shape;
+  };
+  // The dtype and shape of the tensor `name`, or null when the file has none.
+  const Info* find(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const;
+  // The tensor `name` as a new cpu tensor; a ValueError when the file has none, or when its bytes
+  // cannot be read or are invalid (a BOOL byte other than 0 and 1).
+  Tensor read(const std::string& name) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace kiln::io
