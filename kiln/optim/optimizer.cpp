@@ -1,5 +1,7 @@
 #include "kiln/optim/optimizer.h"
 
+#include "kiln/dtensor/factories.h"
+
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -25,7 +27,16 @@ Optimizer::Optimizer(TensorList params, double lr) : params_(std::move(params)),
     for (size_t j = 0; j < i; ++j)
       KILN_CHECK(!params_[j].is_same(p), "[optimizer] parameter {} appears twice (also {})", i, j);
   }
-  lr_tensor_ = zeros({}, kFloat64, params_[0].device());
+  // Beside DTensor parameters, a replicated DTensor on their mesh (the Sharded layer refuses
+  // plain tensors next to DTensors); they must then share one mesh.
+  for (size_t i = 1; i < params_.size(); ++i)
+    KILN_CHECK(dtensor::is_dtensor(params_[i]) == dtensor::is_dtensor(params_[0]) &&
+                   (!dtensor::is_dtensor(params_[i]) ||
+                    &dtensor::spec_of(params_[i])->mesh() == &dtensor::spec_of(params_[0])->mesh()),
+               "[optimizer] parameter {} and parameter 0 are not both plain tensors or DTensors "
+               "of one mesh; make one optimizer per mesh",
+               i);
+  lr_tensor_ = dtensor::scalar_beside(params_[0], 0.0, kFloat64);
   set_lr(lr);
 }
 
@@ -57,8 +68,7 @@ void Optimizer::zero_grad(bool set_to_none) {
 // load must read the loaded values. Everything is checked before the first copy, so a bad
 // state dict leaves the optimizer as it was.
 StateDict Optimizer::state_dict() const {
-  StateDict out = {{"lr", scalar_tensor(lr_tensor_.item<double>(), kFloat64)},
-                   {"steps", scalar_tensor(steps_, kInt64)}};
+  StateDict out = {{"lr", scalar_tensor(lr_, kFloat64)}, {"steps", scalar_tensor(steps_, kInt64)}};
   for (const auto& [name, t] : named_state()) out.emplace_back(name, t.detach());
   return out;
 }
@@ -227,7 +237,7 @@ AdamW::AdamW(TensorList params, const AdamWOptions& o) : Optimizer(std::move(par
   for (const Tensor& p : params_) {
     m_.push_back(zeros_like(p));
     v_.push_back(zeros_like(p));
-    step_counts_.push_back(zeros({}, kFloat64, p.device()));
+    step_counts_.push_back(dtensor::scalar_beside(p, 0.0, kFloat64));
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <functional>
 
+#include "kiln/dtensor/factories.h"
 #include "kiln/dtensor/sharding_rule.h"
 #include "kiln/ops/op_list.h"
 #include "tests/dtensor/dtensor_test_util.h"
@@ -186,6 +187,23 @@ TEST_P(ShardedOps, AnOpWithoutARuleNamesItselfAndTheSpecs) {
   Tensor a = dt::distribute_tensor(global_tensor({4, 6}, kFloat32, d), mesh_1d(d), {dt::Shard(0)});
   EXPECT_THROW_CONTAINS(dist::all_reduce(a), NotImplementedError,
                         "[all_reduce] has no sharding rule");
+}
+
+// dtensor::zeros/ones/full/empty make each rank's shard directly (uneven along dim 0 on 3
+// ranks); a non-zero fill may not be Partial.
+TEST_P(ShardedOps, FactoriesMakeTheShardsDirectly) {
+  const Device d = dev();
+  const dt::DeviceMesh& mesh = mesh_1d(d);
+  Tensor f = dt::full({5, 3}, 2.5, mesh, {dt::Shard(0)}, kFloat32);
+  EXPECT_EQ(dt::to_local(f).sizes(), dt::spec_of(f)->local_shape());
+  EXPECT_TRUE(close(dt::full_tensor(f), full({5, 3}, 2.5, kFloat32, d)));
+  EXPECT_TRUE(
+      close(dt::full_tensor(dt::ones({5, 3}, mesh, {dt::Shard(1)})), ones({5, 3}, kFloat32, d)));
+  EXPECT_TRUE(
+      close(dt::full_tensor(dt::zeros({4}, mesh, {dt::Partial()})), zeros({4}, kFloat32, d)));
+  EXPECT_EQ(dt::empty({2, 2}, mesh, {dt::Replicate()}, kInt64).dtype(), kInt64);
+  EXPECT_THROW_PREFIX(dt::ones({4}, mesh, {dt::Partial()}), ValueError,
+                      "[dtensor::ones] a fill of 1 cannot be Partial");
 }
 
 }  // namespace
