@@ -5,6 +5,7 @@
 #include "kiln/io/sharded_checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -436,6 +437,32 @@ TEST_F(Malformed, TargetsThatDoNotMatch) {
       {"(tensor 'w')", "the checkpoint holds float32 [5, 7], the target is float32 [5, 8]"},
       kFloat32, {5, 8});
   expect_error({"has no tensor 'v'"}, kFloat32, {5, 7}, "v");
+}
+
+// The piecewise reader under load_sharded (kiln/io/safetensors.h), on this rank's own file.
+TEST(SafetensorsReader, ReadsSingleTensorsAndRefusesWhatLoadSafetensorsRefuses) {
+  const std::string path = (fs::temp_directory_path() /
+                            fmt::format("kiln_reader_{}_{}.safetensors", ::getpid(), dist::rank()))
+                               .string();
+  Tensor a = global_tensor({2, 3}, kFloat32, Device(kCPU)),
+         b = global_tensor({4}, kInt64, Device(kCPU), 9);
+  io::save_safetensors({{"a", a}, {"b", b}}, path, {{"k", "v"}});
+  {
+    io::SafetensorsReader r(path);
+    ASSERT_NE(r.find("b"), nullptr);
+    EXPECT_EQ(r.find("b")->dtype, kInt64);
+    EXPECT_EQ(r.find("b")->shape, std::vector<int64_t>{4});
+    EXPECT_EQ(r.find("c"), nullptr);
+    EXPECT_EQ(r.metadata().at("k"), "v");
+    EXPECT_TRUE(same_bits(r.read("b"), b));
+    EXPECT_TRUE(same_bits(r.read("a"), a));
+    EXPECT_THROW_PREFIX(r.read("c"), ValueError,
+                        "[load_safetensors] '" + path + "' holds no tensor 'c'");
+  }
+  fs::resize_file(path, fs::file_size(path) - 1);
+  EXPECT_THROW_CONTAINS(io::SafetensorsReader{path}, ValueError, "reach past the end");
+  fs::remove(path);
+  EXPECT_THROW_PREFIX(io::SafetensorsReader{path}, ValueError, "[load_safetensors] cannot open");
 }
 
 TEST(ShardedCheckpointSave, BadInputWritesNothing) {
