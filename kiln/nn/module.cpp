@@ -164,6 +164,13 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   return out;
 }
 
+std::vector<std::pair<std::string, Tensor*>> Module::named_parameter_slots() {
+  std::vector<std::pair<std::string, Tensor*>> out(params_.begin(), params_.end());
+  for (auto& [name, child] : children_)
+    for (auto& [sub, t] : child->named_parameter_slots()) out.emplace_back(name + "." + sub, t);
+  return out;
+}
+
 Tensor UnaryModule::call_with_hooks(const Tensor& x) {
   Tensor y = x;
   for (auto& hook : pre_hooks_) y = hook(y);

@@ -54,6 +54,10 @@ class Module {
   // This module and its submodules, depth first, with their paths relative to this one (""
   // for this one): what plans that name submodules (tensor parallel) walk.
   std::vector<std::pair<std::string, Module*>> named_modules();
+  // The registered parameter members of this module and its submodules (what parameters()
+  // reads through), by path: for wrappers that swap in other tensors around a forward (FSDP
+  // puts the gathered parameters there during the call and the shards back after it).
+  std::vector<std::pair<std::string, Tensor*>> named_parameter_slots();
 
   // Hooks around UnaryModule::operator() (not forward): a pre-hook maps the input before
   // forward, a hook maps the output after it, each in the order registered. What the

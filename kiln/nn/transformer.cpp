@@ -106,7 +106,7 @@ Tensor GPT::forward(const Tensor& idx) {
 }
 
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets) {
-  Tensor logits = forward(idx);
+  Tensor logits = (*this)(idx);
   return cross_entropy(logits.reshape({-1, config_.vocab_size}), targets.reshape({-1}));
 }
 

@@ -51,12 +51,12 @@ struct GPTConfig {
 // Token + position embeddings, blocks, a final LayerNorm and a language-model head tied to
 // the token embedding. Initialised like GPT-2: N(0, 0.02), residual projections
 // N(0, 0.02 / sqrt(2 layers)), zero biases.
-class GPT : public Module {
+class GPT : public UnaryModule {
  public:
   explicit GPT(const GPTConfig& config, const Init& init = {});
   // idx [B, T] int64 token ids (T <= context) -> logits [B, T, vocab].
-  Tensor forward(const Tensor& idx);
-  // Mean cross-entropy of forward(idx) against targets [B, T].
+  Tensor forward(const Tensor& idx) override;
+  // Mean cross-entropy of (*this)(idx) (forward between the hooks) against targets [B, T].
   Tensor loss(const Tensor& idx, const Tensor& targets);
   const GPTConfig& config() const { return config_; }
 

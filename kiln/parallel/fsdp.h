@@ -1,0 +1,43 @@
+#pragma once
+// Fully sharded data parallel on DTensors (DESIGN.md "Distributed"; docs/dtensor.md "FSDP"),
+// after PyTorch's FSDP2 (`fully_shard`): every rank runs the model on its own share of the
+// batch, but holds only a Shard(0) piece of each parameter. Before a sharded module's forward
+// its parameters are all-gathered (one collective per module and dtype) into plain tensors the
+// forward uses; in backward their gradients are reduce-scattered (averaged over the ranks) into
+// the sharded parameters' .grad, which are Shard(0) DTensors; an optimizer then updates each
+// rank's shards. See Note [FSDP units] and Note [What FSDP keeps for backward] in fsdp.cpp.
+//
+//   const auto& mesh = dtensor::init_device_mesh(Device(kCPU), {world}, {"dp"});
+//   for (auto& block : blocks) parallel::fully_shard(*block, mesh);  // submodules first
+//   parallel::fully_shard(model, mesh);                             // then the root
+//   Tensor loss = model.loss(ids_share, targets_share);  // this rank's share of the batch
+//   loss.backward();            // each .grad: Shard(0), the gradient averaged over the ranks
+//   opt.step();                 // on the local shards
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/dtensor/device_mesh.h"
+#include "kiln/nn/module.h"
+
+namespace kiln::parallel {
+
+// Shards the parameters of `module` and of its submodules that no earlier fully_shard call
+// manages (apply it to submodules before their parents) as Shard(0) DTensor leaves on `mesh`
+// (1-D), from rank 0's values (uneven dim 0 follows chunk's rule), and registers the forward
+// hooks that gather them around each call of the module. `module` must be a UnaryModule (its
+// calls run hooks). Everything is checked before anything changes: a ValueError for a mesh that
+// is not 1-D, a module already sharded, a submodule sharded after its parent, a 0-d parameter
+// or one already a DTensor (tensor parallel: FSDP+TP on a 2-D mesh is not done yet); a
+// TypeError for a module that is not a UnaryModule. Collective: every rank of the mesh calls
+// it, in the same order, on the same model.
+void fully_shard(nn::Module& module, const dtensor::DeviceMesh& mesh);
+
+// Whether fully_shard was applied to `module` itself.
+bool is_fully_sharded(const nn::Module& module);
+
+// The parameters that fully_shard(module) manages (not those of sharded submodules), by path
+// relative to `module`; empty when `module` is not sharded.
+std::vector<std::string> fully_sharded_parameters(const nn::Module& module);
+
+}  // namespace kiln::parallel

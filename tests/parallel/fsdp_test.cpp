@@ -1,0 +1,348 @@
+// kiln/parallel/fsdp.h on every rank of the world (scripts/mpirun.sh 2, 3 and 4, and alone as a
+// world of one). A model built from the same seed on every rank is trained with fully_shard, each
+// rank on its share of a batch, against the same model in one process on the whole batch: the
+// mean loss of every step, every gathered parameter and gradient within float tolerance. Then
+// the placements and sizes of the shards and gradients (uneven and empty shards at 3 and 4
+// ranks), a compiled step against eager, and the errors.
+#include <gtest/gtest.h>
+
+#include "kiln/autograd/grad_mode.h"
+#include "kiln/compile/compile.h"
+#include "kiln/nn/layers.h"
+#include "kiln/nn/transformer.h"
+#include "kiln/ops/ops.h"
+#include "kiln/optim/optimizer.h"
+#include "kiln/parallel/fsdp.h"
+#include "tests/dtensor/dtensor_test_util.h"
+
+namespace kiln::test {
+namespace {
+
+using namespace kiln::parallel;  // NOLINT
+
+const Device kCpu{kCPU};
+int64_t world() { return dist::world_size(); }
+int64_t rank() { return dist::rank(); }
+const dt::DeviceMesh& mesh() { return mesh_1d(kCpu); }
+
+::testing::AssertionResult close(const Tensor& got, const Tensor& want, double tol) {
+  if (got.sizes() != want.sizes())
+    return ::testing::AssertionFailure() << fmt::format(
+               "sizes [{}] vs [{}]", fmt::join(got.sizes(), ", "), fmt::join(want.sizes(), ", "));
+  Tensor g = got.to(kFloat64), w = want.to(kFloat64);
+  double err = g.numel() ? amax(abs(sub(g, w))).item<double>() : 0;
+  double scale = w.numel() ? amax(abs(w)).item<double>() : 0;
+  if (err <= tol * (1 + scale)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max error " << err << " (scale " << scale << ")";
+}
+
+// This rank's rows of a batch whose dim 0 has `per_rank` rows per rank.
+Tensor share(const Tensor& batch, int64_t per_rank) {
+  return narrow(batch, 0, rank() * per_rank, per_rank).contiguous();
+}
+
+// The mean over the ranks of a local scalar (what the whole batch's mean loss is).
+Tensor mean_over_ranks(const Tensor& loss) {
+  Tensor l = loss.detach();
+  return world() == 1 ? l : dist::all_reduce(l, dist::ReduceOp::Avg);
+}
+
+// Every parameter of `sharded` (gathered) equals `ref`'s, and with `grads` so do the gradients,
+// which are Shard(0) DTensors with their parameter's spec.
+void expect_same_parameters(nn::Module& sharded, nn::Module& ref, double tol, bool grads) {
+  auto a = sharded.named_parameters(), b = ref.named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    SCOPED_TRACE(a[i].first);
+    ASSERT_EQ(a[i].first, b[i].first);
+    ASSERT_TRUE(dt::is_dtensor(a[i].second));
+    EXPECT_EQ(dt::spec_of(a[i].second)->placements()[0], dt::Placement(dt::Shard(0)));
+    EXPECT_TRUE(close(dt::full_tensor(a[i].second), b[i].second, tol));
+    if (!grads) continue;
+    const Tensor& g = a[i].second.grad();
+    ASSERT_TRUE(g.defined());
+    ASSERT_TRUE(dt::is_dtensor(g));
+    EXPECT_EQ(dt::spec_of(g), dt::spec_of(a[i].second));
+    EXPECT_TRUE(close(dt::full_tensor(g), b[i].second.grad(), tol));
+  }
+}
+
+// An MLP whose sizes give uneven shards at 2, 3 and 4 ranks, and empty ones at 3 and 4 (the last
+// layer's 2 rows).
+std::shared_ptr<nn::Sequential> mlp(uint64_t seed) {
+  Generator gen(seed);
+  nn::Init init{.gen = &gen};
+  auto m = std::make_shared<nn::Sequential>();
+  m->push_back(std::make_shared<nn::Linear>(6, 11, true, init));
+  m->push_back(std::make_shared<nn::GELU>(true));
+  m->push_back(std::make_shared<nn::Linear>(11, 5, true, init));
+  m->push_back(std::make_shared<nn::GELU>(true));
+  m->push_back(std::make_shared<nn::Linear>(5, 2, true, init));
+  return m;
+}
+
+// fully_shard on each Linear, then on the root (which then manages nothing).
+void shard_mlp(nn::Sequential& m) {
+  for (size_t i : {0, 2, 4}) fully_shard(m[i], mesh());
+  fully_shard(m, mesh());
+}
+
+constexpr int64_t kRowsPerRank = 3;
+
+// Step `s`'s whole batch: inputs [rows, 6] and targets [rows, 2], the same on every rank.
+std::pair<Tensor, Tensor> mlp_batch(int64_t s) {
+  Generator gen(200 + s);
+  const int64_t rows = kRowsPerRank * world();
+  return {randn({rows, 6}, &gen), randn({rows, 2}, &gen)};
+}
+
+Tensor mse(const Tensor& y, const Tensor& target) { return mean(pow(sub(y, target), 2.0)); }
+
+constexpr int kSteps = 20;
+
+TEST(FSDP, MlpTrainedWithFullyShardMatchesOneProcess) {
+  auto ref = mlp(1), fsdp = mlp(1);
+  shard_mlp(*fsdp);
+  optim::SGD ref_opt(ref->parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD opt(fsdp->parameters(), {.lr = 0.1, .momentum = 0.9});
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x, target] = mlp_batch(s);
+    Tensor lr = mse((*ref)(x), target);
+    lr.backward();
+    Tensor l = mse((*fsdp)(share(x, kRowsPerRank)), share(target, kRowsPerRank));
+    EXPECT_FALSE(dt::is_dtensor(l));
+    l.backward();
+    EXPECT_TRUE(close(mean_over_ranks(l), lr, 1e-5)) << "step " << s;
+    if (s == 0) expect_same_parameters(*fsdp, *ref, 1e-5, /*grads=*/true);
+    ref_opt.step();
+    opt.step();
+    ref_opt.zero_grad();
+    opt.zero_grad();
+  }
+  expect_same_parameters(*fsdp, *ref, 1e-4, /*grads=*/false);
+}
+
+TEST(FSDP, ShardsAreChunksOfDimZeroInStoragesOfTheirOwn) {
+  auto ref = mlp(3), fsdp = mlp(3);
+  shard_mlp(*fsdp);
+  int64_t local = 0, whole = 0, bound = 0, row_sum = 0;
+  auto a = fsdp->named_parameters(), b = ref->named_parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    SCOPED_TRACE(a[i].first);
+    const Tensor& p = a[i].second;
+    ASSERT_TRUE(dt::is_dtensor(p));
+    EXPECT_TRUE(p.is_leaf() && p.requires_grad());
+    EXPECT_EQ(p.sizes(), b[i].second.sizes());
+    const int64_t rows = b[i].second.size(0);
+    const int64_t want_rows = dt::chunk_length(rows, world(), rank());
+    const Tensor shard = dt::to_local(p);
+    EXPECT_EQ(shard.size(0), want_rows);
+    EXPECT_TRUE(bitwise_equal(
+        shard, narrow(b[i].second.detach(), 0, dt::chunk_offset(rows, world(), rank()), want_rows)
+                   .contiguous()));
+    // The shard's storage holds the shard only, not the whole parameter.
+    EXPECT_EQ(static_cast<int64_t>(shard.impl()->storage()->nbytes()), shard.numel() * 4);
+    local += shard.numel();
+    whole += b[i].second.numel();
+    bound += dt::chunk_size(rows, world()) * (b[i].second.numel() / rows);
+    row_sum += b[i].second.numel() / rows;
+  }
+  // 1/N of the parameters, plus at most one row per parameter of rounding.
+  EXPECT_LE(local, bound);
+  EXPECT_LE(bound * world(), whole + (world() - 1) * row_sum);
+  EXPECT_EQ(fully_sharded_parameters((*fsdp)[0]), (std::vector<std::string>{"weight", "bias"}));
+  EXPECT_TRUE(fully_sharded_parameters(*fsdp).empty());
+  EXPECT_TRUE(is_fully_sharded(*fsdp) && is_fully_sharded((*fsdp)[2]));
+  EXPECT_FALSE(is_fully_sharded((*fsdp)[1]));
+}
+
+TEST(FSDP, ForwardWithoutGradAndParametersBetweenCalls) {
+  auto ref = mlp(4), fsdp = mlp(4);
+  shard_mlp(*fsdp);
+  auto [x, target] = mlp_batch(0);
+  Tensor want = (*ref)(x);
+  {
+    autograd::NoGradGuard no_grad;
+    Tensor y = (*fsdp)(x);
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_TRUE(close(y, want, 1e-6));
+  }
+  // After a call the modules hold their shards again.
+  for (auto& [name, p] : fsdp->named_parameters()) EXPECT_TRUE(dt::is_dtensor(p)) << name;
+  // A module called twice in one forward: both uses' gradients reach the shard.
+  auto& l = dynamic_cast<nn::Linear&>((*fsdp)[4]);
+  auto& lr = dynamic_cast<nn::Linear&>((*ref)[4]);
+  Tensor in = randn({4, 5});
+  sum(add(l(in), l(mul(in, 2.0)))).backward();
+  sum(add(lr(in), lr(mul(in, 2.0)))).backward();
+  // Each rank's input is the same here, so the average is the one-process gradient.
+  EXPECT_TRUE(close(dt::full_tensor(l.weight.grad()), lr.weight.grad(), 1e-5));
+  EXPECT_TRUE(close(dt::full_tensor(l.bias.grad()), lr.bias.grad(), 1e-5));
+}
+
+// ---------------------------------------------------------------- GPT
+
+nn::GPTConfig gpt_config() {
+  nn::GPTConfig c;
+  c.vocab_size = 37;  // uneven rows at 2, 3 and 4 ranks
+  c.context = 16;
+  c.width = 20;
+  c.layers = 2;
+  c.heads = 2;
+  return c;
+}
+
+std::unique_ptr<nn::GPT> make_gpt() {
+  Generator gen(11);
+  return std::make_unique<nn::GPT>(gpt_config(), nn::Init{.gen = &gen});
+}
+
+// fully_shard on every Block, then on the GPT (embeddings, final LayerNorm).
+void shard_gpt(nn::GPT& m) {
+  for (auto& [path, sub] : m.named_modules())
+    if (sub->type_name() == "Block") fully_shard(*sub, mesh());
+  fully_shard(m, mesh());
+}
+
+constexpr int64_t kSeqsPerRank = 2, kT = 8;
+
+std::pair<Tensor, Tensor> gpt_batch(int64_t s) {
+  Generator gen(100 + s);
+  Tensor ids = randint(0, gpt_config().vocab_size, {kSeqsPerRank * world(), kT + 1}, &gen);
+  return {narrow(ids, 1, 0, kT).contiguous(), narrow(ids, 1, 1, kT).contiguous()};
+}
+
+TEST(FSDP, GptTrainedWithFullyShardMatchesOneProcess) {
+  auto ref = make_gpt(), fsdp = make_gpt();
+  shard_gpt(*fsdp);
+  EXPECT_EQ(fully_sharded_parameters(*fsdp),
+            (std::vector<std::string>{"transformer.wte.weight", "transformer.wpe.weight",
+                                      "transformer.ln_f.weight", "transformer.ln_f.bias"}));
+  optim::SGD ref_opt(ref->parameters(), {.lr = 0.3});
+  optim::SGD opt(fsdp->parameters(), {.lr = 0.3});
+  for (int s = 0; s < kSteps; ++s) {
+    auto [ids, targets] = gpt_batch(s);
+    Tensor lr = ref->loss(ids, targets);
+    lr.backward();
+    Tensor l = fsdp->loss(share(ids, kSeqsPerRank), share(targets, kSeqsPerRank));
+    l.backward();
+    EXPECT_TRUE(close(mean_over_ranks(l), lr, 1e-5)) << "step " << s;
+    if (s == 0) expect_same_parameters(*fsdp, *ref, 1e-5, /*grads=*/true);
+    ref_opt.step();
+    opt.step();
+    ref_opt.zero_grad();
+    opt.zero_grad();
+  }
+  expect_same_parameters(*fsdp, *ref, 1e-4, /*grads=*/false);
+}
+
+TEST(FSDP, CompiledGptStepEqualsEager) {
+  auto eager = make_gpt(), comp = make_gpt();
+  shard_gpt(*eager);
+  shard_gpt(*comp);
+  optim::SGD eager_opt(eager->parameters(), {.lr = 0.3});
+  optim::SGD comp_opt(comp->parameters(), {.lr = 0.3});
+  CompiledFunction step = compile(
+      [&](const Tensor& ids, const Tensor& targets) {
+        Tensor loss = comp->loss(ids, targets);
+        loss.backward();
+        comp_opt.step();
+        comp_opt.zero_grad(/*set_to_none=*/true);
+        return loss.detach();
+      },
+      {.name = "fsdp_gpt_step"});
+  for (int s = 0; s < 4; ++s) {
+    auto [ids, targets] = gpt_batch(s);
+    Tensor mine = share(ids, kSeqsPerRank), mine_t = share(targets, kSeqsPerRank);
+    Tensor le = eager->loss(mine, mine_t);
+    le.backward();
+    eager_opt.step();
+    eager_opt.zero_grad(/*set_to_none=*/true);
+    Tensor lc = step({mine, mine_t})[0];
+    EXPECT_TRUE(close(lc, le, 1e-6)) << "step " << s;
+  }
+  ASSERT_EQ(step.entries().size(), 1u);
+  EXPECT_GE(step.entries()[0].hits, 2);
+  if (world() > 1) {
+    EXPECT_NE(step.graph_str(0).find("all_gather"), std::string::npos);
+    EXPECT_NE(step.graph_str(0).find("reduce_scatter"), std::string::npos);
+  }
+  auto a = comp->named_parameters(), b = eager->named_parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(close(dt::full_tensor(a[i].second), dt::full_tensor(b[i].second), 1e-6))
+        << a[i].first;
+}
+
+// ---------------------------------------------------------------- errors
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// A module whose calls run no hooks, and one with a 0-d parameter.
+struct NotUnary : nn::Module {
+  NotUnary() { register_parameter("w", &w); }
+  Tensor w = ones({4});
+};
+struct Scalar0d : nn::UnaryModule {
+  Scalar0d() { register_parameter("scale", &scale); }
+  Tensor forward(const Tensor& x) override { return mul(x, scale); }
+  Tensor scale = ones({});
+};
+
+TEST(FSDP, Errors) {
+  auto m = mlp(5);
+  fully_shard((*m)[0], mesh());
+  EXPECT_NE(error_of([&] {
+              fully_shard((*m)[0], mesh());
+            }).find("[fully_shard] module '0' (Linear) is already sharded"),
+            std::string::npos);
+  // A parent sharded before its submodule.
+  fully_shard(*m, mesh());
+  std::string e = error_of([&] { fully_shard((*m)[2], mesh()); });
+  EXPECT_NE(e.find("[fully_shard] parameter 'weight' of module '2' (Linear) is already a DTensor"),
+            std::string::npos)
+      << e;
+  // A 2-D mesh.
+  auto fresh = mlp(5);
+  e = error_of([&] { fully_shard(*fresh, mesh_2d(kCpu)); });
+  EXPECT_NE(e.find("[fully_shard] takes a 1-D mesh, got DeviceMesh(cpu, ["), std::string::npos)
+      << e;
+  // A tensor-parallel parameter (already a DTensor).
+  auto& lin = dynamic_cast<nn::Linear&>((*fresh)[0]);
+  lin.weight = dt::distribute_tensor(lin.weight.detach(), mesh(), {dt::Shard(1)});
+  e = error_of([&] { fully_shard(lin, mesh()); });
+  EXPECT_NE(e.find("[fully_shard] parameter 'weight' of module '0' (Linear) is already a DTensor "
+                   "(Spec([S(1)]"),
+            std::string::npos)
+      << e;
+  // Nothing changed: the bias is still a plain tensor, and the module is not sharded.
+  EXPECT_FALSE(dt::is_dtensor(lin.bias));
+  EXPECT_FALSE(is_fully_sharded(lin));
+  NotUnary nu;
+  e = error_of([&] { fully_shard(nu, mesh()); });
+  EXPECT_NE(e.find("[fully_shard] module NotUnary is not a UnaryModule"), std::string::npos) << e;
+  Scalar0d s0;
+  e = error_of([&] { fully_shard(s0, mesh()); });
+  EXPECT_NE(e.find("[fully_shard] parameter 'scale' of module Scalar0d is 0-d"), std::string::npos)
+      << e;
+  EXPECT_FALSE(dt::is_dtensor(s0.scale));
+}
+
+TEST(FSDP, ARegistryEntryEndsWithItsModule) {
+  for (int i = 0; i < 3; ++i) {
+    auto m = mlp(6);
+    EXPECT_FALSE(is_fully_sharded(*m));
+    shard_mlp(*m);
+    EXPECT_TRUE(is_fully_sharded(*m));
+  }
+}
+
+}  // namespace
+}  // namespace kiln::test
