@@ -338,9 +338,10 @@ void parallelize_module(nn::Module& module, const DeviceMesh& mesh, const Parall
 // from each rank's own classes), but log_softmax needs its dim whole, so kiln::cross_entropy on
 // Shard(1) logits would gather them. Here the log-softmax is written with the reductions that
 // stay sharded: the row maxima (amax: Partial(max), all-reduced; detached, as the shift does
-// not change the result), the sums of exponentials (Partial(sum), all-reduced by log, which is
-// not linear), and the log-probabilities stay Shard(1). The loss is Partial(sum), all-reduced
-// to Replicate. Per row that is three all-reduces of [N, 1], against an all-gather of [N, C].
+// not change the result), the sums of exponentials (Partial(sum), reduced before log, which is
+// not linear: the layer picks a reduce-scatter, log on row shards, then an all-gather), and the
+// log-probabilities stay Shard(1). The loss is Partial(sum), all-reduced to Replicate. What
+// moves is [N, 1] a few times, against an all-gather of [N, C].
 Tensor loss_parallel_cross_entropy(const Tensor& logits, const Tensor& target,
                                    int64_t ignore_index) {
   if (!dt::is_dtensor(logits)) return cross_entropy(logits, target, ignore_index);

@@ -142,8 +142,8 @@ void parallelize_module(nn::Module& module, const DeviceMesh& mesh, const Parall
 // Loss parallel (PyTorch's `with loss_parallel(): cross_entropy(...)`): the mean cross-entropy
 // of logits [N, C] (a DTensor, typically Shard(1) over the classes) against targets [N] (plain
 // and the same on every rank, or a DTensor), without gathering the logits: the log-softmax
-// statistics are reduced over the class shards (one all-reduce of the max, one of the sum of
-// exponentials, one of the loss). Returns a Replicate DTensor scalar; differentiable. Plain
+// statistics are reduced over the class shards (the max, the sum of exponentials and the loss
+// move as [N, 1] tensors). Returns a Replicate DTensor scalar; differentiable. Plain
 // logits give kiln::cross_entropy. Note [Loss parallel cross-entropy].
 Tensor loss_parallel_cross_entropy(const Tensor& logits, const Tensor& target,
                                    int64_t ignore_index = -100);
