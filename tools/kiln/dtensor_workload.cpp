@@ -11,6 +11,7 @@
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/init.h"
 #include "kiln/dtensor/dtensor.h"
+#include "kiln/dtensor/redistribute.h"
 #include "kiln/ops/ops.h"
 
 // Note [Timing the Sharded layer]
@@ -136,6 +137,16 @@ std::vector<Metric> dtensor_on_every_rank(const Options& o) {
         fmt::format("64x64 float32 per rank, {}-rank {} mesh", world, device.str());
     time_ops(A, R, prefix, "", "Shard(0), " + where, iters, m);
     time_ops(R, R, prefix, "_r", "Replicate, " + where, iters, m);
+    if (device.is_meta()) continue;
+    // The anchor's redistribute: Shard(0) -> Replicate (an all-gather), against the bare
+    // all-gather of the local shard (collective: every rank runs the same loops).
+    const int64_t n = std::max<int64_t>(iters / 20, 10);
+    Timed t = time_pair(
+        n, [&] { (void)dt::redistribute(A, {dt::Replicate()}); },
+        [&] { (void)distributed::all_gather_into_tensor(a, &mesh.group(0)); });
+    m.push_back({"dtensor_redistribute_s0_to_r_us", t.a * 1e6, "us",
+                 "redistribute Shard(0) -> Replicate, " + where});
+    m.push_back({"plain_all_gather_us", t.b * 1e6, "us", "all_gather_into_tensor of the shard"});
   }
   return m;
 }
