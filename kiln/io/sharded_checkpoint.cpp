@@ -114,18 +114,21 @@ std::vector<std::string> all_gather_strings(const std::string& s) {
 }
 
 // Runs `fn` (this rank's part of a phase, returning what the others should learn) and returns
-// every rank's result; when any rank's fn threw, every rank throws the same ValueError. See
-// Note [Failing on every rank].
+// every rank's result; when any rank's fn threw, every rank throws the same ValueError (a
+// message from outside Kiln, such as std::filesystem's, gets "[op] " before it). See Note
+// [Failing on every rank].
 template <class F>
-std::vector<std::string> exchange(F&& fn) {
+std::vector<std::string> exchange(const char* op, F&& fn) {
   std::string mine;
   try {
     std::string result = fn();
     mine.reserve(result.size() + 1);
     mine.push_back('+');
     mine.append(result);
+  } catch (const Error& e) {
+    mine = std::string("-") + e.what();
   } catch (const std::exception& e) {
-    mine = std::string("-") + (*e.what() ? e.what() : "unknown error");
+    mine = fmt::format("-[{}] {}", op, e.what());
   }
   std::vector<std::string> all = all_gather_strings(mine);
   for (size_t r = 0; r < all.size(); ++r) {
@@ -588,7 +591,7 @@ void save_sharded(const std::string& dir, const StateDict& tensors,
 
   // 1. Validate, and learn that every rank saves the same tensors the same way (before any
   //    collective that depends on the list).
-  std::vector<std::string> descs = exchange([&] {
+  std::vector<std::string> descs = exchange("save_sharded", [&] {
     std::set<std::string_view> seen;
     ordered_json d = ordered_json::array();
     for (size_t i = 0; i < tensors.size(); ++i) {
@@ -637,7 +640,7 @@ void save_sharded(const std::string& dir, const StateDict& tensors,
   //    directory holds no complete checkpoint.
   std::random_device rd;
   const std::string proposed_id = fmt::format("{:08x}{:08x}{:08x}", rd(), rd(), rd());
-  const std::string save_id = exchange([&] {
+  const std::string save_id = exchange("save_sharded", [&] {
     if (me == 0) {
       fs::create_directories(dir);
       fs::remove(path_in(dir, kIndexName));
@@ -646,7 +649,7 @@ void save_sharded(const std::string& dir, const StateDict& tensors,
   })[0];
 
   // 4. Every rank writes its pieces.
-  std::vector<std::string> pieces = exchange([&] {
+  std::vector<std::string> pieces = exchange("save_sharded", [&] {
     StateDict mine;
     ordered_json list = ordered_json::array();
     for (size_t i = 0; i < tensors.size(); ++i) {
@@ -682,7 +685,7 @@ void save_sharded(const std::string& dir, const StateDict& tensors,
   });
 
   // 5. Rank 0 writes the index, which makes the checkpoint complete.
-  exchange([&] {
+  exchange("save_sharded", [&] {
     if (me != 0) return std::string();
     ordered_json index;
     index["format"] = kFormat;
@@ -691,7 +694,7 @@ void save_sharded(const std::string& dir, const StateDict& tensors,
     index["save_id"] = save_id;
     index["metadata"] = metadata;
     ordered_json entries = ordered_json::object();
-    json descs0 = json::parse(descs[0]);
+    ordered_json descs0 = ordered_json::parse(descs[0]);
     for (size_t i = 0; i < tensors.size(); ++i) {
       ordered_json e;
       for (const char* k : {"dtype", "shape", "mesh", "placements"}) e[k] = descs0[i][k];
@@ -717,7 +720,7 @@ void load_sharded(const std::string& dir, const StateDict& targets,
   autograd::NoGradGuard no_grad;
   std::vector<Tensor> loaded;
   std::map<std::string, std::string> md;
-  exchange([&] {
+  exchange("load_sharded", [&] {
     std::set<std::string_view> seen;
     for (size_t i = 0; i < targets.size(); ++i) {
       const auto& [n, t] = targets[i];

@@ -480,6 +480,13 @@ TEST(ShardedCheckpointSave, BadInputWritesNothing) {
                         "[save_sharded] rank 1 saves other tensors than rank 0");
   }
   EXPECT_FALSE(fs::exists(dir.path()));
+  // A directory that cannot be made: std::filesystem's error, as the component's, on every rank.
+  const std::string file = dir.path() + "_file";
+  if (dist::rank() == 0) std::ofstream(file) << "x";
+  dist::barrier();
+  EXPECT_THROW_PREFIX(io::save_sharded(file + "/sub", {{"a", t}}), ValueError, "[save_sharded] ");
+  dist::barrier();
+  if (dist::rank() == 0) fs::remove(file);
 }
 
 }  // namespace
