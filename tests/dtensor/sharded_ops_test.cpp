@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <random>
 
 #include "kiln/dtensor/factories.h"
 #include "kiln/dtensor/sharding_rule.h"
@@ -137,6 +138,41 @@ TEST_P(ShardedOps, EveryPlacementCombinationMatchesTheWholeTensors) {
       size_t i = 0;
       while (i < pick.size() && ++pick[i] == choices[i].size()) pick[i++] = 0;
       if (i == pick.size()) break;
+    }
+  }
+}
+
+// A seeded sample on the 2-D mesh (a real 2x2 at 4 ranks): each case on 8 random pairs of
+// placements per input (the same draws on every rank), nested shards included.
+TEST_P(ShardedOps, SampleOfPlacementPairsOnTwoMeshDims) {
+  const Device d = dev();
+  const dt::DeviceMesh& mesh = mesh_2d(d);
+  std::mt19937 rng(15);
+  for (const Case& c : cases()) {
+    TensorList whole;
+    for (size_t i = 0; i < c.shapes.size(); ++i)
+      whole.push_back(global_tensor(c.shapes[i], c.dtype, d, static_cast<int64_t>(7 * i)));
+    const TensorList want = c.fn(whole);
+    for (int draw = 0; draw < 8; ++draw) {
+      TensorList in;
+      std::string label = c.name + " [";
+      for (size_t i = 0; i < c.shapes.size(); ++i) {
+        const std::vector<dt::Placement> ps = placements_for(c.shapes[i], c.partial);
+        dt::Placement p0 = ps[rng() % ps.size()], p1 = ps[rng() % ps.size()];
+        in.push_back(dt::distribute_tensor(whole[i], mesh, {p0, p1}));
+        label += fmt::format("{}[{}, {}]", i ? ", " : "", p0.str(), p1.str());
+      }
+      label += "]";
+      TensorList got;
+      try {
+        got = c.fn(in);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << label << " raised: " << e.what();
+      }
+      if (got.size() == want.size()) {
+        for (size_t k = 0; k < want.size(); ++k)
+          EXPECT_TRUE(close(dt::full_tensor(got[k]), want[k])) << label << " result " << k;
+      }
     }
   }
 }
