@@ -9,7 +9,9 @@
 
 #include "kiln/io/safetensors.h"
 
-namespace kiln::io {
+namespace kiln::dtensor {
+
+using io::StateDict;
 
 // Saves `tensors` (DTensors and plain tensors, by name) to the directory `dir` (made if missing;
 // every rank must see the same directory). Collective over the world: every rank calls it with
@@ -33,4 +35,4 @@ void save_sharded(const std::string& dir, const StateDict& tensors,
 void load_sharded(const std::string& dir, const StateDict& targets,
                   std::map<std::string, std::string>* metadata = nullptr);
 
-}  // namespace kiln::io
+}  // namespace kiln::dtensor

@@ -1,8 +1,8 @@
-// Sharded checkpoints (kiln/io/sharded_checkpoint.h): round trips from every layout to every
+// Sharded checkpoints (kiln/dtensor/sharded_checkpoint.h): round trips from every layout to every
 // layout on this world's meshes, checkpoints saved by another world size (ShardedCheckpointWorlds:
 // ctest saves on 1, 2 and 4 ranks, then each world loads the others'), and one test per
 // malformed index or shard file. Every rank runs every test, in the same order.
-#include "kiln/io/sharded_checkpoint.h"
+#include "kiln/dtensor/sharded_checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -124,7 +124,7 @@ void load_and_check(const std::string& dir, const Layout& target, Device device)
         which.push_back(c);
       }
   }
-  io::load_sharded(dir, targets);
+  dt::load_sharded(dir, targets);
   for (size_t i = 0; i < targets.size(); ++i) {
     const Tensor& t = targets[i].second;
     Tensor whole = dt::is_dtensor(t) ? dt::full_tensor(t) : t;
@@ -164,16 +164,16 @@ class SharedDir {
 
 TEST(ShardedCheckpoint, EveryLayoutToEveryLayout) {
   SharedDir dir("layouts");
-  io::save_sharded(dir.path(), sources(Device(kCPU)), {{"step", "7"}});
+  dt::save_sharded(dir.path(), sources(Device(kCPU)), {{"step", "7"}});
   for (const Layout& target : layouts()) load_and_check(dir.path(), target, Device(kCPU));
   std::map<std::string, std::string> md;
-  io::load_sharded(dir.path(), {}, &md);
+  dt::load_sharded(dir.path(), {}, &md);
   EXPECT_EQ(md, (std::map<std::string, std::string>{{"step", "7"}}));
 }
 
 TEST(ShardedCheckpoint, SimShardsRoundTrip) {
   SharedDir dir("sim");
-  io::save_sharded(dir.path(), sources(sim()));
+  dt::save_sharded(dir.path(), sources(sim()));
   for (size_t l : {0, 1, 5, 8, 11}) load_and_check(dir.path(), layouts()[l], sim());
 }
 
@@ -182,10 +182,10 @@ TEST(ShardedCheckpoint, SavingAgainReplacesTheCheckpoint) {
   const dt::DeviceMesh& mesh = mesh_1d(Device(kCPU));
   Tensor a = global_tensor({5, 7}, kFloat32, Device(kCPU)),
          b = global_tensor({5, 7}, kFloat32, Device(kCPU), 100);
-  io::save_sharded(dir.path(), {{"w", dt::distribute_tensor(a, mesh, {Shard(0)})}});
-  io::save_sharded(dir.path(), {{"w", dt::distribute_tensor(b, mesh, {Shard(1)})}});
+  dt::save_sharded(dir.path(), {{"w", dt::distribute_tensor(a, mesh, {Shard(0)})}});
+  dt::save_sharded(dir.path(), {{"w", dt::distribute_tensor(b, mesh, {Shard(1)})}});
   Tensor target = zeros({5, 7}, kFloat32, Device(kCPU));
-  io::load_sharded(dir.path(), {{"w", target}});
+  dt::load_sharded(dir.path(), {{"w", target}});
   EXPECT_TRUE(same_bits(target, b));
 }
 
@@ -201,7 +201,7 @@ std::string world_dir(int world) {
 
 TEST(ShardedCheckpointWorlds, Save) {
   if (!std::getenv("KILN_CKPT_DIR")) GTEST_SKIP() << "KILN_CKPT_DIR is not set";
-  io::save_sharded(world_dir(dist::world_size()), sources(Device(kCPU)),
+  dt::save_sharded(world_dir(dist::world_size()), sources(Device(kCPU)),
                    {{"world", std::to_string(dist::world_size())}});
 }
 
@@ -214,7 +214,7 @@ TEST(ShardedCheckpointWorlds, LoadEveryOtherWorld) {
   while (worlds >> n) {
     SCOPED_TRACE(fmt::format("saved on {} ranks, loaded on {}", n, dist::world_size()));
     std::map<std::string, std::string> md;
-    io::load_sharded(world_dir(n), {}, &md);
+    dt::load_sharded(world_dir(n), {}, &md);
     EXPECT_EQ(md["world"], std::to_string(n));
     for (const Layout& target : layouts()) load_and_check(world_dir(n), target, Device(kCPU));
     ++loaded;
@@ -228,7 +228,7 @@ TEST(ShardedCheckpointWorlds, LoadEveryOtherWorld) {
 class Malformed : public ::testing::Test {
  protected:
   Malformed() : dir_("bad") {
-    io::save_sharded(dir(), {{"w", dt::distribute_tensor(w_, mesh(), {Shard(0)})}, {"b", b_}});
+    dt::save_sharded(dir(), {{"w", dt::distribute_tensor(w_, mesh(), {Shard(0)})}, {"b", b_}});
   }
   const dt::DeviceMesh& mesh() { return mesh_1d(Device(kCPU)); }
   const std::string& dir() { return dir_.path(); }
@@ -269,7 +269,7 @@ class Malformed : public ::testing::Test {
     Tensor b = full({3}, -1.0, kInt64, Device(kCPU));
     Tensor w_before = dt::to_local(w).clone(), b_before = b.clone();
     try {
-      io::load_sharded(dir(), {{w_name, w}, {"b", b}});
+      dt::load_sharded(dir(), {{w_name, w}, {"b", b}});
       ADD_FAILURE() << "no error; expected one holding '" << parts.front() << "'";
     } catch (const ValueError& e) {
       std::string m = e.what();
@@ -289,7 +289,7 @@ class Malformed : public ::testing::Test {
 TEST_F(Malformed, TheUneditedCheckpointLoads) {
   Tensor w = dt::distribute_tensor(zeros({5, 7}, kFloat32, Device(kCPU)), mesh(), {Shard(1)});
   Tensor b = zeros({3}, kInt64, Device(kCPU));
-  io::load_sharded(dir(), {{"b", b}, {"w", w}});
+  dt::load_sharded(dir(), {{"b", b}, {"w", w}});
   EXPECT_TRUE(same_bits(dt::full_tensor(w), w_));
   EXPECT_TRUE(same_bits(b, b_));
 }
@@ -468,15 +468,15 @@ TEST(SafetensorsReader, ReadsSingleTensorsAndRefusesWhatLoadSafetensorsRefuses) 
 TEST(ShardedCheckpointSave, BadInputWritesNothing) {
   SharedDir dir("save_errors");
   Tensor t = zeros({2}, kFloat32, Device(kCPU));
-  EXPECT_THROW_PREFIX(io::save_sharded(dir.path(), {{"a", t}, {"a", t}}), ValueError,
+  EXPECT_THROW_PREFIX(dt::save_sharded(dir.path(), {{"a", t}, {"a", t}}), ValueError,
                       "[save_sharded] duplicate tensor name 'a'");
-  EXPECT_THROW_PREFIX(io::save_sharded(dir.path(), {{"a", Tensor()}}), ValueError,
+  EXPECT_THROW_PREFIX(dt::save_sharded(dir.path(), {{"a", Tensor()}}), ValueError,
                       "[save_sharded] tensor 'a' is undefined");
-  EXPECT_THROW_CONTAINS(io::save_sharded(dir.path(), {{"a", zeros({2}, kFloat32, Device(kMeta))}}),
+  EXPECT_THROW_CONTAINS(dt::save_sharded(dir.path(), {{"a", zeros({2}, kFloat32, Device(kMeta))}}),
                         ValueError, "is on meta");
   if (dist::world_size() > 1) {
     Tensor mine = zeros({dist::rank() == 1 ? 3 : 2}, kFloat32, Device(kCPU));
-    EXPECT_THROW_PREFIX(io::save_sharded(dir.path(), {{"a", mine}}), ValueError,
+    EXPECT_THROW_PREFIX(dt::save_sharded(dir.path(), {{"a", mine}}), ValueError,
                         "[save_sharded] rank 1 saves other tensors than rank 0");
   }
   EXPECT_FALSE(fs::exists(dir.path()));
@@ -484,7 +484,7 @@ TEST(ShardedCheckpointSave, BadInputWritesNothing) {
   const std::string file = dir.path() + "_file";
   if (dist::rank() == 0) std::ofstream(file) << "x";
   dist::barrier();
-  EXPECT_THROW_PREFIX(io::save_sharded(file + "/sub", {{"a", t}}), ValueError, "[save_sharded] ");
+  EXPECT_THROW_PREFIX(dt::save_sharded(file + "/sub", {{"a", t}}), ValueError, "[save_sharded] ");
   dist::barrier();
   if (dist::rank() == 0) fs::remove(file);
 }

@@ -1,4 +1,4 @@
-#include "kiln/io/sharded_checkpoint.h"
+#include "kiln/dtensor/sharded_checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -61,7 +61,10 @@
 // load assembles every target's shard in temporaries and copies them into the targets only
 // after the last exchange succeeded, so a failed load leaves every target as it was.
 
-namespace kiln::io {
+namespace kiln::dtensor {
+
+using io::SafetensorsReader;
+using io::save_safetensors;
 namespace {
 
 namespace dt = kiln::dtensor;
@@ -778,4 +781,4 @@ void load_sharded(const std::string& dir, const StateDict& targets,
   if (metadata) *metadata = std::move(md);
 }
 
-}  // namespace kiln::io
+}  // namespace kiln::dtensor
