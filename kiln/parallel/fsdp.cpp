@@ -1,5 +1,6 @@
 #include "kiln/parallel/fsdp.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -10,11 +11,13 @@
 #include "kiln/core/error.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/dtensor/dtensor.h"
+#include "kiln/dtensor/redistribute.h"
 #include "kiln/ops/ops.h"
 
 namespace kiln::parallel {
 
 namespace dt = kiln::dtensor;
+using dt::Placement;
 
 // Note [FSDP units]
 // fully_shard(module) makes a unit: the parameters under `module` that no unit made before
@@ -46,6 +49,22 @@ namespace dt = kiln::dtensor;
 // (the collectives are blocking; an eager prefetch would start the next unit's gather with
 // all_gather_into_tensor_async in the pre-hook, in the order recorded by the first forward).
 
+// Note [FSDP and tensor parallel]
+// On a 2-D mesh [dp, tp] the parameters that tensor parallel made DTensors on the mesh's second
+// dim (parallelize_module on mesh.submesh({tp}) first) keep their tensor-parallel placement on
+// that dim, and each rank's tensor-parallel piece is sharded over dp: a 2-D DTensor [S(k), P]
+// on the whole mesh; plain parameters become [S(0), R]. k is 0 unless the tensor-parallel
+// placement shards dim 0 too (a column-sharded weight, a vocab-parallel embedding), where two
+// mesh dims splitting one tensor dim would nest the other way round (the later mesh dim splits
+// the earlier one's chunk, so dp's chunk would be cut by tp, not tp's by dp): then k is 1, and a
+// 1-D parameter sharded by tp along its only dim (a column-sharded bias) stays replicated over
+// dp. The gather redistributes [S(k), P] to [R, P], an all_gather over dp, and hands the forward
+// the tensor-parallel DTensor with the parameter's own tensor-parallel spec (a plain tensor for
+// a plain parameter), so the tensor-parallel styles run as without FSDP. Backward takes its
+// gradient to P on the tp mesh, reads the local tensor as [Partial(avg), P] and redistributes
+// it to [S(k), P]: a reduce_scatter over dp (an all_reduce for a dp-replicated bias). The
+// parameters are gathered one by one, not in buckets.
+
 namespace {
 
 std::string describe(const nn::Module& m) {
@@ -62,13 +81,42 @@ struct Bucket {
   int64_t numel = 0;
 };
 
-// What the gather and its backward need; fixed at fully_shard, shared with the nodes.
+// What the gather and its backward need; fixed at fully_shard, shared with the nodes. On a 1-D
+// mesh the parameters are gathered in buckets; on a 2-D one (Note [FSDP and tensor parallel])
+// one by one, from `specs` to `gathered`, and a tensor-parallel parameter is handed to the
+// forward as a DTensor with its own spec on the tensor-parallel mesh (`tp_specs`; null for a
+// plain parameter).
 struct Layout {
   const dt::DeviceMesh* mesh;
-  std::vector<const dt::DTensorSpec*> specs;  // each parameter's Shard(0) spec
+  std::vector<const dt::DTensorSpec*> specs;  // each parameter's sharded spec on `mesh`
   std::vector<Bucket> buckets;
-  int64_t parts() const { return mesh->size(); }
+  std::vector<const dt::DTensorSpec*> gathered, tp_specs;
+  bool two_d() const { return mesh->ndim() == 2; }
+  int64_t parts() const { return mesh->size(0); }
 };
+
+bool same_placements(ArrayRef<Placement> a, ArrayRef<Placement> b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end());
+}
+
+// 2-D: parameter i's gradient, as the forward's tensor got it (plain, or a DTensor on the
+// tensor-parallel mesh), averaged over the data-parallel ranks into the sharded spec.
+Tensor scatter_2d(const Layout& l, size_t i, Tensor g) {
+  const dt::DTensorSpec* s = l.specs[i];
+  if (l.tp_specs[i]) {
+    if (!g.defined())
+      g = zeros(l.tp_specs[i]->local_shape(), s->dtype(), l.mesh->device());
+    else if (!same_placements(dt::spec_of(g)->placements(), l.tp_specs[i]->placements()))
+      g = dt::redistribute(g, l.tp_specs[i]->placements());
+    if (dt::is_dtensor(g)) g = dt::sharded_meta(g).local;
+  } else if (!g.defined()) {
+    g = zeros(s->shape(), s->dtype(), l.mesh->device());
+  }
+  const dt::DTensorSpec* partial = dt::with_placements(
+      *l.gathered[i], {dt::Partial(distributed::ReduceOp::Avg), l.gathered[i]->placements()[1]});
+  return dt::make_dtensor(run_redistribute(g.contiguous(), *dt::plan_redistribute(*partial, *s)),
+                          s);
+}
 
 // The rows of a parameter's dim 0 as ceil-sized chunks of every rank, padded: [N c, rest...].
 Shape padded_shape(const dt::DTensorSpec& s, int64_t parts) {
@@ -89,6 +137,14 @@ class GatherBackward final : public autograd::Node {
     const Layout& l = *layout_;
     const int64_t n = l.parts();
     TensorList out(grads.size());
+    if (l.two_d()) {
+      for (size_t i = 0; i < grads.size(); ++i) {
+        const bool defined = grads[i].defined();
+        Tensor g = scatter_2d(l, i, std::move(grads[i]));
+        if (defined) out[i] = g;
+      }
+      return out;
+    }
     for (const Bucket& b : l.buckets) {
       TensorList pieces;
       for (size_t k = 0; k < b.params.size(); ++k) {
@@ -149,6 +205,11 @@ struct Unit {
     record = record && autograd::is_grad_enabled();
     autograd::NoGradGuard no_grad;
     TensorList out(shards.size());
+    for (size_t i = 0; i < l.gathered.size(); ++i) {
+      Tensor whole = dt::run_redistribute(dt::sharded_meta(shards[i]).local,
+                                          *dt::plan_redistribute(*l.specs[i], *l.gathered[i]));
+      out[i] = l.tp_specs[i] ? dt::make_dtensor(whole, l.tp_specs[i]) : whole;
+    }
     for (const Bucket& b : l.buckets) {
       Tensor flat = zeros({b.numel}, b.dtype, l.mesh->device());
       for (size_t k = 0; k < b.params.size(); ++k) {
@@ -187,9 +248,60 @@ Unit* find_unit(const nn::Module& m) {
 
 }  // namespace
 
+namespace {
+
+// The data-parallel placement of a parameter whose tensor-parallel one is `tp` (Replicate for a
+// plain parameter). See Note [FSDP and tensor parallel].
+Placement data_parallel_placement(Placement tp, int64_t dim) {
+  if (!tp.is_shard(0)) return dt::Shard(0);
+  if (dim >= 2) return dt::Shard(1);
+  return dt::Replicate();
+}
+
+// A plain or tensor-parallel parameter sharded over the data-parallel dim of the 2-D `mesh`;
+// records its specs in `l`. See Note [FSDP and tensor parallel].
+Tensor shard_2d(const Tensor& param, const dt::DeviceMesh& mesh, Layout& l) {
+  const dt::DTensorSpec* tp = dt::is_dtensor(param) ? dt::spec_of(param) : nullptr;
+  const Placement tp_placement = tp ? tp->placements()[0] : Placement(dt::Replicate());
+  const Placement dp = data_parallel_placement(tp_placement, param.dim());
+  const dt::DTensorSpec* s =
+      dt::intern_spec(mesh, {dp, tp_placement}, param.sizes(), contiguous_strides(param.sizes()),
+                      param.dtype(), "fully_shard");
+  l.specs.push_back(s);
+  l.gathered.push_back(dt::with_placements(*s, {dt::Replicate(), tp_placement}));
+  l.tp_specs.push_back(tp);
+  // This rank's tensor-parallel piece (the whole for a plain parameter), rank 0's along the
+  // data-parallel dim, then its data-parallel chunk.
+  Tensor piece = tp ? dt::sharded_meta(param).local : param.detach();
+  if (mesh.size(0) > 1) piece = distributed::broadcast(piece.contiguous(), 0, &mesh.group(0));
+  if (dp.is_shard()) {
+    const int64_t n = piece.size(dp.dim()), parts = mesh.size(0), c = mesh.coordinate(0);
+    piece = narrow(piece, dp.dim(), dt::chunk_offset(n, parts, c), dt::chunk_length(n, parts, c));
+  }
+  return dt::make_dtensor(piece.contiguous().clone(), s);
+}
+
+// Adds parameter i (with spec `s`) to its dtype's bucket.
+void add_to_bucket(Layout& l, std::map<DType, size_t>& bucket_of, size_t i) {
+  const dt::DTensorSpec& s = *l.specs[i];
+  auto [it, fresh] = bucket_of.emplace(s.dtype(), l.buckets.size());
+  if (fresh) l.buckets.push_back(Bucket{s.dtype(), {}, {}, {}, 0});
+  Bucket& b = l.buckets[it->second];
+  int64_t len = 1;
+  for (int64_t x : padded_shape(s, l.parts())) len *= x;
+  len /= l.parts();
+  b.params.push_back(i);
+  b.offsets.push_back(b.numel);
+  b.lengths.push_back(len);
+  b.numel += len;
+}
+
+}  // namespace
+
 void fully_shard(nn::Module& module, const dt::DeviceMesh& mesh) {
-  KILN_CHECK(mesh.ndim() == 1,
-             "[fully_shard] takes a 1-D mesh, got {} (FSDP+TP on a 2-D mesh is not done yet)",
+  KILN_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2,
+             "[fully_shard] takes a 1-D mesh (data parallel) or a 2-D one (data parallel, "
+             "tensor parallel), got {}",
              mesh.str());
   KILN_CHECK(!find_unit(module), "[fully_shard] {} is already sharded", describe(module));
   auto* unary = dynamic_cast<nn::UnaryModule*>(&module);
@@ -197,6 +309,8 @@ void fully_shard(nn::Module& module, const dt::DeviceMesh& mesh) {
                   "[fully_shard] {} is not a UnaryModule: its calls run no hooks, so its "
                   "parameters cannot be gathered around them",
                   describe(module));
+  const bool two_d = mesh.ndim() == 2;
+  const dt::DeviceMesh* tp_mesh = two_d ? &mesh.submesh({mesh.dim_names()[1]}) : nullptr;
   // Parameters of units under `module`, which this unit leaves to them.
   std::set<const Tensor*> taken;
   for (auto& [path, sub] : module.named_modules()) {
@@ -207,11 +321,20 @@ void fully_shard(nn::Module& module, const dt::DeviceMesh& mesh) {
   unit->module = &module;
   for (auto& [name, slot] : module.named_parameter_slots()) {
     if (taken.count(slot)) continue;
-    KILN_CHECK(!dt::is_dtensor(*slot),
-               "[fully_shard] parameter '{}' of {} is already a DTensor ({}): {}", name,
-               describe(module), dt::spec_of(*slot)->str(),
-               "a parent is sharded before this submodule, or tensor parallel was applied "
-               "(FSDP+TP on a 2-D mesh is not done yet)");
+    if (dt::is_dtensor(*slot)) {
+      const dt::DTensorSpec& s = *dt::spec_of(*slot);
+      KILN_CHECK(&s.mesh() == tp_mesh,
+                 "[fully_shard] parameter '{}' of {} is already a DTensor ({}): {}", name,
+                 describe(module), s.str(),
+                 two_d ? fmt::format("only tensor-parallel parameters on the mesh's second dim "
+                                     "({}) can be sharded further",
+                                     tp_mesh->str())
+                       : std::string("a parent is sharded before this submodule, or tensor "
+                                     "parallel was applied (pass the 2-D mesh: data parallel, "
+                                     "tensor parallel)"));
+      KILN_CHECK(!s.has_partial(), "[fully_shard] parameter '{}' of {} is a Partial DTensor ({})",
+                 name, describe(module), s.str());
+    }
     KILN_CHECK(slot->dim() >= 1, "[fully_shard] parameter '{}' of {} is 0-d: FSDP shards dim 0",
                name, describe(module));
     unit->names.push_back(name);
@@ -226,25 +349,21 @@ void fully_shard(nn::Module& module, const dt::DeviceMesh& mesh) {
     Tensor d;
     {
       autograd::NoGradGuard no_grad;
-      d = dt::distribute_tensor(param.detach(), mesh, {dt::Shard(0)});
-      // The shard in a storage of its own (the redistribute's chunk may view the whole).
-      d = dt::make_dtensor(dt::to_local(d).clone(), dt::spec_of(d));
+      if (!two_d) {
+        d = dt::distribute_tensor(param.detach(), mesh, {dt::Shard(0)});
+        // The shard in a storage of its own (the redistribute's chunk may view the whole).
+        d = dt::make_dtensor(dt::to_local(d).clone(), dt::spec_of(d));
+      } else {
+        d = shard_2d(param, mesh, *layout);
+      }
     }
     d.requires_grad_(true);
     param = d;
     unit->shards.push_back(d);
-    const dt::DTensorSpec* s = dt::spec_of(d);
-    layout->specs.push_back(s);
-    auto [it, fresh] = bucket_of.emplace(param.dtype(), layout->buckets.size());
-    if (fresh) layout->buckets.push_back(Bucket{param.dtype(), {}, {}, {}, 0});
-    Bucket& b = layout->buckets[it->second];
-    int64_t len = 1;
-    for (int64_t x : padded_shape(*s, mesh.size())) len *= x;
-    len /= mesh.size();
-    b.params.push_back(i);
-    b.offsets.push_back(b.numel);
-    b.lengths.push_back(len);
-    b.numel += len;
+    if (!two_d) {
+      layout->specs.push_back(dt::spec_of(d));
+      add_to_bucket(*layout, bucket_of, i);
+    }
   }
   unit->layout = layout;
   {

@@ -25,12 +25,14 @@ namespace kiln::parallel {
 // Shards the parameters of `module` and of its submodules that no earlier fully_shard call
 // manages (apply it to submodules before their parents) as Shard(0) DTensor leaves on `mesh`
 // (1-D), from rank 0's values (uneven dim 0 follows chunk's rule), and registers the forward
-// hooks that gather them around each call of the module. `module` must be a UnaryModule (its
-// calls run hooks). Everything is checked before anything changes: a ValueError for a mesh that
-// is not 1-D, a module already sharded, a submodule sharded after its parent, a 0-d parameter
-// or one already a DTensor (tensor parallel: FSDP+TP on a 2-D mesh is not done yet); a
-// TypeError for a module that is not a UnaryModule. Collective: every rank of the mesh calls
-// it, in the same order, on the same model.
+// hooks that gather them around each call of the module. On a 2-D mesh [dp, tp], parameters
+// that tensor parallel made DTensors on mesh.submesh({tp}) keep their placement on tp and are
+// sharded over dp (Note [FSDP and tensor parallel]). `module` must be a UnaryModule (its calls
+// run hooks). Everything is checked before anything changes: a ValueError for a mesh of more
+// than 2 dims, a module already sharded, a submodule sharded after its parent, a 0-d parameter,
+// or one already a DTensor on another mesh than the 2-D mesh's tp dim; a TypeError for a module
+// that is not a UnaryModule. Collective: every rank of the mesh calls it, in the same order, on
+// the same model.
 void fully_shard(nn::Module& module, const dtensor::DeviceMesh& mesh);
 
 // Whether fully_shard was applied to `module` itself.

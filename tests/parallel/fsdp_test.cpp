@@ -13,6 +13,7 @@
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/parallel/fsdp.h"
+#include "kiln/parallel/tensor_parallel.h"
 #include "tests/dtensor/dtensor_test_util.h"
 
 namespace kiln::test {
@@ -304,6 +305,83 @@ TEST(FSDP, CompiledGptStepEqualsEager) {
         << a[i].first;
 }
 
+// ---------------------------------------------------------------- FSDP + tensor parallel
+
+// Heads that divide over 1, 2 and 3 tensor-parallel ranks; a vocabulary that does not.
+nn::GPTConfig tp_gpt_config() { return {37, 16, 24, 2, 6, true}; }
+
+// The 2-D mesh's parameters gathered whole, in the module's order (a fused c_attn's rows back in
+// the module's order).
+nn::NamedTensors gathered_2d(nn::GPT& m, int64_t tp) {
+  nn::NamedTensors out;
+  for (auto& [name, p] : m.named_parameters()) {
+    Tensor w = dt::full_tensor(p);
+    if (name.find("c_attn") != std::string::npos) w = fused_rows_to_module_order(w, 3, tp);
+    out.emplace_back(name, w.detach());
+  }
+  return out;
+}
+
+// GPT with tensor parallel over the 2-D mesh's "tp" dim and fully_shard over "dp" (a 2x2 mesh
+// at 4 ranks, 1 x n otherwise), each dp rank on its share of the batch, against one process on
+// the whole batch.
+TEST(FSDP, GptWithTensorParallelOnA2DMeshMatchesOneProcess) {
+  const dt::DeviceMesh& mesh2 = mesh_2d(kCpu);
+  const dt::DeviceMesh& tp_mesh = mesh2.submesh({"tp"});
+  const int64_t dp = mesh2.size(0), tp = mesh2.size(1), dp_rank = mesh2.coordinate(0);
+  Generator g1(11), g2(11);
+  auto ref = std::make_unique<nn::GPT>(tp_gpt_config(), nn::Init{.gen = &g1});
+  auto model = std::make_unique<nn::GPT>(tp_gpt_config(), nn::Init{.gen = &g2});
+  parallelize_module(*model, tp_mesh, gpt_tensor_parallel_plan(tp_gpt_config(), tp_mesh));
+  for (auto& [path, sub] : model->named_modules())
+    if (sub->type_name() == "Block") fully_shard(*sub, mesh2);
+  fully_shard(*model, mesh2);
+  // Every parameter is a DTensor on the 2-D mesh: tensor-parallel placements on tp, sharded over
+  // dp along a dim tp does not shard.
+  for (auto& [name, p] : model->named_parameters()) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(dt::is_dtensor(p));
+    const dt::DTensorSpec& s = *dt::spec_of(p);
+    EXPECT_EQ(&s.mesh(), &mesh2);
+    const dt::Placement pd = s.placements()[0], pt = s.placements()[1];
+    if (pt.is_shard(0))
+      EXPECT_EQ(pd, p.dim() >= 2 ? dt::Placement(dt::Shard(1)) : dt::Placement(dt::Replicate()));
+    else
+      EXPECT_EQ(pd, dt::Placement(dt::Shard(0)));
+  }
+  optim::SGD ref_opt(ref->parameters(), {.lr = 0.3});
+  optim::SGD opt(model->parameters(), {.lr = 0.3});
+  const int64_t v = tp_gpt_config().vocab_size;
+  for (int s = 0; s < kSteps; ++s) {
+    Generator gen(300 + s);
+    Tensor ids = randint(0, v, {kSeqsPerRank * dp, kT + 1}, &gen);
+    Tensor x = narrow(ids, 1, 0, kT).contiguous(), y = narrow(ids, 1, 1, kT).contiguous();
+    Tensor lr = ref->loss(x, y);
+    lr.backward();
+    Tensor mine_x = narrow(x, 0, dp_rank * kSeqsPerRank, kSeqsPerRank).contiguous();
+    Tensor mine_y = narrow(y, 0, dp_rank * kSeqsPerRank, kSeqsPerRank).contiguous();
+    Tensor logits = (*model)(mine_x);
+    Tensor l = loss_parallel_cross_entropy(logits.reshape({-1, v}), mine_y.reshape({-1}));
+    l.backward();
+    Tensor mean = dt::to_local(l).detach();
+    if (dp > 1) mean = dist::all_reduce(mean, dist::ReduceOp::Avg, &mesh2.group(0));
+    EXPECT_TRUE(close(mean, lr, 1e-5)) << "step " << s;
+    if (s == 0)
+      for (auto& [name, p] : model->named_parameters()) {
+        ASSERT_TRUE(p.grad().defined()) << name;
+        EXPECT_EQ(dt::spec_of(p.grad()), dt::spec_of(p)) << name;
+      }
+    ref_opt.step();
+    opt.step();
+    ref_opt.zero_grad();
+    opt.zero_grad();
+  }
+  auto a = gathered_2d(*model, tp), b = ref->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(close(a[i].second, b[i].second, 1e-4)) << a[i].first;
+}
+
 // ---------------------------------------------------------------- errors
 
 template <class F>
@@ -340,10 +418,13 @@ TEST(FSDP, Errors) {
   EXPECT_NE(e.find("[fully_shard] parameter 'weight' of module '2' (Linear) is already a DTensor"),
             std::string::npos)
       << e;
-  // A 2-D mesh.
+  // A 3-D mesh.
   auto fresh = mlp(5);
-  e = error_of([&] { fully_shard(*fresh, mesh_2d(kCpu)); });
-  EXPECT_NE(e.find("[fully_shard] takes a 1-D mesh, got DeviceMesh(cpu, ["), std::string::npos)
+  static const dt::DeviceMesh& mesh3 = dt::init_device_mesh(kCpu, {1, 1, world()});
+  e = error_of([&] { fully_shard(*fresh, mesh3); });
+  EXPECT_NE(e.find("[fully_shard] takes a 1-D mesh (data parallel) or a 2-D one (data parallel, "
+                   "tensor parallel), got DeviceMesh(cpu, [1, 1, "),
+            std::string::npos)
       << e;
   // A tensor-parallel parameter (already a DTensor).
   auto& lin = dynamic_cast<nn::Linear&>((*fresh)[0]);
@@ -352,6 +433,10 @@ TEST(FSDP, Errors) {
   EXPECT_NE(e.find("[fully_shard] parameter 'weight' of module '0' (Linear) is already a DTensor "
                    "(Spec([S(1)]"),
             std::string::npos)
+      << e;
+  // On a 2-D mesh, a DTensor on another mesh than its tp dim.
+  e = error_of([&] { fully_shard(lin, mesh_2d(kCpu)); });
+  EXPECT_NE(e.find("only tensor-parallel parameters on the mesh's second dim"), std::string::npos)
       << e;
   // Nothing changed: the bias is still a plain tensor, and the module is not sharded.
   EXPECT_FALSE(dt::is_dtensor(lin.bias));
