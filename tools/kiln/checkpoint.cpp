@@ -62,7 +62,12 @@ std::vector<int64_t> stored_sizes(const io::StateDict& state, const std::string&
 
 void save_checkpoint(const nn::GPT& model, const std::string& config_name, int64_t steps,
                      const TrainState& train, const std::string& path) {
-  const nn::GPTConfig& c = model.config();
+  save_checkpoint(model.config(), model.state_dict(), config_name, steps, train, path);
+}
+
+void save_checkpoint(const nn::GPTConfig& c, const io::StateDict& model_state,
+                     const std::string& config_name, int64_t steps, const TrainState& train,
+                     const std::string& path) {
   std::map<std::string, std::string> meta = {
       {"format", "kiln-gpt"},
       {"config", config_name},
@@ -81,7 +86,7 @@ void save_checkpoint(const nn::GPT& model, const std::string& config_name, int64
   };
   for (const auto& [name, value] : train.run)
     meta.emplace(fmt::format("{}{}", kRunPrefix, name), value);
-  io::StateDict tensors = model.state_dict();
+  io::StateDict tensors = model_state;
   for (const auto& [name, t] : train.optim)
     tensors.emplace_back(fmt::format("{}{}", kOptimPrefix, name), t);
   io::save_safetensors(tensors, path, meta);

@@ -39,6 +39,10 @@ struct Checkpoint {
 // renamed over `path`, so a crash while saving leaves the previous checkpoint whole.
 void save_checkpoint(const nn::GPT& model, const std::string& config_name, int64_t steps,
                      const TrainState& train, const std::string& path);
+// The same for a model's state dict given whole (a sharded run's, gathered by every rank).
+void save_checkpoint(const nn::GPTConfig& config, const io::StateDict& model_state,
+                     const std::string& config_name, int64_t steps, const TrainState& train,
+                     const std::string& path);
 
 // Reads and validates a checkpoint: the metadata must describe a byte-level GPT whose
 // embeddings and layer count match the stored tensors. ValueError naming the file otherwise.

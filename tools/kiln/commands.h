@@ -34,6 +34,13 @@ struct TrainOptions {
   // Data parallel over the ranks of `mpirun -n N` (DistributedDataParallel): each rank trains
   // on its share of --batch; rank 0 alone logs and writes checkpoints.
   bool ddp = false;
+  // Tensor parallel over the ranks of `mpirun -n N` (a 1-D mesh of the world; --tp N, N the
+  // world size): every rank trains on the whole batch with its share of the heads and the MLP
+  // (parallel::gpt_tensor_parallel_plan); 0: off. See Note [Tensor-parallel training].
+  int64_t tp = 0;
+  // Fully sharded data parallel (parallel::fully_shard): each rank trains on its share of
+  // --batch and holds a Shard(0) piece of every parameter.
+  bool fsdp = false;
   // Test hook (hidden): end the process after this step without the final evaluation and
   // save, as a kill would, so that tests can resume from the last --save-every checkpoint.
   std::optional<int64_t> stop_after;

@@ -115,6 +115,13 @@ CLI::App* add_train(CLI::App& app, TrainOptions& o) {
   cmd->add_flag("--ddp", o.ddp,
                 "Data parallel over the ranks of mpirun -n N: each rank trains on its share of "
                 "--batch; rank 0 logs and writes the checkpoint");
+  cmd->add_option("--tp", o.tp,
+                  "Tensor parallel over the N ranks of mpirun -n N (N must be the world size): "
+                  "heads and MLP split, every rank trains on the whole --batch; rank 0 logs and "
+                  "writes a single-process checkpoint");
+  cmd->add_flag("--fsdp", o.fsdp,
+                "Fully sharded data parallel over the ranks of mpirun -n N: each rank holds a "
+                "Shard(0) piece of every parameter and trains on its share of --batch");
   // A test hook, not for users: see TrainOptions::stop_after.
   cmd->add_option("--stop-after", o.stop_after)->group("");
   add_common(cmd, o.common);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -19,10 +20,14 @@
 #include "kiln/compile/compile.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/distributed.h"
+#include "kiln/dtensor/device_mesh.h"
+#include "kiln/dtensor/dtensor.h"
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/parallel/ddp.h"
+#include "kiln/parallel/fsdp.h"
+#include "kiln/parallel/tensor_parallel.h"
 #include "kiln/profiler/profiler.h"
 #include "tools/kiln/checkpoint.h"
 #include "tools/kiln/commands.h"
@@ -58,8 +63,13 @@ nn::GPTConfig config_named(const std::string& name) {
 // resumed run's the same as an uninterrupted one's. (AdamW's bias correction reads its
 // per-parameter device counts, which replays do advance: they are saved as they are.)
 
-Losses evaluate(nn::GPT& model, const Corpus& corpus, int64_t batch, int64_t seq, uint64_t seed,
-                Device device) {
+using LossFn = std::function<Tensor(const Tensor&, const Tensor&)>;
+
+// A loss as a plain tensor: a DTensor's (replicated) local value.
+Tensor plain(const Tensor& t) { return dtensor::is_dtensor(t) ? dtensor::to_local(t) : t; }
+
+Losses evaluate(nn::GPT& model, const LossFn& loss_of, const Corpus& corpus, int64_t batch,
+                int64_t seq, uint64_t seed, Device device) {
   autograd::NoGradGuard no_grad;
   model.eval();
   auto mean_loss = [&](const std::vector<int64_t>& tokens) {
@@ -67,7 +77,7 @@ Losses evaluate(nn::GPT& model, const Corpus& corpus, int64_t batch, int64_t seq
     double total = 0;
     for (int64_t i = 0; i < kEvalBatches; ++i) {
       auto [x, y] = sample_batch(tokens, batch, seq, gen);
-      total += model.loss(x.to(device), y.to(device)).item<double>();
+      total += plain(loss_of(x.to(device), y.to(device))).item<double>();
     }
     return total / kEvalBatches;
   };
@@ -158,6 +168,91 @@ io::StateDict entries_of(const io::StateDict& all, const std::string& prefix) {
   return out;
 }
 
+// Note [Optimizers over sharded parameters]
+// Under --tp the model mixes DTensor parameters (the sharded layers') with plain ones (the
+// LayerNorms, the position embedding), and an optimizer refuses a list that mixes them (the
+// Sharded layer takes no plain tensor beside a DTensor), so each weight-decay group is stepped
+// by one AdamW per kind. AdamW updates each parameter on its own: the same step. Its state dict
+// is the single-process one ("exp_avg.i" for the group's i-th parameter in model order), each
+// tensor gathered whole by `whole` (collective under --tp and --fsdp: every rank calls it).
+class AdamWGroup {
+ public:
+  AdamWGroup(const nn::NamedTensors& params, const optim::AdamWOptions& options) {
+    TensorList kinds[2];
+    for (const auto& [name, p] : params) {
+      const int k = dtensor::is_dtensor(p) ? 1 : 0;
+      names_.push_back(name);
+      where_.emplace_back(k, kinds[k].size());
+      kinds[k].push_back(p);
+    }
+    for (int k : {0, 1})
+      if (!kinds[k].empty()) opts_[k].emplace(kinds[k], options);
+  }
+  void set_lr(double lr) {
+    for (auto& opt : opts_)
+      if (opt) opt->set_lr(lr);
+  }
+  void step() {
+    for (auto& opt : opts_)
+      if (opt) opt->step();
+  }
+  // `whole(param_name, t)`: t (a state tensor of that parameter) as a plain whole tensor.
+  optim::StateDict state_dict(
+      const std::function<Tensor(const std::string&, const Tensor&)>& whole) const {
+    const optim::AdamW& any = opts_[0] ? *opts_[0] : *opts_[1];
+    optim::StateDict out = {{"lr", scalar_tensor(any.lr(), kFloat64)},
+                            {"steps", scalar_tensor(any.steps(), kInt64)}};
+    for (size_t i = 0; i < where_.size(); ++i) {
+      const auto [k, j] = where_[i];
+      const optim::AdamW& opt = *opts_[k];
+      out.emplace_back(fmt::format("exp_avg.{}", i), whole(names_[i], opt.exp_avg()[j]));
+      out.emplace_back(fmt::format("exp_avg_sq.{}", i), whole(names_[i], opt.exp_avg_sq()[j]));
+      out.emplace_back(fmt::format("step.{}", i), whole(names_[i], opt.step_counts()[j]));
+    }
+    return out;
+  }
+  // Plain parameters only (--resume is refused under --tp and --fsdp).
+  void load_state_dict(const optim::StateDict& state) {
+    KILN_CHECK(!opts_[1], "[train] loading optimizer state into DTensor parameters");
+    if (opts_[0]) opts_[0]->load_state_dict(state);
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<std::pair<int, size_t>> where_;  // parameter i: (kind, index in that optimizer)
+  std::optional<optim::AdamW> opts_[2];        // plain parameters', DTensor parameters'
+};
+
+// optim::clip_grad_norm_ over parameters that mix DTensors and plain tensors (--tp): the global
+// norm from the two kinds' sums of squares (the DTensors' made whole), and one scale applied to
+// both (a replicated DTensor for the DTensor gradients). Lists of one kind go to
+// optim::clip_grad_norm_ unchanged.
+void clip_grad_norm_mixed(const TensorList& params, double max_norm,
+                          const dtensor::DeviceMesh* mesh) {
+  bool mixed[2] = {false, false};
+  for (const Tensor& p : params) mixed[dtensor::is_dtensor(p) ? 1 : 0] = true;
+  if (!mixed[0] || !mixed[1]) {
+    optim::clip_grad_norm_(params, max_norm);
+    return;
+  }
+  autograd::NoGradGuard no_grad;
+  TensorList squares[2];
+  for (const Tensor& p : params)
+    if (p.grad().defined())
+      squares[dtensor::is_dtensor(p) ? 1 : 0].push_back(
+          sum(mul(p.grad(), p.grad()), {}, false, kFloat32));
+  Tensor total = sum(stack(squares[0]));
+  if (!squares[1].empty()) total = add(total, dtensor::full_tensor(sum(stack(squares[1]))));
+  Tensor norm = sqrt(total);
+  Tensor scale = clamp(div(full_like(norm, max_norm), add(norm, 1e-6)), std::nullopt, 1.0);
+  Tensor dscale = dtensor::from_local(scale, *mesh, {dtensor::Replicate()});
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    Tensor g = p.grad();
+    mul_(g, dtensor::is_dtensor(p) ? dscale : scale);
+  }
+}
+
 }  // namespace
 
 // Note [Data-parallel training]
@@ -169,10 +264,34 @@ io::StateDict entries_of(const io::StateDict& all, const std::string& prefix) {
 // The loss printed is the ranks' mean. Rank 0 alone prints (the others' stdout goes to
 // /dev/null), evaluates and writes checkpoints; every rank checks the options, so bad ones
 // stop every rank alike. With --device cuda, rank r uses cuda:<its local rank>.
+//
+// Note [Tensor-parallel training]
+// With --tp N (N the world size) the ranks form a 1-D mesh and the model is split by
+// parallel::gpt_tensor_parallel_plan: each rank holds its share of the heads, the MLP and the
+// vocabulary (DTensor parameters) and a copy of the rest (plain). Every rank trains on the whole
+// batch, so the data and the generators advance as in one process; the loss is
+// loss_parallel_cross_entropy over the vocabulary-sharded logits, replicated on every rank. The
+// optimizers and the gradient clipping take the two kinds apart (Note [Optimizers over sharded
+// parameters]). --fsdp shards every parameter as Shard(0) (parallel::fully_shard on each block,
+// then the model) and splits the batch as --ddp does. Under both, evaluation and checkpoints are
+// collective: every rank evaluates, every rank gathers the parameters and the optimizer state
+// whole (full_tensor; the fused q, k, v rows back in the module's order), and rank 0 writes the
+// file a single-process run writes, which `kiln generate` and a single-process --resume read.
 int run_train(const TrainOptions& o) {
   int rank = 0, ranks = 1;
   CommonOptions common_options = o.common;
-  if (o.ddp) {
+  KILN_CHECK(o.tp >= 0, "[train] --tp must be positive, got {}", o.tp);
+  const int modes = int{o.ddp} + int{o.tp > 0} + int{o.fsdp};
+  KILN_CHECK(modes <= 1, "[train] --ddp, --tp and --fsdp exclude each other, got{}{}{}",
+             o.ddp ? " --ddp" : "", o.tp > 0 ? fmt::format(" --tp {}", o.tp) : "",
+             o.fsdp ? " --fsdp" : "");
+  KILN_CHECK(o.resume.empty() || (o.tp == 0 && !o.fsdp),
+             "[train] --resume is not supported with {} yet (its checkpoint is a single-process "
+             "one: resume it in one process or with --ddp)",
+             o.tp > 0 ? "--tp" : "--fsdp");
+  // The model is split across the ranks: evaluations and checkpoints are collective.
+  const bool sharded = o.tp > 0 || o.fsdp;
+  if (modes > 0) {
     distributed::init();
     rank = distributed::rank();
     ranks = distributed::world_size();
@@ -186,8 +305,13 @@ int run_train(const TrainOptions& o) {
   const Device device = common.device;
   nn::GPTConfig cfg = config_named(o.config);
   validate(o, cfg);
-  KILN_CHECK(o.batch % ranks == 0, "[train] --batch {} is not a multiple of the {} ranks (--ddp)",
-             o.batch, ranks);
+  KILN_CHECK(o.tp == 0 || o.tp == ranks,
+             "[train] --tp {} must equal the number of ranks ({}; run mpirun -n {} kiln train "
+             "--tp {})",
+             o.tp, ranks, o.tp, o.tp);
+  KILN_CHECK(o.tp > 0 || o.batch % ranks == 0,
+             "[train] --batch {} is not a multiple of the {} ranks ({})", o.batch, ranks,
+             o.fsdp ? "--fsdp" : "--ddp");
 
   std::string path = o.data.empty() ? kDefaultCorpus : o.data;
   std::string text = read_text_file(path);
@@ -200,13 +324,45 @@ int run_train(const TrainOptions& o) {
   Generator gen(o.seed);
   nn::GPT model(cfg, nn::Init{.gen = &gen});
   model.to(device);  // initialised on the cpu: the same weights on every device
+  const int64_t num_parameters = model.num_parameters();
+  // See Note [Tensor-parallel training].
+  const dtensor::DeviceMesh* mesh = nullptr;
+  if (sharded) mesh = &dtensor::init_device_mesh(device, {ranks}, {o.fsdp ? "dp" : "tp"});
+  if (o.tp > 0)
+    parallel::parallelize_module(model, *mesh, parallel::gpt_tensor_parallel_plan(cfg, *mesh));
+  int64_t fsdp_units = 0;
+  if (o.fsdp) {
+    for (auto& [path, sub] : model.named_modules())
+      if (sub->type_name() == "Block") {
+        parallel::fully_shard(*sub, *mesh);
+        ++fsdp_units;
+      }
+    parallel::fully_shard(model, *mesh);
+    ++fsdp_units;
+  }
   // Weight decay on matrices and embeddings only, as GPT-2 and nanoGPT do: decaying gains
   // and biases towards zero only hurts.
-  TensorList decay, no_decay;
-  for (const Tensor& p : model.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  optim::AdamW opt_decay(decay, {.lr = o.lr, .weight_decay = kWeightDecay});
-  optim::AdamW opt_no_decay(no_decay, {.lr = o.lr, .weight_decay = 0.0});
+  nn::NamedTensors decay, no_decay;
+  for (const auto& [name, p] : model.named_parameters())
+    (p.dim() >= 2 ? decay : no_decay).emplace_back(name, p);
+  AdamWGroup opt_decay(decay, {.lr = o.lr, .weight_decay = kWeightDecay});
+  AdamWGroup opt_no_decay(no_decay, {.lr = o.lr, .weight_decay = 0.0});
   TensorList params = model.parameters();
+  // A parameter's or its optimizer state's tensor as a plain whole tensor in the module's
+  // layout (collective when it is a DTensor). See Note [Tensor-parallel training].
+  auto whole = [&](const std::string& name, const Tensor& t) {
+    if (!dtensor::is_dtensor(t)) return t.detach();
+    Tensor w = dtensor::full_tensor(t);
+    if (o.tp > 1 && w.dim() > 0 && name.find(".attn.c_attn.") != std::string::npos)
+      w = parallel::fused_rows_to_module_order(w, 3, o.tp);
+    return w.detach();
+  };
+  const LossFn loss_of = [&](const Tensor& x, const Tensor& y) {
+    if (o.tp == 0) return model.loss(x, y);
+    Tensor logits = model.forward(x);
+    return parallel::loss_parallel_cross_entropy(logits.reshape({-1, cfg.vocab_size}),
+                                                 y.reshape({-1}));
+  };
   optim::WarmupCosineLR schedule{o.lr, o.lr / 10, std::max<int64_t>(1, o.steps / 10), o.steps};
   const int64_t start = resume ? resume->steps : 0;
   if (resume) {
@@ -227,7 +383,8 @@ int run_train(const TrainOptions& o) {
   // See Note [Data-parallel training].
   std::optional<parallel::DistributedDataParallel> ddp;
   if (o.ddp) ddp.emplace(model);
-  const int64_t share = o.batch / ranks;
+  const bool split_batch = o.ddp || o.fsdp;
+  const int64_t share = split_batch ? o.batch / ranks : o.batch;
   // What a checkpoint written after `done` steps holds besides the model.
   // See Note [Compiled steps and the optimizers' step counts].
   auto train_state = [&](int64_t done) {
@@ -237,16 +394,24 @@ int run_train(const TrainOptions& o) {
                   .default_rng_seed = default_generator().seed(),
                   .default_rng_offset = default_generator().offset(),
                   .optim = {}};
-    using Named = std::pair<optim::AdamW*, std::string>;
+    using Named = std::pair<AdamWGroup*, std::string>;
     for (const auto& [opt, prefix] :
          {Named{&opt_decay, "decay."}, Named{&opt_no_decay, "no_decay."}})
-      for (auto& [name, t] : opt->state_dict())
+      for (auto& [name, t] : opt->state_dict(whole))
         st.optim.emplace_back(prefix + name, name == "steps" ? scalar_tensor(done, kInt64) : t);
     return st;
   };
+  // Every rank calls it under --tp and --fsdp (the gathers are collective); rank 0 writes.
+  auto write_checkpoint = [&](int64_t done) {
+    if (rank != 0 && !sharded) return;
+    io::StateDict state;
+    for (const auto& [name, t] : model.state_dict()) state.emplace_back(name, whole(name, t));
+    TrainState st = train_state(done);
+    if (rank == 0) save_checkpoint(cfg, state, o.config, done, st, o.out);
+  };
 
   fmt::print("kiln train: GPT {} ({} parameters: width {}, {} layers, {} heads, context {})\n",
-             o.config, model.num_parameters(), cfg.width, cfg.layers, cfg.heads, cfg.context);
+             o.config, num_parameters, cfg.width, cfg.layers, cfg.heads, cfg.context);
   fmt::print(
       "corpus {} ({} bytes: {} train, {} val), batch {} x {} tokens, {} steps, lr {}, "
       "seed {}, threads {}, device {}\n",
@@ -255,6 +420,10 @@ int run_train(const TrainOptions& o) {
   if (ddp)
     fmt::print("ddp: {} ranks, {} sequences each, {} bucket{}\n", ranks, share,
                ddp->buckets().size(), ddp->buckets().size() == 1 ? "" : "s");
+  if (o.tp > 0)
+    fmt::print("tp: {} ranks, {} of {} heads each, the whole batch on every rank\n", ranks,
+               cfg.heads / ranks, cfg.heads);
+  if (o.fsdp) fmt::print("fsdp: {} ranks, {} sequences each, {} units\n", ranks, share, fsdp_units);
   if (resume) fmt::print("resuming from {} at step {}\n", o.resume, start);
   std::fflush(stdout);
 
@@ -262,12 +431,12 @@ int run_train(const TrainOptions& o) {
   // rates are set outside it: they live in the optimizers' lr tensors.
   auto train_step = [&](const Tensor& x, const Tensor& y) {
     model.zero_grad();
-    Tensor loss = model.loss(x, y);
+    Tensor loss = loss_of(x, y);
     loss.backward();
-    optim::clip_grad_norm_(params, kClipNorm);
+    clip_grad_norm_mixed(params, kClipNorm, mesh);
     opt_decay.step();
     opt_no_decay.step();
-    return loss.detach();
+    return plain(loss).detach();  // a DTensor under --tp: its replicated local value
   };
   std::optional<CompiledFunction> compiled;
   if (o.compile)
@@ -277,10 +446,10 @@ int run_train(const TrainOptions& o) {
 
   // Open MPI gives every rank a pseudo-terminal for stdout, whatever mpirun's own stdout is:
   // with --ddp the progress is printed as lines.
-  Progress progress(o.steps, o.batch * o.seq, stdout_is_tty() && !ddp, start);
+  Progress progress(o.steps, o.batch * o.seq, stdout_is_tty() && modes == 0, start);
   const uint64_t eval_seed = o.seed + 1;
   auto report = [&](int64_t step) {
-    Losses l = evaluate(model, corpus, o.batch, o.seq, eval_seed, device);
+    Losses l = evaluate(model, loss_of, corpus, o.batch, o.seq, eval_seed, device);
     progress.print_line(
         fmt::format("step {}: train loss {:.4f}, val loss {:.4f}", step, l.train, l.val));
     return l;
@@ -289,21 +458,22 @@ int run_train(const TrainOptions& o) {
     opt_decay.set_lr(schedule(step));
     opt_no_decay.set_lr(schedule(step));
     auto [hx, hy] = sample_batch(corpus.train, o.batch, o.seq, gen);
-    if (ddp) {  // this rank's share of the whole batch
+    if (split_batch) {  // this rank's share of the whole batch
       hx = narrow(hx, 0, rank * share, share);
       hy = narrow(hy, 0, rank * share, share);
     }
     Tensor x = hx.to(device), y = hy.to(device);
-    Tensor loss = compiled ? (*compiled)({x, y}).at(0) : train_step(x, y);
-    if (ddp) loss = distributed::all_reduce(loss, distributed::ReduceOp::Avg);
+    Tensor loss = plain(compiled ? (*compiled)({x, y}).at(0) : train_step(x, y));
+    if (split_batch) loss = distributed::all_reduce(loss, distributed::ReduceOp::Avg);
     double l = loss.item<double>();
     KILN_CHECK(std::isfinite(l), "[train] the loss became {} at step {} (try a lower --lr)", l,
                step + 1);
     const int64_t done = step + 1;
     progress.update(done, l);
-    if (rank == 0 && o.eval_every > 0 && done % o.eval_every == 0 && done < o.steps) report(done);
-    if (rank == 0 && o.save_every && done % *o.save_every == 0 && done < o.steps) {
-      save_checkpoint(model, o.config, done, train_state(done), o.out);
+    const bool evaluates = rank == 0 || sharded;  // sharded: every rank takes part
+    if (evaluates && o.eval_every > 0 && done % o.eval_every == 0 && done < o.steps) report(done);
+    if (o.save_every && done % *o.save_every == 0 && done < o.steps) {
+      write_checkpoint(done);
       progress.print_line(fmt::format("step {}: checkpoint {}", done, o.out));
     }
     if (o.stop_after && done == *o.stop_after) {
@@ -313,7 +483,7 @@ int run_train(const TrainOptions& o) {
     }
   }
   double seconds = progress.elapsed_s(), tok_s = progress.tokens_per_s();
-  Losses final = rank == 0 ? report(o.steps) : Losses{0, 0};
+  Losses final = rank == 0 || sharded ? report(o.steps) : Losses{0, 0};
   progress.finish();
 
   if (compiled) {
@@ -335,7 +505,7 @@ int run_train(const TrainOptions& o) {
     fmt::print("profile: {} ({} events; open it in https://ui.perfetto.dev)\n", o.profile,
                profile->events().size());
   }
-  if (rank == 0) save_checkpoint(model, o.config, o.steps, train_state(o.steps), o.out);
+  write_checkpoint(o.steps);
   fmt::print(
       "done: {} steps in {:.1f} s ({:.0f} tokens/s); final train loss {:.4f}, val loss "
       "{:.4f}\ncheckpoint: {}\n",
