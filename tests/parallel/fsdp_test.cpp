@@ -322,20 +322,34 @@ nn::NamedTensors gathered_2d(nn::GPT& m, int64_t tp) {
   return out;
 }
 
+// A GPT with tensor parallel over the 2-D mesh's "tp" dim and fully_shard over "dp".
+std::unique_ptr<nn::GPT> make_fsdp_tp_gpt(const dt::DeviceMesh& mesh2) {
+  const dt::DeviceMesh& tp_mesh = mesh2.submesh({"tp"});
+  Generator gen(11);
+  auto model = std::make_unique<nn::GPT>(tp_gpt_config(), nn::Init{.gen = &gen});
+  parallelize_module(*model, tp_mesh, gpt_tensor_parallel_plan(tp_gpt_config(), tp_mesh));
+  for (auto& [path, sub] : model->named_modules())
+    if (sub->type_name() == "Block") fully_shard(*sub, mesh2);
+  fully_shard(*model, mesh2);
+  return model;
+}
+
+// This dp rank's mean loss (loss parallel over tp) of `model` on its share of ids/targets.
+Tensor fsdp_tp_loss(nn::GPT& model, const Tensor& x, const Tensor& y) {
+  Tensor logits = model(x);
+  return loss_parallel_cross_entropy(logits.reshape({-1, tp_gpt_config().vocab_size}),
+                                     y.reshape({-1}));
+}
+
 // GPT with tensor parallel over the 2-D mesh's "tp" dim and fully_shard over "dp" (a 2x2 mesh
 // at 4 ranks, 1 x n otherwise), each dp rank on its share of the batch, against one process on
 // the whole batch.
 TEST(FSDP, GptWithTensorParallelOnA2DMeshMatchesOneProcess) {
   const dt::DeviceMesh& mesh2 = mesh_2d(kCpu);
-  const dt::DeviceMesh& tp_mesh = mesh2.submesh({"tp"});
   const int64_t dp = mesh2.size(0), tp = mesh2.size(1), dp_rank = mesh2.coordinate(0);
-  Generator g1(11), g2(11);
+  Generator g1(11);
   auto ref = std::make_unique<nn::GPT>(tp_gpt_config(), nn::Init{.gen = &g1});
-  auto model = std::make_unique<nn::GPT>(tp_gpt_config(), nn::Init{.gen = &g2});
-  parallelize_module(*model, tp_mesh, gpt_tensor_parallel_plan(tp_gpt_config(), tp_mesh));
-  for (auto& [path, sub] : model->named_modules())
-    if (sub->type_name() == "Block") fully_shard(*sub, mesh2);
-  fully_shard(*model, mesh2);
+  auto model = make_fsdp_tp_gpt(mesh2);
   // Every parameter is a DTensor on the 2-D mesh: tensor-parallel placements on tp, sharded over
   // dp along a dim tp does not shard.
   for (auto& [name, p] : model->named_parameters()) {
@@ -360,8 +374,7 @@ TEST(FSDP, GptWithTensorParallelOnA2DMeshMatchesOneProcess) {
     lr.backward();
     Tensor mine_x = narrow(x, 0, dp_rank * kSeqsPerRank, kSeqsPerRank).contiguous();
     Tensor mine_y = narrow(y, 0, dp_rank * kSeqsPerRank, kSeqsPerRank).contiguous();
-    Tensor logits = (*model)(mine_x);
-    Tensor l = loss_parallel_cross_entropy(logits.reshape({-1, v}), mine_y.reshape({-1}));
+    Tensor l = fsdp_tp_loss(*model, mine_x, mine_y);
     l.backward();
     Tensor mean = dt::to_local(l).detach();
     if (dp > 1) mean = dist::all_reduce(mean, dist::ReduceOp::Avg, &mesh2.group(0));
@@ -380,6 +393,39 @@ TEST(FSDP, GptWithTensorParallelOnA2DMeshMatchesOneProcess) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_TRUE(close(a[i].second, b[i].second, 1e-4)) << a[i].first;
+}
+
+TEST(FSDP, CompiledFsdpTpStepEqualsEager) {
+  const dt::DeviceMesh& mesh2 = mesh_2d(kCpu);
+  auto eager = make_fsdp_tp_gpt(mesh2), comp = make_fsdp_tp_gpt(mesh2);
+  optim::SGD eager_opt(eager->parameters(), {.lr = 0.3});
+  optim::SGD comp_opt(comp->parameters(), {.lr = 0.3});
+  CompiledFunction step = compile(
+      [&](const Tensor& x, const Tensor& y) {
+        Tensor loss = fsdp_tp_loss(*comp, x, y);
+        loss.backward();
+        comp_opt.step();
+        comp_opt.zero_grad(/*set_to_none=*/true);
+        return dt::to_local(loss).detach();
+      },
+      {.name = "fsdp_tp_gpt_step"});
+  for (int s = 0; s < 4; ++s) {
+    Generator gen(400 + s + 10 * mesh2.coordinate(0));  // each dp rank its own batch
+    Tensor ids = randint(0, tp_gpt_config().vocab_size, {kSeqsPerRank, kT + 1}, &gen);
+    Tensor x = narrow(ids, 1, 0, kT).contiguous(), y = narrow(ids, 1, 1, kT).contiguous();
+    Tensor le = fsdp_tp_loss(*eager, x, y);
+    le.backward();
+    eager_opt.step();
+    eager_opt.zero_grad(/*set_to_none=*/true);
+    Tensor lc = step({x, y})[0];
+    EXPECT_TRUE(close(lc, dt::to_local(le), 1e-6)) << "step " << s;
+  }
+  ASSERT_EQ(step.entries().size(), 1u);
+  EXPECT_GE(step.entries()[0].hits, 2);
+  auto a = comp->named_parameters(), b = eager->named_parameters();
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(close(dt::full_tensor(a[i].second), dt::full_tensor(b[i].second), 1e-6))
+        << a[i].first;
 }
 
 // ---------------------------------------------------------------- errors
