@@ -495,6 +495,11 @@ TEST(FSDP, Errors) {
   EXPECT_NE(e.find("[fully_shard] parameter 'scale' of module Scalar0d is 0-d"), std::string::npos)
       << e;
   EXPECT_FALSE(dt::is_dtensor(s0.scale));
+  // A whole-tensor state dict does not load into shards (see docs/dtensor.md, FSDP).
+  auto sharded = mlp(7), whole = mlp(8);
+  shard_mlp(*sharded);
+  e = error_of([&] { sharded->load_state_dict(whole->state_dict()); });
+  EXPECT_NE(e.find("mixes DTensors with a plain tensor"), std::string::npos) << e;
 }
 
 TEST(FSDP, ARegistryEntryEndsWithItsModule) {
