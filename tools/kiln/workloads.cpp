@@ -12,6 +12,7 @@
 #include "kiln/optim/optimizer.h"
 #include "tools/kiln/dist_workloads.h"
 #include "tools/kiln/dtensor_workload.h"
+#include "tools/kiln/tp_workload.h"
 
 namespace kiln::workloads {
 
@@ -273,6 +274,8 @@ const std::vector<Workload>& all() {
       {"ddp", "the mlp step under DistributedDataParallel against one process (mpirun)", 10, ddp},
       {"dtensor", "add/mm/detach/relu/sum on 64x64 DTensors against plain tensors (mpirun)", 2000,
        dtensor},
+      {"tp", "the bench GPT's step, tensor parallel over the ranks against one process (mpirun)", 2,
+       tp},
   };
   return list;
 }

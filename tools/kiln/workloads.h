@@ -35,7 +35,8 @@ struct Workload {
 };
 
 // dispatch, chain, adamw, mlp, gpt (all but dispatch also on an accelerator), gpt_large, and
-// the distributed allreduce and ddp (dist_workloads.h) and dtensor (dtensor_workload.h).
+// the distributed allreduce and ddp (dist_workloads.h), dtensor (dtensor_workload.h) and tp
+// (tp_workload.h).
 const std::vector<Workload>& all();
 // nullptr when there is no workload of that name.
 const Workload* find(const std::string& name);
