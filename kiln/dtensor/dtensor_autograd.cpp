@@ -67,9 +67,8 @@ Tensor autograd_full(const void* layout, const Scalar* fill) {
   const DTensorSpec& s = *static_cast<const DTensorSpec*>(layout);
   const DTensorSpec* spec =
       contiguous_spec(s, Placements(static_cast<size_t>(s.mesh().ndim()), Replicate()));
-  return make_dtensor(full(spec->local_shape(), fill ? *fill : Scalar(0), s.dtype(),
-                           s.mesh().device()),
-                      spec);
+  return make_dtensor(
+      full(spec->local_shape(), fill ? *fill : Scalar(0), s.dtype(), s.mesh().device()), spec);
 }
 
 // A leaf's gradient laid out like the leaf, before accumulation (installed in kiln/autograd).

@@ -16,9 +16,7 @@ Tensor unwrap(const Tensor& t, const void** layout) {
 Tensor wrap(const Tensor& local, const void* layout) {
   return make_dtensor(local, static_cast<const DTensorSpec*>(layout));
 }
-std::string describe(const void* layout) {
-  return static_cast<const DTensorSpec*>(layout)->str();
-}
+std::string describe(const void* layout) { return static_cast<const DTensorSpec*>(layout)->str(); }
 
 const compiler::WrappedTensors kDTensors{&wrapped, &unwrap, &wrap, &describe};
 const bool g_installed = [] {

@@ -54,6 +54,38 @@ inline Tensor expected_local(const Tensor& global, const dt::DTensorSpec& spec) 
   return x;
 }
 
+// Every placement a tensor of `ndim` dims may take along one mesh dim: Replicate, Shard of each
+// dim, and Partial(sum) when `partial` (floating tensors).
+inline std::vector<dt::Placement> placements_of_rank(int64_t ndim, bool partial) {
+  std::vector<dt::Placement> ps{dt::Replicate()};
+  for (int64_t d = 0; d < ndim; ++d) ps.push_back(dt::Shard(d));
+  if (partial) ps.push_back(dt::Partial());
+  return ps;
+}
+
+// `got` equals `want` in sizes and dtype, and in values within `rtol` of want's largest
+// magnitude (compared in float64 on the cpu): the sweeps' comparison with the whole tensors.
+inline ::testing::AssertionResult all_close(const Tensor& got, const Tensor& want,
+                                            double rtol = 1e-5) {
+  if (got.sizes() != want.sizes() || got.dtype() != want.dtype())
+    return ::testing::AssertionFailure()
+           << "got " << fmt::format("{} {}", got.sizes(), got.dtype()) << ", want "
+           << fmt::format("{} {}", want.sizes(), want.dtype());
+  Tensor g = got.to(Device(kCPU)).to(kFloat64), w = want.to(Device(kCPU)).to(kFloat64);
+  double err = g.numel() ? amax(abs(sub(g, w))).item<double>() : 0;
+  double scale = w.numel() ? amax(abs(w)).item<double>() : 0;
+  if (err <= rtol * (1 + scale)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max error " << err << " (scale " << scale << ")";
+}
+
+// The next combination of choices in odometer order (`counts[i]` choices at position i); false
+// once every combination was visited (and `pick` is back at all zeros).
+inline bool next_pick(std::vector<size_t>& pick, const std::vector<size_t>& counts) {
+  size_t i = 0;
+  while (i < pick.size() && ++pick[i] == counts[i]) pick[i++] = 0;
+  return i < pick.size();
+}
+
 inline std::string label(const dt::DeviceMesh& mesh, ArrayRef<dt::Placement> from,
                          ArrayRef<dt::Placement> to, IntArrayRef shape) {
   return fmt::format("{} -> {} shape [{}] on {}", dt::placements_str(from), dt::placements_str(to),

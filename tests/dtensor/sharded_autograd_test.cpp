@@ -41,21 +41,11 @@ std::vector<GradCase> grad_cases() {
 }
 
 std::vector<dt::Placement> placements_for(const Shape& shape) {
-  std::vector<dt::Placement> ps{dt::Replicate()};
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) ps.push_back(dt::Shard(d));
-  ps.push_back(dt::Partial());
-  return ps;
+  return placements_of_rank(static_cast<int64_t>(shape.size()), true);
 }
 
 ::testing::AssertionResult close(const Tensor& got, const Tensor& want) {
-  if (got.sizes() != want.sizes())
-    return ::testing::AssertionFailure() << "sizes " << fmt::format("{}", got.sizes()) << " vs "
-                                         << fmt::format("{}", want.sizes());
-  Tensor g = got.to(Device(kCPU)).to(kFloat64), w = want.to(Device(kCPU)).to(kFloat64);
-  double err = g.numel() ? amax(abs(sub(g, w))).item<double>() : 0;
-  double scale = w.numel() ? amax(abs(w)).item<double>() : 0;
-  if (err <= 1e-4 * (1 + scale)) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "max error " << err << " (scale " << scale << ")";
+  return all_close(got, want, 1e-4);  // gradients sum more terms
 }
 
 // The loss: every result element weighed by a fixed, distinct factor.
@@ -111,9 +101,9 @@ TEST_P(ShardedAutograd, EveryPlacementCombinationGivesTheWholeGradients) {
       } catch (const std::exception& e) {
         ADD_FAILURE() << label << " raised: " << e.what();
       }
-      size_t i = 0;
-      while (i < pick.size() && ++pick[i] == choices[i].size()) pick[i++] = 0;
-      if (i == pick.size()) break;
+      std::vector<size_t> counts;
+      for (const auto& ch : choices) counts.push_back(ch.size());
+      if (!next_pick(pick, counts)) break;
     }
   }
 }

@@ -76,24 +76,8 @@ std::vector<Case> cases() {
   };
 }
 
-// Every placement an input of `shape` may take on a 1-D mesh.
 std::vector<dt::Placement> placements_for(const Shape& shape, bool partial) {
-  std::vector<dt::Placement> ps{dt::Replicate()};
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) ps.push_back(dt::Shard(d));
-  if (partial) ps.push_back(dt::Partial());
-  return ps;
-}
-
-::testing::AssertionResult close(const Tensor& got, const Tensor& want) {
-  if (got.sizes() != want.sizes() || got.dtype() != want.dtype())
-    return ::testing::AssertionFailure()
-           << "got " << fmt::format("{} {}", got.sizes(), got.dtype()) << ", want "
-           << fmt::format("{} {}", want.sizes(), want.dtype());
-  Tensor g = got.to(Device(kCPU)).to(kFloat64), w = want.to(Device(kCPU)).to(kFloat64);
-  double err = g.numel() ? amax(abs(sub(g, w))).item<double>() : 0;
-  double scale = w.numel() ? amax(abs(w)).item<double>() : 0;
-  if (err <= 1e-5 * (1 + scale)) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "max error " << err << " (scale " << scale << ")";
+  return placements_of_rank(static_cast<int64_t>(shape.size()), partial);
 }
 
 class ShardedOps : public ::testing::TestWithParam<std::string> {
@@ -133,11 +117,11 @@ TEST_P(ShardedOps, EveryPlacementCombinationMatchesTheWholeTensors) {
       if (got.size() == want.size())
         for (size_t k = 0; k < want.size(); ++k) {
           ASSERT_TRUE(dt::is_dtensor(got[k])) << label << " result " << k;
-          EXPECT_TRUE(close(dt::full_tensor(got[k]), want[k])) << label << " result " << k;
+          EXPECT_TRUE(all_close(dt::full_tensor(got[k]), want[k])) << label << " result " << k;
         }
-      size_t i = 0;
-      while (i < pick.size() && ++pick[i] == choices[i].size()) pick[i++] = 0;
-      if (i == pick.size()) break;
+      std::vector<size_t> counts;
+      for (const auto& ch : choices) counts.push_back(ch.size());
+      if (!next_pick(pick, counts)) break;
     }
   }
 }
@@ -171,7 +155,7 @@ TEST_P(ShardedOps, SampleOfPlacementPairsOnTwoMeshDims) {
       }
       if (got.size() == want.size()) {
         for (size_t k = 0; k < want.size(); ++k)
-          EXPECT_TRUE(close(dt::full_tensor(got[k]), want[k])) << label << " result " << k;
+          EXPECT_TRUE(all_close(dt::full_tensor(got[k]), want[k])) << label << " result " << k;
       }
     }
   }
@@ -208,11 +192,11 @@ TEST_P(ShardedOps, InPlaceFormsKeepTheWrittenPlacement) {
   Tensor a = dt::distribute_tensor(whole, mesh, {dt::Shard(0)});
   add_(a, dt::distribute_tensor(other, mesh, {dt::Replicate()}));
   EXPECT_EQ(dt::spec_of(a)->placements()[0], dt::Placement(dt::Shard(0)));
-  EXPECT_TRUE(close(dt::full_tensor(a), add(whole, other)));
+  EXPECT_TRUE(all_close(dt::full_tensor(a), add(whole, other)));
   // A Partial self stays Partial through a linear op, and cannot through another.
   Tensor p = dt::distribute_tensor(whole, mesh, {dt::Partial()});
   mul_(p, 2.0);
-  EXPECT_TRUE(close(dt::full_tensor(p), mul(whole, 2.0)));
+  EXPECT_TRUE(all_close(dt::full_tensor(p), mul(whole, 2.0)));
   if (dist::world_size() > 1) {
     EXPECT_THROW_PREFIX(relu_(p), ValueError, "[relu_] cannot keep the placements");
   }
@@ -232,11 +216,11 @@ TEST_P(ShardedOps, FactoriesMakeTheShardsDirectly) {
   const dt::DeviceMesh& mesh = mesh_1d(d);
   Tensor f = dt::full({5, 3}, 2.5, mesh, {dt::Shard(0)}, kFloat32);
   EXPECT_EQ(dt::to_local(f).sizes(), dt::spec_of(f)->local_shape());
-  EXPECT_TRUE(close(dt::full_tensor(f), full({5, 3}, 2.5, kFloat32, d)));
+  EXPECT_TRUE(all_close(dt::full_tensor(f), full({5, 3}, 2.5, kFloat32, d)));
+  EXPECT_TRUE(all_close(dt::full_tensor(dt::ones({5, 3}, mesh, {dt::Shard(1)})),
+                        ones({5, 3}, kFloat32, d)));
   EXPECT_TRUE(
-      close(dt::full_tensor(dt::ones({5, 3}, mesh, {dt::Shard(1)})), ones({5, 3}, kFloat32, d)));
-  EXPECT_TRUE(
-      close(dt::full_tensor(dt::zeros({4}, mesh, {dt::Partial()})), zeros({4}, kFloat32, d)));
+      all_close(dt::full_tensor(dt::zeros({4}, mesh, {dt::Partial()})), zeros({4}, kFloat32, d)));
   EXPECT_EQ(dt::empty({2, 2}, mesh, {dt::Replicate()}, kInt64).dtype(), kInt64);
   EXPECT_THROW_PREFIX(dt::ones({4}, mesh, {dt::Partial()}), ValueError,
                       "[dtensor::ones] a fill of 1 cannot be Partial");

@@ -199,22 +199,7 @@ std::vector<Case> other_cases() {
 
 // Every placement an input may take along one mesh dim.
 std::vector<dt::Placement> placements_for(const Tensor& t) {
-  std::vector<dt::Placement> ps{dt::Replicate()};
-  for (int64_t d = 0; d < t.dim(); ++d) ps.push_back(dt::Shard(d));
-  if (is_floating(t.dtype())) ps.push_back(dt::Partial());
-  return ps;
-}
-
-::testing::AssertionResult close(const Tensor& got, const Tensor& want) {
-  if (got.sizes() != want.sizes() || got.dtype() != want.dtype())
-    return ::testing::AssertionFailure()
-           << "got " << fmt::format("{} {}", got.sizes(), got.dtype()) << ", want "
-           << fmt::format("{} {}", want.sizes(), want.dtype());
-  Tensor g = got.to(Device(kCPU)).to(kFloat64), w = want.to(Device(kCPU)).to(kFloat64);
-  double err = g.numel() ? amax(abs(sub(g, w))).item<double>() : 0;
-  double scale = w.numel() ? amax(abs(w)).item<double>() : 0;
-  if (err <= 1e-5 * (1 + scale)) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "max error " << err << " (scale " << scale << ")";
+  return placements_of_rank(t.dim(), is_floating(t.dtype()));
 }
 
 // Runs `c` on every combination of its inputs' placements on `mesh` (each input's placement
@@ -247,11 +232,11 @@ void sweep(const Case& c, const dt::DeviceMesh& mesh, Device d) {
     if (got.size() == want.size())
       for (size_t k = 0; k < want.size(); ++k) {
         ASSERT_TRUE(dt::is_dtensor(got[k])) << label << " result " << k;
-        EXPECT_TRUE(close(dt::full_tensor(got[k]), want[k])) << label << " result " << k;
+        EXPECT_TRUE(all_close(dt::full_tensor(got[k]), want[k])) << label << " result " << k;
       }
-    size_t i = 0;
-    while (i < pick.size() && ++pick[i] == choices[i].size()) pick[i++] = 0;
-    if (i == pick.size()) break;
+    std::vector<size_t> counts;
+    for (const auto& ch : choices) counts.push_back(ch.size());
+    if (!next_pick(pick, counts)) break;
   }
 }
 
@@ -332,15 +317,15 @@ TEST_P(ShardedViews, GradientsMatchTheWholeTensorsInEveryPlacement) {
           ASSERT_TRUE(in[i].grad().defined()) << label << " input " << i;
           EXPECT_EQ(dt::spec_of(in[i].grad())->placements(), dt::spec_of(in[i])->placements())
               << label << " input " << i;
-          EXPECT_TRUE(close(dt::full_tensor(in[i].grad()), leaves[i].grad()))
+          EXPECT_TRUE(all_close(dt::full_tensor(in[i].grad()), leaves[i].grad()))
               << label << " input " << i;
         }
       } catch (const std::exception& e) {
         ADD_FAILURE() << label << " raised: " << e.what();
       }
-      size_t i = 0;
-      while (i < pick.size() && ++pick[i] == choices[i].size()) pick[i++] = 0;
-      if (i == pick.size()) break;
+      std::vector<size_t> counts;
+      for (const auto& ch : choices) counts.push_back(ch.size());
+      if (!next_pick(pick, counts)) break;
     }
   }
 }
@@ -393,11 +378,12 @@ TEST_P(ShardedViews, OutAndInPlaceFormsKeepTheWrittenPlacement) {
   Tensor out = shard({5, 6}, dt::Shard(1), 100);
   ops::op_triu_out(out, shard({5, 6}, dt::Shard(0)), 1);
   EXPECT_EQ(placement_of(out), dt::Placement(dt::Shard(1)));
-  EXPECT_TRUE(close(dt::full_tensor(out), triu(whole, 1)));
+  EXPECT_TRUE(all_close(dt::full_tensor(out), triu(whole, 1)));
 
   Tensor catted = shard({9, 6}, dt::Shard(1), 100);
   ops::op_cat_out(catted, {shard({5, 6}, dt::Shard(1)), shard({4, 6}, dt::Replicate())}, 0);
-  EXPECT_TRUE(close(dt::full_tensor(catted), cat({whole, global_tensor({4, 6}, kFloat32, d)}, 0)));
+  EXPECT_TRUE(
+      all_close(dt::full_tensor(catted), cat({whole, global_tensor({4, 6}, kFloat32, d)}, 0)));
 
   // index_add_ along rows keeps a column-sharded self.
   Tensor self = shard({5, 6}, dt::Shard(1));
@@ -405,7 +391,7 @@ TEST_P(ShardedViews, OutAndInPlaceFormsKeepTheWrittenPlacement) {
   Tensor src = global_tensor({4, 6}, kFloat32, d, 40);
   index_add_(self, 0, idx, dt::distribute_tensor(src, mesh, {dt::Shard(0)}));
   EXPECT_EQ(placement_of(self), dt::Placement(dt::Shard(1)));
-  EXPECT_TRUE(close(dt::full_tensor(self), index_add(whole, 0, index({4}, 5, d), src)));
+  EXPECT_TRUE(all_close(dt::full_tensor(self), index_add(whole, 0, index({4}, 5, d), src)));
 
   // scatter_add_ into Partial(sum) terms.
   Tensor terms = shard({5, 6}, dt::Partial());
@@ -414,7 +400,7 @@ TEST_P(ShardedViews, OutAndInPlaceFormsKeepTheWrittenPlacement) {
   scatter_add_(terms, 0, dt::distribute_tensor(sidx, mesh, {dt::Shard(0)}),
                dt::distribute_tensor(ssrc, mesh, {dt::Shard(0)}));
   EXPECT_EQ(placement_of(terms), dt::Placement(dt::Partial()));
-  EXPECT_TRUE(close(dt::full_tensor(terms), scatter_add(whole, 0, sidx, ssrc)));
+  EXPECT_TRUE(all_close(dt::full_tensor(terms), scatter_add(whole, 0, sidx, ssrc)));
 }
 
 TEST_P(ShardedViews, WritingAlongAShardedIndexedDimRaises) {
