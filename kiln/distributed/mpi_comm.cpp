@@ -633,7 +633,8 @@ void MpiComm::all_to_all(const void* in, std::span<const int64_t> send_counts, v
   // Counts and offsets in bytes; a started MPI_Ialltoallv reads them until it completes, so
   // they live in `finish`.
   auto v = std::make_shared<std::array<std::vector<int>, 4>>();
-  auto& [sc, sd, rc, rd] = *v;
+  // Named references, not a structured binding: the lambda below captures them.
+  std::vector<int>&sc = (*v)[0], &sd = (*v)[1], &rc = (*v)[2], &rd = (*v)[3];
   sc.resize(size_), sd.resize(size_), rc.resize(size_), rd.resize(size_);
   int64_t so = 0, ro = 0;
   for (int r = 0; r < size_; ++r) {
