@@ -243,7 +243,9 @@ void triangle_rule(const ShardingCall& call, ShardingDecision& d) {
       with_placements(self, d.inputs[static_cast<size_t>(self_i)], "triu/tril");
   IntArrayRef off = local->local_offset();
   const int64_t shift = off[off.size() - 2] - off[off.size() - 1];
-  if (shift != 0) d.local_args = {{b + 1, IValue(call.int_arg(b + 1) + shift)}};
+  // emplace_back, not a braced list: GCC 12 at -O1 with the sanitizers warns of an
+  // uninitialized variant inside the initializer list's copy (-Wmaybe-uninitialized).
+  if (shift != 0) d.local_args.emplace_back(b + 1, IValue(call.int_arg(b + 1) + shift));
 }
 
 // one_hot(self, num_classes).

@@ -117,9 +117,10 @@ void slice_rule(const ShardingCall& call, ShardingDecision& d) {
   if (whole && step > 0)
     for (const Placement& p : d.inputs[0])
       if (p.is_shard(dim)) {
-        d.local_args = {{2, IValue(int64_t{0})},
-                        {3, IValue(std::numeric_limits<int64_t>::max())},
-                        {4, IValue(int64_t{1})}};
+        // emplace_back, not a braced list (GCC 12's -Wmaybe-uninitialized under the sanitizers).
+        d.local_args.emplace_back(2, IValue(int64_t{0}));
+        d.local_args.emplace_back(3, IValue(std::numeric_limits<int64_t>::max()));
+        d.local_args.emplace_back(4, IValue(int64_t{1}));
         break;
       }
 }
