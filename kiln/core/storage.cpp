@@ -136,6 +136,20 @@ namespace detail {
 thread_local ReleaseHook tls_release_hook __attribute__((tls_model("initial-exec"))) = nullptr;
 }
 
+void StorageImpl::free_data() {
+  KILN_CHECK(allocator_ != nullptr, "[StorageImpl::free_data] the storage borrows its bytes");
+  if (freed_) return;
+  if (data_) allocator_->deallocate(data_, nbytes_);
+  data_ = nullptr;
+  freed_ = true;
+}
+
+void StorageImpl::reallocate_data() {
+  if (!freed_) return;
+  data_ = allocator_->allocate(nbytes_);
+  freed_ = false;
+}
+
 StorageImpl::~StorageImpl() {
   if (__builtin_expect(detail::tls_release_hook != nullptr, 0)) detail::tls_release_hook(this);
   if (allocator_ && data_) allocator_->deallocate(data_, nbytes_);

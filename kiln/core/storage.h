@@ -52,12 +52,22 @@ class StorageImpl : public RefCounted {
   Allocator* allocator() const { return allocator_; }  // nullptr for borrowed bytes
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  // Frees the bytes but keeps the storage (and every tensor viewing it), as PyTorch's
+  // `untyped_storage().resize_(0)`: FSDP frees a gathered parameter that backward formulas
+  // saved and fills the same storage again before they run (Note [FSDP reshards after
+  // forward] in kiln/parallel/fsdp.cpp). Reading a freed storage is undefined: only the owner
+  // of such tensors may free them. Only for owned (allocator) storages.
+  void free_data();
+  // Allocates nbytes() again after free_data() (the contents are undefined until written).
+  void reallocate_data();
+  bool data_freed() const { return freed_; }
 
  private:
   void* data_ = nullptr;
   size_t nbytes_;
   Device device_;
   Allocator* allocator_;
+  bool freed_ = false;
   std::atomic<uint64_t> version_{0};
 };
 

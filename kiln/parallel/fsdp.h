@@ -22,6 +22,17 @@
 
 namespace kiln::parallel {
 
+struct FullyShardOptions {
+  // Free the gathered parameters when the module's forward returns and gather them again
+  // before its backward (PyTorch's reshard_after_forward): the forward's peak holds a few
+  // units whole instead of all. A root unit (one under no other unit: shard the whole model
+  // last) keeps its parameters, which backward needs first. Note [FSDP reshards after forward].
+  bool reshard_after_forward = true;
+  // Start the all-gather of the unit that comes next (in the last forward's order, or in
+  // backward) while this one computes. Only inside a root unit's forward. Note [FSDP prefetch].
+  bool prefetch = true;
+};
+
 // Shards the parameters of `module` and of its submodules that no earlier fully_shard call
 // manages (apply it to submodules before their parents) as Shard(0) DTensor leaves on `mesh`
 // (1-D), from rank 0's values (uneven dim 0 follows chunk's rule), and registers the forward
@@ -33,7 +44,8 @@ namespace kiln::parallel {
 // or one already a DTensor on another mesh than the 2-D mesh's tp dim; a TypeError for a module
 // that is not a UnaryModule. Collective: every rank of the mesh calls it, in the same order, on
 // the same model.
-void fully_shard(nn::Module& module, const dtensor::DeviceMesh& mesh);
+void fully_shard(nn::Module& module, const dtensor::DeviceMesh& mesh,
+                 FullyShardOptions options = {});
 
 // Whether fully_shard was applied to `module` itself.
 bool is_fully_sharded(const nn::Module& module);

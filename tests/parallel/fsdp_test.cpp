@@ -6,8 +6,10 @@
 // ranks), a compiled step against eager, and the errors.
 #include <gtest/gtest.h>
 
+#include "kiln/autograd/engine.h"
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/compile/compile.h"
+#include "kiln/core/storage.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
@@ -186,6 +188,112 @@ TEST(FSDP, ForwardWithoutGradAndParametersBetweenCalls) {
   // Each rank's input is the same here, so the average is the one-process gradient.
   EXPECT_TRUE(close(dt::full_tensor(l.weight.grad()), lr.weight.grad(), 1e-5));
   EXPECT_TRUE(close(dt::full_tensor(l.bias.grad()), lr.bias.grad(), 1e-5));
+}
+
+// ---------------------------------------------------------------- resharding and prefetch
+
+// A module that raises when armed (a forward that stops half way).
+class Raiser : public nn::UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override {
+    if (armed) throw std::runtime_error("raised on purpose");
+    return x;
+  }
+  bool armed = false;
+};
+
+// `layers` square Linear layers without bias, a Raiser after the first; each Linear its own
+// unit with `options`, then the root.
+std::shared_ptr<nn::Sequential> deep_mlp(int64_t layers, int64_t width, uint64_t seed) {
+  Generator gen(seed);
+  nn::Init init{.gen = &gen};
+  auto m = std::make_shared<nn::Sequential>();
+  for (int64_t i = 0; i < layers; ++i) {
+    m->push_back(std::make_shared<nn::Linear>(width, width, false, init));
+    if (i == 0) m->push_back(std::make_shared<Raiser>());
+  }
+  return m;
+}
+
+void shard_deep_mlp(nn::Sequential& m, FullyShardOptions options) {
+  for (size_t i = 0; i < m.size(); ++i)
+    if (dynamic_cast<nn::Linear*>(&m[i])) fully_shard(m[i], mesh(), options);
+  fully_shard(m, mesh());
+}
+
+TensorList gathered_grads(nn::Module& m) {
+  TensorList out;
+  for (const Tensor& p : m.parameters()) out.push_back(dt::full_tensor(p.grad()));
+  return out;
+}
+
+TEST(FSDP, ReshardAfterForwardHoldsFewUnitsWholeAtTheForwardsPeak) {
+  constexpr int64_t kLayers = 8, kWidth = 256;
+  const size_t layer_bytes = kWidth * kWidth * 4;
+  auto ref = deep_mlp(kLayers, kWidth, 5);
+  Generator gen(6);
+  Tensor x = randn({2, kWidth}, &gen);
+  sum(pow((*ref)(x), 2.0)).backward();
+  for (bool reshard : {false, true}) {
+    for (bool prefetch : {false, true}) {
+      SCOPED_TRACE(fmt::format("reshard {} prefetch {}", reshard, prefetch));
+      auto m = deep_mlp(kLayers, kWidth, 5);
+      shard_deep_mlp(*m, {.reshard_after_forward = reshard, .prefetch = prefetch});
+      for (int step = 0; step < 2; ++step) {  // the second forward prefetches in its order
+        begin_cpu_peak();
+        Tensor loss = sum(pow((*m)(x), 2.0));
+        const size_t peak = end_cpu_peak();
+        if (reshard) {
+          // The unit computing, the one prefetched and its buffers: not every layer.
+          EXPECT_LE(peak, 4 * layer_bytes) << "step " << step;
+        } else {
+          EXPECT_GE(peak, (kLayers - 1) * layer_bytes) << "step " << step;
+        }
+        loss.backward();
+        TensorList got = gathered_grads(*m);
+        auto want = ref->parameters();
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i)
+          EXPECT_TRUE(close(got[i], mul(want[i].grad(), static_cast<double>(step + 1)), 1e-5))
+              << "parameter " << i << " step " << step;
+      }
+    }
+  }
+}
+
+TEST(FSDP, ASecondBackwardThroughARetainedGraphGathersAgain) {
+  auto ref = deep_mlp(3, 16, 7), m = deep_mlp(3, 16, 7);
+  shard_deep_mlp(*m, {});
+  Tensor x = randn({4, 16});
+  Tensor loss = sum(pow((*m)(x), 2.0)), ref_loss = sum(pow((*ref)(x), 2.0));
+  autograd::backward({loss}, {}, /*retain_graph=*/true);
+  autograd::backward({loss});
+  autograd::backward({ref_loss}, {}, true);
+  autograd::backward({ref_loss});
+  TensorList got = gathered_grads(*m);
+  auto want = ref->parameters();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(close(got[i], want[i].grad(), 1e-5)) << i;
+}
+
+TEST(FSDP, APrefetchOfShardsThatChangedSinceIsDropped) {
+  auto ref = deep_mlp(4, 12, 8), m = deep_mlp(4, 12, 8);
+  shard_deep_mlp(*m, {});
+  Tensor x = randn({3, 12});
+  (*m)(x);  // records the units' order
+  // The next forward stops in the Raiser, after the first Linear prefetched the second.
+  auto& raiser = dynamic_cast<Raiser&>((*m)[1]);
+  raiser.armed = true;
+  EXPECT_THROW((*m)(x), std::runtime_error);
+  raiser.armed = false;
+  // The second Linear's shards change while its gather is in flight.
+  {
+    autograd::NoGradGuard no_grad;
+    Tensor shard = dt::to_local(dynamic_cast<nn::Linear&>((*m)[2]).weight);
+    mul_(shard, -2.0);
+    mul_(dynamic_cast<nn::Linear&>((*ref)[2]).weight, -2.0);
+  }
+  EXPECT_TRUE(close((*m)(x), (*ref)(x), 1e-6));
+  for (auto& [name, p] : m->named_parameters()) EXPECT_TRUE(dt::is_dtensor(p)) << name;
 }
 
 // ---------------------------------------------------------------- GPT
