@@ -2,6 +2,7 @@
 
 #include "kiln/dtensor/factories.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -17,6 +18,52 @@
 
 namespace kiln::optim {
 
+// Note [Parameter groups]
+// A multi-tensor op takes tensors of one kind per call: the Sharded layer refuses plain
+// tensors beside DTensors and DTensors of two meshes in one call, and a plain kernel wants its
+// 0-d rate on the parameters' device. Under tensor parallel a model has both kinds (sharded
+// Linear and Embedding weights; LayerNorms and position embeddings stay plain), so an optimizer
+// splits its parameters into groups by where they live: plain tensors by device, DTensors by
+// mesh (their device is the mesh's). Each group keeps its own rate tensor (a replicated DTensor
+// on the group's mesh, or a plain one on its device; set_lr fills all of them), and a step runs
+// the multi-tensor ops once per group. Per-parameter state is made beside each parameter as
+// before (zeros_like, scalar_beside), and the update of a parameter is the same arithmetic in
+// whichever group it is, so a mixed list steps exactly as one optimizer per kind would.
+// clip_grad_norm_ groups the gradients the same way: each group's sum of squares is made whole
+// (a DTensor group's is its global value on every rank; a plain group's is taken as the
+// replicated parameters' and counted once), they are added on the first gradient's device, and
+// the one scale goes back beside each group (a replicated DTensor for a DTensor group).
+namespace {
+
+// Where a tensor lives, for grouping: its mesh when it is a DTensor (null otherwise) and its
+// (local) device.
+struct Home {
+  const dtensor::DeviceMesh* mesh;
+  Device device;
+  bool operator==(const Home&) const = default;
+};
+Home home_of(const Tensor& t) {
+  return {dtensor::is_dtensor(t) ? &dtensor::spec_of(t)->mesh() : nullptr, t.device()};
+}
+
+// The positions of `ts` grouped by home, each group in order, groups in order of their first.
+std::vector<std::vector<size_t>> group_by_home(const TensorList& ts) {
+  std::vector<Home> homes;
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const Home h = home_of(ts[i]);
+    const size_t g = static_cast<size_t>(std::find(homes.begin(), homes.end(), h) - homes.begin());
+    if (g == homes.size()) {
+      homes.push_back(h);
+      groups.emplace_back();
+    }
+    groups[g].push_back(i);
+  }
+  return groups;
+}
+
+}  // namespace
+
 Optimizer::Optimizer(TensorList params, double lr) : params_(std::move(params)), lr_(lr) {
   KILN_CHECK(!params_.empty(), "[optimizer] got an empty parameter list");
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -27,16 +74,11 @@ Optimizer::Optimizer(TensorList params, double lr) : params_(std::move(params)),
     for (size_t j = 0; j < i; ++j)
       KILN_CHECK(!params_[j].is_same(p), "[optimizer] parameter {} appears twice (also {})", i, j);
   }
-  // Beside DTensor parameters, a replicated DTensor on their mesh (the Sharded layer refuses
-  // plain tensors next to DTensors); they must then share one mesh.
-  for (size_t i = 1; i < params_.size(); ++i)
-    KILN_CHECK(dtensor::is_dtensor(params_[i]) == dtensor::is_dtensor(params_[0]) &&
-                   (!dtensor::is_dtensor(params_[i]) ||
-                    &dtensor::spec_of(params_[i])->mesh() == &dtensor::spec_of(params_[0])->mesh()),
-               "[optimizer] parameter {} and parameter 0 are not both plain tensors or DTensors "
-               "of one mesh; make one optimizer per mesh",
-               i);
-  lr_tensor_ = dtensor::scalar_beside(params_[0], 0.0, kFloat64);
+  // See Note [Parameter groups].
+  for (std::vector<size_t>& members : group_by_home(params_)) {
+    Tensor rate = dtensor::scalar_beside(params_[members.front()], 0.0, kFloat64);
+    groups_.push_back({std::move(members), std::move(rate)});
+  }
   set_lr(lr);
 }
 
@@ -44,7 +86,7 @@ void Optimizer::set_lr(double lr) {
   KILN_CHECK(lr >= 0 && std::isfinite(lr), "[optimizer] invalid learning rate {}", lr);
   lr_ = lr;
   autograd::NoGradGuard no_grad;
-  lr_tensor_.fill_(lr);
+  for (Group& g : groups_) g.lr.fill_(lr);
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -143,44 +185,48 @@ SGD::SGD(TensorList params, const SGDOptions& o) : Optimizer(std::move(params), 
 // kiln/compile/host_guard.cpp).
 void SGD::step() {
   autograd::NoGradGuard no_grad;
-  TensorList ps, ds, bufs;
-  std::vector<size_t> fresh;  // parameters whose momentum buffer starts this step
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& g = params_[i].grad();
-    if (!g.defined()) continue;
-    ps.push_back(params_[i]);
-    ds.push_back(o_.weight_decay != 0 ? add(g, params_[i], o_.weight_decay) : g);
-    if (o_.momentum != 0) {
-      if (!buffers_[i].defined()) {
-        buffers_[i] = ds.back().clone();  // PyTorch: the first buffer is the gradient itself
-        fresh.push_back(bufs.size());
+  bool stepped = false;
+  for (const Group& group : groups_) {  // See Note [Parameter groups].
+    TensorList ps, ds, bufs;
+    std::vector<size_t> fresh;  // parameters whose momentum buffer starts this step
+    for (size_t i : group.params) {
+      const Tensor& g = params_[i].grad();
+      if (!g.defined()) continue;
+      ps.push_back(params_[i]);
+      ds.push_back(o_.weight_decay != 0 ? add(g, params_[i], o_.weight_decay) : g);
+      if (o_.momentum != 0) {
+        if (!buffers_[i].defined()) {
+          buffers_[i] = ds.back().clone();  // PyTorch: the first buffer is the gradient itself
+          fresh.push_back(bufs.size());
+        }
+        bufs.push_back(buffers_[i]);
       }
-      bufs.push_back(buffers_[i]);
     }
+    if (ps.empty()) continue;
+    stepped = true;
+    if (o_.momentum != 0) {
+      // buf = momentum * buf + (1 - dampening) * d, except for buffers made this step.
+      TensorList old_bufs, old_ds;
+      for (size_t k = 0; k < bufs.size(); ++k) {
+        if (std::find(fresh.begin(), fresh.end(), k) != fresh.end()) continue;
+        old_bufs.push_back(bufs[k]);
+        old_ds.push_back(ds[k]);
+      }
+      if (!old_bufs.empty()) {
+        foreach_mul_(old_bufs, o_.momentum);
+        foreach_add_(old_bufs, old_ds, 1.0 - o_.dampening);
+      }
+      if (o_.nesterov) {
+        for (size_t k = 0; k < ds.size(); ++k) ds[k] = add(ds[k], bufs[k], o_.momentum);
+      } else {
+        ds = bufs;
+      }
+    }
+    // p -= lr * d with lr read from the device (See Note [SGD in a compiled step]).
+    for (Tensor& d : ds) d = mul(d, group.lr);
+    foreach_add_(ps, ds, -1.0);
   }
-  if (ps.empty()) return;
-  if (o_.momentum != 0) {
-    // buf = momentum * buf + (1 - dampening) * d, except for buffers made this step.
-    TensorList old_bufs, old_ds;
-    for (size_t k = 0; k < bufs.size(); ++k) {
-      if (std::find(fresh.begin(), fresh.end(), k) != fresh.end()) continue;
-      old_bufs.push_back(bufs[k]);
-      old_ds.push_back(ds[k]);
-    }
-    if (!old_bufs.empty()) {
-      foreach_mul_(old_bufs, o_.momentum);
-      foreach_add_(old_bufs, old_ds, 1.0 - o_.dampening);
-    }
-    if (o_.nesterov) {
-      for (size_t k = 0; k < ds.size(); ++k) ds[k] = add(ds[k], bufs[k], o_.momentum);
-    } else {
-      ds = bufs;
-    }
-  }
-  // p -= lr * d with lr read from the device (See Note [SGD in a compiled step]).
-  for (Tensor& d : ds) d = mul(d, lr_tensor_);
-  foreach_add_(ps, ds, -1.0);
-  ++steps_;
+  if (stepped) ++steps_;
 }
 
 StateDict SGD::state_dict() const {
@@ -245,19 +291,23 @@ void AdamW::step() {
   autograd::NoGradGuard no_grad;
   // Bias correction counts each parameter's own updates (a parameter without a gradient is
   // not stepped); the counts live on the device, so one call serves every parameter.
-  TensorList p, g, m, v, steps;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& grad = params_[i].grad();
-    if (!grad.defined()) continue;
-    p.push_back(params_[i]);
-    g.push_back(grad);
-    m.push_back(m_[i]);
-    v.push_back(v_[i]);
-    steps.push_back(step_counts_[i]);
+  bool stepped = false;
+  for (const Group& group : groups_) {  // See Note [Parameter groups].
+    TensorList p, g, m, v, steps;
+    for (size_t i : group.params) {
+      const Tensor& grad = params_[i].grad();
+      if (!grad.defined()) continue;
+      p.push_back(params_[i]);
+      g.push_back(grad);
+      m.push_back(m_[i]);
+      v.push_back(v_[i]);
+      steps.push_back(step_counts_[i]);
+    }
+    if (p.empty()) continue;
+    stepped = true;
+    foreach_adamw_(p, g, m, v, steps, group.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay);
   }
-  if (p.empty()) return;
-  ++steps_;
-  foreach_adamw_(p, g, m, v, steps, lr_tensor_, o_.beta1, o_.beta2, o_.eps, o_.weight_decay);
+  if (stepped) ++steps_;
 }
 
 StateDict AdamW::named_state() const {
@@ -273,18 +323,47 @@ StateDict AdamW::named_state() const {
 Tensor clip_grad_norm_(const TensorList& params, double max_norm) {
   KILN_CHECK(max_norm > 0, "[clip_grad_norm_] max_norm must be > 0, got {}", max_norm);
   autograd::NoGradGuard no_grad;
-  TensorList squares;
+  TensorList grads;
   for (const Tensor& p : params)
-    if (p.grad().defined()) squares.push_back(sum(mul(p.grad(), p.grad()), {}, false, kFloat32));
-  KILN_CHECK(!squares.empty(), "[clip_grad_norm_] no parameter has a gradient");
-  Tensor norm = sqrt(sum(stack(squares)));
+    if (p.grad().defined()) grads.push_back(p.grad());
+  KILN_CHECK(!grads.empty(), "[clip_grad_norm_] no parameter has a gradient");
+  // See Note [Parameter groups].
+  const std::vector<std::vector<size_t>> groups = group_by_home(grads);
+  auto sum_of_squares = [&](const std::vector<size_t>& group) {
+    TensorList squares;
+    for (size_t i : group) squares.push_back(sum(mul(grads[i], grads[i]), {}, false, kFloat32));
+    return sum(stack(squares));
+  };
   // scale = min(1, max_norm / (norm + 1e-6)), applied on the device: no host read.
   // full_like: over DTensor gradients the norm is a (replicated) DTensor, the global norm.
-  Tensor scale = clamp(div(full_like(norm, max_norm), add(norm, 1e-6)), std::nullopt, 1.0);
-  for (const Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    Tensor g = p.grad();
-    mul_(g, scale);
+  auto scale_of = [&](const Tensor& norm) {
+    return clamp(div(full_like(norm, max_norm), add(norm, 1e-6)), std::nullopt, 1.0);
+  };
+  if (groups.size() == 1) {
+    Tensor norm = sqrt(sum_of_squares(groups[0]));
+    Tensor scale = scale_of(norm);
+    for (Tensor& g : grads) mul_(g, scale);
+    return norm;
+  }
+  const Device device = grads[0].device();
+  Tensor total;
+  for (const std::vector<size_t>& group : groups) {
+    Tensor s = sum_of_squares(group);
+    if (dtensor::is_dtensor(s)) s = dtensor::full_tensor(s);
+    s = s.to(device);
+    total = total.defined() ? add(total, s) : s;
+  }
+  Tensor norm = sqrt(total);
+  Tensor scale = scale_of(norm);
+  for (const std::vector<size_t>& group : groups) {
+    const Tensor& first = grads[group.front()];
+    Tensor s = scale.to(first.device());
+    if (dtensor::is_dtensor(first)) {
+      const dtensor::DeviceMesh& mesh = dtensor::spec_of(first)->mesh();
+      s = dtensor::from_local(
+          s, mesh, dtensor::Placements(static_cast<size_t>(mesh.ndim()), dtensor::Replicate()));
+    }
+    for (size_t i : group) mul_(grads[i], s);
   }
   return norm;
 }

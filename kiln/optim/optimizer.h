@@ -22,12 +22,14 @@ class Optimizer {
   // Zeroes the gradients in place (their addresses stay stable) or drops them.
   void zero_grad(bool set_to_none = false);
   double lr() const { return lr_; }
-  // Sets the learning rate. It is also written into a device tensor that SGD's and AdamW's
+  // Sets the learning rate. It is also written into the device tensors that SGD's and AdamW's
   // steps read, so a compiled step replays with the current rate without a recompile: call
   // set_lr outside the compiled function.
   void set_lr(double lr);
-  // The learning rate as a 0-d float64 tensor on the parameters' device.
-  const Tensor& lr_tensor() const { return lr_tensor_; }
+  // The learning rate as a 0-d float64 tensor beside parameter 0: on its device, or a
+  // replicated DTensor on its mesh. Parameters that live elsewhere (plain tensors beside
+  // DTensors, another mesh or device) read their own group's copy (Note [Parameter groups]).
+  const Tensor& lr_tensor() const { return groups_.front().lr; }
   const TensorList& params() const { return params_; }
   int64_t steps() const { return steps_; }
 
@@ -46,9 +48,17 @@ class Optimizer {
   // The optimizer's own state tensors, live (not copies), by name; empty for none.
   virtual StateDict named_state() const { return {}; }
 
+  // Parameters that live alike: plain tensors on one device, or DTensors on one mesh. The
+  // multi-tensor ops take one kind per call, so a step runs them once per group, each with
+  // the rate (and state) beside its parameters. See Note [Parameter groups] in optimizer.cpp.
+  struct Group {
+    std::vector<size_t> params;  // indices into params_, in order
+    Tensor lr;                   // 0-d float64 beside them (dtensor::scalar_beside)
+  };
+
   TensorList params_;
   double lr_;
-  Tensor lr_tensor_;
+  std::vector<Group> groups_;  // in order of each group's first parameter
   int64_t steps_ = 0;
 };
 
@@ -108,7 +118,11 @@ class AdamW : public Optimizer {
 };
 
 // Scales gradients so that their global L2 norm is at most max_norm, without reading the norm
-// on the host (the scale is a device tensor). Returns the norm before clipping (0-d, float32).
+// on the host (the scale is a device tensor). Returns the norm before clipping (0-d, float32):
+// a replicated DTensor when every gradient is a DTensor of one mesh, else a plain tensor on the
+// first gradient's device. The list may mix plain and DTensor gradients, meshes and devices:
+// a DTensor's part of the norm is over its global value; a plain gradient is taken to be the
+// same on every rank (a replicated parameter's) and counted once. See Note [Parameter groups].
 Tensor clip_grad_norm_(const TensorList& params, double max_norm);
 
 // Learning-rate schedules: the rate to use at `step` (0-based).
