@@ -12,6 +12,7 @@
 #include "kiln/optim/optimizer.h"
 #include "tools/kiln/dist_workloads.h"
 #include "tools/kiln/dtensor_workload.h"
+#include "tools/kiln/fsdp_workload.h"
 #include "tools/kiln/tp_workload.h"
 
 namespace kiln::workloads {
@@ -276,6 +277,8 @@ const std::vector<Workload>& all() {
        dtensor},
       {"tp", "the bench GPT's step, tensor parallel over the ranks against one process (mpirun)", 2,
        tp},
+      {"fsdp", "the bench GPT's step under fully_shard against DDP, each rank its rows (mpirun)", 3,
+       fsdp},
   };
   return list;
 }
