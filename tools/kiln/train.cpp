@@ -170,88 +170,36 @@ io::StateDict entries_of(const io::StateDict& all, const std::string& prefix) {
 
 // Note [Optimizers over sharded parameters]
 // Under --tp the model mixes DTensor parameters (the sharded layers') with plain ones (the
-// LayerNorms, the position embedding), and an optimizer refuses a list that mixes them (the
-// Sharded layer takes no plain tensor beside a DTensor), so each weight-decay group is stepped
-// by one AdamW per kind. AdamW updates each parameter on its own: the same step. Its state dict
-// is the single-process one ("exp_avg.i" for the group's i-th parameter in model order), each
-// tensor gathered whole by `whole` (collective under --tp and --fsdp: every rank calls it).
-class AdamWGroup {
- public:
-  AdamWGroup(const nn::NamedTensors& params, const optim::AdamWOptions& options) {
-    TensorList kinds[2];
+// LayerNorms, the position embedding); one AdamW per weight-decay group steps both kinds (it
+// groups them itself: Note [Parameter groups] in kiln/optim/optimizer.cpp), and
+// optim::clip_grad_norm_ clips by their global norm. A checkpoint holds the single-process
+// optimizer state ("exp_avg.i" for the group's i-th parameter in model order), each tensor
+// gathered whole by `whole` (collective under --tp and --fsdp: every rank calls it).
+struct AdamWGroup {
+  std::vector<std::string> names;  // of the parameters, in the optimizer's order
+  optim::AdamW opt;
+
+  static AdamWGroup make(const nn::NamedTensors& params, const optim::AdamWOptions& options) {
+    std::vector<std::string> names;
+    TensorList tensors;
     for (const auto& [name, p] : params) {
-      const int k = dtensor::is_dtensor(p) ? 1 : 0;
-      names_.push_back(name);
-      where_.emplace_back(k, kinds[k].size());
-      kinds[k].push_back(p);
+      names.push_back(name);
+      tensors.push_back(p);
     }
-    for (int k : {0, 1})
-      if (!kinds[k].empty()) opts_[k].emplace(kinds[k], options);
-  }
-  void set_lr(double lr) {
-    for (auto& opt : opts_)
-      if (opt) opt->set_lr(lr);
-  }
-  void step() {
-    for (auto& opt : opts_)
-      if (opt) opt->step();
+    return {std::move(names), optim::AdamW(std::move(tensors), options)};
   }
   // `whole(param_name, t)`: t (a state tensor of that parameter) as a plain whole tensor.
   optim::StateDict state_dict(
       const std::function<Tensor(const std::string&, const Tensor&)>& whole) const {
-    const optim::AdamW& any = opts_[0] ? *opts_[0] : *opts_[1];
-    optim::StateDict out = {{"lr", scalar_tensor(any.lr(), kFloat64)},
-                            {"steps", scalar_tensor(any.steps(), kInt64)}};
-    for (size_t i = 0; i < where_.size(); ++i) {
-      const auto [k, j] = where_[i];
-      const optim::AdamW& opt = *opts_[k];
-      out.emplace_back(fmt::format("exp_avg.{}", i), whole(names_[i], opt.exp_avg()[j]));
-      out.emplace_back(fmt::format("exp_avg_sq.{}", i), whole(names_[i], opt.exp_avg_sq()[j]));
-      out.emplace_back(fmt::format("step.{}", i), whole(names_[i], opt.step_counts()[j]));
+    optim::StateDict out;
+    for (const auto& [key, t] : opt.state_dict()) {
+      const size_t dot = key.rfind('.');
+      out.emplace_back(
+          key, dot == std::string::npos ? t : whole(names.at(std::stoul(key.substr(dot + 1))), t));
     }
     return out;
   }
-  // Plain parameters only (--resume is refused under --tp and --fsdp).
-  void load_state_dict(const optim::StateDict& state) {
-    KILN_CHECK(!opts_[1], "[train] loading optimizer state into DTensor parameters");
-    if (opts_[0]) opts_[0]->load_state_dict(state);
-  }
-
- private:
-  std::vector<std::string> names_;
-  std::vector<std::pair<int, size_t>> where_;  // parameter i: (kind, index in that optimizer)
-  std::optional<optim::AdamW> opts_[2];        // plain parameters', DTensor parameters'
 };
-
-// optim::clip_grad_norm_ over parameters that mix DTensors and plain tensors (--tp): the global
-// norm from the two kinds' sums of squares (the DTensors' made whole), and one scale applied to
-// both (a replicated DTensor for the DTensor gradients). Lists of one kind go to
-// optim::clip_grad_norm_ unchanged.
-void clip_grad_norm_mixed(const TensorList& params, double max_norm,
-                          const dtensor::DeviceMesh* mesh) {
-  bool mixed[2] = {false, false};
-  for (const Tensor& p : params) mixed[dtensor::is_dtensor(p) ? 1 : 0] = true;
-  if (!mixed[0] || !mixed[1]) {
-    optim::clip_grad_norm_(params, max_norm);
-    return;
-  }
-  autograd::NoGradGuard no_grad;
-  TensorList squares[2];
-  for (const Tensor& p : params)
-    if (p.grad().defined())
-      squares[dtensor::is_dtensor(p) ? 1 : 0].push_back(
-          sum(mul(p.grad(), p.grad()), {}, false, kFloat32));
-  Tensor total = sum(stack(squares[0]));
-  if (!squares[1].empty()) total = add(total, dtensor::full_tensor(sum(stack(squares[1]))));
-  Tensor norm = sqrt(total);
-  Tensor scale = clamp(div(full_like(norm, max_norm), add(norm, 1e-6)), std::nullopt, 1.0);
-  Tensor dscale = dtensor::from_local(scale, *mesh, {dtensor::Replicate()});
-  for (const Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    Tensor g = p.grad();
-    mul_(g, dtensor::is_dtensor(p) ? dscale : scale);
-  }
-}
 
 }  // namespace
 
@@ -271,7 +219,7 @@ void clip_grad_norm_mixed(const TensorList& params, double max_norm,
 // vocabulary (DTensor parameters) and a copy of the rest (plain). Every rank trains on the whole
 // batch, so the data and the generators advance as in one process; the loss is
 // loss_parallel_cross_entropy over the vocabulary-sharded logits, replicated on every rank. The
-// optimizers and the gradient clipping take the two kinds apart (Note [Optimizers over sharded
+// optimizers and the gradient clipping take lists of both kinds (Note [Optimizers over sharded
 // parameters]). --fsdp shards every parameter as Shard(0) (parallel::fully_shard on each block,
 // then the model) and splits the batch as --ddp does. Under both, evaluation and checkpoints are
 // collective: every rank evaluates, every rank gathers the parameters and the optimizer state
@@ -345,8 +293,8 @@ int run_train(const TrainOptions& o) {
   nn::NamedTensors decay, no_decay;
   for (const auto& [name, p] : model.named_parameters())
     (p.dim() >= 2 ? decay : no_decay).emplace_back(name, p);
-  AdamWGroup opt_decay(decay, {.lr = o.lr, .weight_decay = kWeightDecay});
-  AdamWGroup opt_no_decay(no_decay, {.lr = o.lr, .weight_decay = 0.0});
+  AdamWGroup opt_decay = AdamWGroup::make(decay, {.lr = o.lr, .weight_decay = kWeightDecay});
+  AdamWGroup opt_no_decay = AdamWGroup::make(no_decay, {.lr = o.lr, .weight_decay = 0.0});
   TensorList params = model.parameters();
   // A parameter's or its optimizer state's tensor as a plain whole tensor in the module's
   // layout (collective when it is a DTensor). See Note [Tensor-parallel training].
@@ -370,8 +318,8 @@ int run_train(const TrainOptions& o) {
     const TrainState& st = *resume->train;
     try {
       model.load_state_dict(resume->state);
-      opt_decay.load_state_dict(entries_of(st.optim, "decay"));
-      opt_no_decay.load_state_dict(entries_of(st.optim, "no_decay"));
+      opt_decay.opt.load_state_dict(entries_of(st.optim, "decay"));
+      opt_no_decay.opt.load_state_dict(entries_of(st.optim, "no_decay"));
     } catch (const Error& e) {
       KILN_THROW(Value, "[train] cannot --resume from '{}': {}", o.resume, e.what());
     }
@@ -433,9 +381,9 @@ int run_train(const TrainOptions& o) {
     model.zero_grad();
     Tensor loss = loss_of(x, y);
     loss.backward();
-    clip_grad_norm_mixed(params, kClipNorm, mesh);
-    opt_decay.step();
-    opt_no_decay.step();
+    optim::clip_grad_norm_(params, kClipNorm);
+    opt_decay.opt.step();
+    opt_no_decay.opt.step();
     return plain(loss).detach();  // a DTensor under --tp: its replicated local value
   };
   std::optional<CompiledFunction> compiled;
@@ -455,8 +403,8 @@ int run_train(const TrainOptions& o) {
     return l;
   };
   for (int64_t step = start; step < o.steps; ++step) {
-    opt_decay.set_lr(schedule(step));
-    opt_no_decay.set_lr(schedule(step));
+    opt_decay.opt.set_lr(schedule(step));
+    opt_no_decay.opt.set_lr(schedule(step));
     auto [hx, hy] = sample_batch(corpus.train, o.batch, o.seq, gen);
     if (split_batch) {  // this rank's share of the whole batch
       hx = narrow(hx, 0, rank * share, share);
