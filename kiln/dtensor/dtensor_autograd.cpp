@@ -3,6 +3,7 @@
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/autograd/node.h"
 #include "kiln/dtensor/dtensor.h"
+#include "kiln/dtensor/factories.h"
 #include "kiln/dtensor/redistribute.h"
 #include "kiln/ops/op_list.h"
 #include "kiln/ops/ops.h"
@@ -46,7 +47,8 @@ const DTensorSpec* contiguous_spec(const DTensorSpec& s, ArrayRef<Placement> ps)
   return intern_spec(s.mesh(), ps, s.shape(), contiguous_strides(s.shape()), s.dtype());
 }
 
-// empty_like and full_like of a DTensor (installed in kiln/ops), also from a saved layout.
+// empty_like and full_like of a DTensor (installed in kiln/ops with rand_like's and
+// randn_like's), also from a saved layout.
 Tensor sharded_full(const void* layout, const Scalar* fill) {
   const DTensorSpec& s = *static_cast<const DTensorSpec*>(layout);
   const Device device = s.mesh().device();
@@ -56,8 +58,12 @@ Tensor sharded_full(const void* layout, const Scalar* fill) {
   const DTensorSpec* spec = contiguous_spec(s, partial_as_replicate(s.placements()));
   return make_dtensor(full(spec->local_shape(), *fill, s.dtype(), device), spec);
 }
-Tensor sharded_like(const Tensor& like, const Scalar* fill) {
-  return sharded_full(spec_of(like), fill);
+Tensor sharded_like(const Tensor& like, const kiln::detail::LikeFill& fill) {
+  using Kind = kiln::detail::LikeFill::Kind;
+  if (fill.kind == Kind::kRand || fill.kind == Kind::kRandn)  // never Partial, like a fill
+    return detail::random_like(like, partial_as_replicate(spec_of(like)->placements()),
+                               fill.kind == Kind::kRandn, fill.gen);
+  return sharded_full(spec_of(like), fill.kind == Kind::kFull ? fill.value : nullptr);
 }
 // Autograd's tensors for a DTensor input's gradient (zeros_of in kiln/autograd/formulas.cpp),
 // made from its saved layout: replicated, because the formulas write the gradient into a view
@@ -138,8 +144,8 @@ void link(const Tensor& in, const Tensor& out, Ref<autograd::Node> node) {
 }
 
 const bool g_installed = [] {
-  detail::set_sharded_like_factory(&sharded_like);
-  detail::set_sharded_layout_factory(&autograd_full);
+  kiln::detail::set_sharded_like_factory(&sharded_like);
+  kiln::detail::set_sharded_layout_factory(&autograd_full);
   autograd::set_grad_layout_hook(&grad_like_leaf);
   return true;
 }();

@@ -10,7 +10,8 @@ namespace {
 
 constexpr std::string_view kFactory =
     "a factory takes no tensor, so a call never reaches the Sharded layer; make a DTensor with "
-    "distribute_tensor or from_local";
+    "the DTensor factories (kiln::dtensor::full/zeros/ones/empty, and rand/randn/randint, which "
+    "draw each shard's global positions), distribute_tensor or from_local";
 constexpr std::string_view kCollective =
     "a collective works on this rank's local tensor and a process group; a DTensor's "
     "collectives are redistribute (kiln::dtensor::redistribute, full_tensor)";

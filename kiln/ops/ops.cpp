@@ -68,13 +68,13 @@ Tensor detail::sharded_full(const void* layout, const Scalar* fill) {
 }
 
 Tensor empty_like(const Tensor& t) {
-  if (sharded(t)) return g_sharded_like(t, nullptr);
+  if (sharded(t)) return g_sharded_like(t, {});
   return op_empty(t.sizes(), t.dtype(), t.device());
 }
 Tensor zeros_like(const Tensor& t) { return full_like(t, 0); }
 Tensor ones_like(const Tensor& t) { return full_like(t, 1); }
 Tensor full_like(const Tensor& t, const Scalar& v) {
-  if (sharded(t)) return g_sharded_like(t, &v);
+  if (sharded(t)) return g_sharded_like(t, {detail::LikeFill::Kind::kFull, &v});
   return op_full(t.sizes(), v, t.dtype(), t.device());
 }
 Tensor arange(const Scalar& end, std::optional<DType> dtype, std::optional<Device> device) {
@@ -103,13 +103,11 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, Generator* gen,
   return op_randint(low, high, sizes, gen, dtype ? *dtype : kInt64, device_or(device));
 }
 Tensor rand_like(const Tensor& t, Generator* gen) {
-  if (t.key_set().has(DispatchKey::Sharded))
-    throw NotImplementedError("[rand_like] random DTensors are not implemented yet");
+  if (sharded(t)) return g_sharded_like(t, {detail::LikeFill::Kind::kRand, nullptr, gen});
   return op_rand(t.sizes(), gen, t.dtype(), t.device());
 }
 Tensor randn_like(const Tensor& t, Generator* gen) {
-  if (t.key_set().has(DispatchKey::Sharded))
-    throw NotImplementedError("[randn_like] random DTensors are not implemented yet");
+  if (sharded(t)) return g_sharded_like(t, {detail::LikeFill::Kind::kRandn, nullptr, gen});
   return op_randn(t.sizes(), gen, t.dtype(), t.device());
 }
 template <class T>

@@ -37,14 +37,23 @@ Tensor ones(IntArrayRef sizes, std::optional<DType> dtype = {}, std::optional<De
 // dtype defaults to the value's category: bool, int64 or the default float dtype.
 Tensor full(IntArrayRef sizes, const Scalar& value, std::optional<DType> dtype = {},
             std::optional<Device> device = {});
-// Of a DTensor: a DTensor on its mesh (detail::set_sharded_like_factory).
+// Of a DTensor: a DTensor on its mesh (detail::set_sharded_like_factory); so are rand_like's
+// and randn_like's.
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor full_like(const Tensor& t, const Scalar& value);
 namespace detail {
-// Makes empty_like (fill null) and full_like of a DTensor; installed by kiln/dtensor.
-using ShardedLikeFactory = Tensor (*)(const Tensor& like, const Scalar* fill);
+// What a *_like of a DTensor holds: uninitialised values (empty_like), `value` (full_like) or a
+// draw from `gen` (rand_like, randn_like; null: the default generator).
+struct LikeFill {
+  enum class Kind { kEmpty, kFull, kRand, kRandn };
+  Kind kind = Kind::kEmpty;
+  const Scalar* value = nullptr;
+  Generator* gen = nullptr;
+};
+// Makes the *_like of a DTensor; installed by kiln/dtensor.
+using ShardedLikeFactory = Tensor (*)(const Tensor& like, const LikeFill& fill);
 void set_sharded_like_factory(ShardedLikeFactory f);
 // The same from a DTensor's layout (ShardedMetaBase::layout()), for autograd's saved geometry.
 using ShardedLayoutFactory = Tensor (*)(const void* layout, const Scalar* fill);

@@ -157,7 +157,8 @@ TEST_P(ShardedAutograd, LikeFactoriesOfDTensorsAreDTensors) {
   EXPECT_TRUE(close(dt::full_tensor(o), ones({4, 6}, kFloat32, d)));
   Tensor s = dt::distribute_tensor(global_tensor({4, 6}, kFloat32, d), mesh_1d(d), {dt::Shard(1)});
   EXPECT_EQ(dt::spec_of(zeros_like(s))->placements()[0], dt::Placement(dt::Shard(1)));
-  EXPECT_THROW_PREFIX(rand_like(s), NotImplementedError, "[rand_like]");
+  EXPECT_EQ(dt::spec_of(rand_like(s))->placements()[0], dt::Placement(dt::Shard(1)));
+  EXPECT_EQ(dt::spec_of(randn_like(p))->placements()[0], dt::Placement(dt::Replicate()));
 }
 
 // clip_grad_norm_ over DTensor gradients of several placements clips by the global norm.
