@@ -64,9 +64,12 @@ const compiler::WrappedTensors* g_wrapped = nullptr;
 // interned spec) is part of the cache entry's key (an entry fits only calls whose layouts are
 // the same pointers), and the traced function gets DTensors rebuilt around the very tensors the
 // tracer registered as inputs. Its results are unwrapped the same way and wrapped again with the
-// layouts the trace saw, on every replay. Wrapped tensors the function reaches without being
-// given (DTensor parameters) need nothing: their local tensors are held by identity like any
-// free tensor, and in-place updates keep them.
+// layouts the trace saw, on every replay, whatever the inputs: a function of plain tensors may
+// make DTensors (a tensor-parallel step gets plain token ids and from_local makes them
+// DTensors) and return one, and returned wrapped, its local tensor would be an intermediate
+// held by the wrapper alone, which the escape check reads as made inside and kept. Wrapped
+// tensors the function reaches without being given (DTensor parameters) need nothing: their
+// local tensors are held by identity like any free tensor, and in-place updates keep them.
 void compiler::set_wrapped_tensors(const WrappedTensors* w) { g_wrapped = w; }
 
 struct CompiledFunction::Impl {
@@ -133,14 +136,19 @@ void CompiledFunction::Impl::call(std::span<const Tensor> inputs, TensorList& ou
   bool wrapped = false;
   if (g_wrapped)
     for (const Tensor& t : inputs) wrapped = wrapped || (t.defined() && g_wrapped->is_wrapped(t));
-  if (!wrapped) return call_local(inputs, outputs);
-  // Note [Wrapped tensors in compiled functions]
-  std::vector<Tensor> locals(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i)
-    locals[i] = inputs[i].defined() && g_wrapped->is_wrapped(inputs[i])
-                    ? g_wrapped->unwrap(inputs[i], &in_layouts[i])
-                    : inputs[i];
-  call_local(locals, outputs);
+  if (!wrapped) {
+    call_local(inputs, outputs);
+  } else {
+    // Note [Wrapped tensors in compiled functions]
+    std::vector<Tensor> locals(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i)
+      locals[i] = inputs[i].defined() && g_wrapped->is_wrapped(inputs[i])
+                      ? g_wrapped->unwrap(inputs[i], &in_layouts[i])
+                      : inputs[i];
+    call_local(locals, outputs);
+  }
+  // Results are wrapped whatever the inputs were: a function of plain tensors may return
+  // DTensors it made (empty for results that are all plain).
   for (size_t r = 0; r < outputs.size() && r < out_layouts.size(); ++r)
     if (out_layouts[r]) outputs[r] = g_wrapped->wrap(outputs[r], out_layouts[r]);
 }
@@ -149,15 +157,21 @@ TensorList CompiledFunction::Impl::run_fn(std::span<const Tensor> inputs) {
   bool wrapped = false;
   for (const void* l : in_layouts) wrapped = wrapped || l;
   out_layouts.clear();
-  if (!wrapped) return fn(inputs);
-  std::vector<Tensor> args(inputs.begin(), inputs.end());
-  for (size_t i = 0; i < args.size(); ++i)
-    if (in_layouts[i]) args[i] = g_wrapped->wrap(args[i], in_layouts[i]);
-  TensorList out = fn(args);
-  out_layouts.assign(out.size(), nullptr);
+  TensorList out;
+  if (!wrapped) {
+    out = fn(inputs);
+  } else {
+    std::vector<Tensor> args(inputs.begin(), inputs.end());
+    for (size_t i = 0; i < args.size(); ++i)
+      if (in_layouts[i]) args[i] = g_wrapped->wrap(args[i], in_layouts[i]);
+    out = fn(args);
+  }
+  if (!g_wrapped) return out;
   for (size_t r = 0; r < out.size(); ++r)
-    if (out[r].defined() && g_wrapped->is_wrapped(out[r]))
+    if (out[r].defined() && g_wrapped->is_wrapped(out[r])) {
+      out_layouts.resize(out.size(), nullptr);
       out[r] = g_wrapped->unwrap(out[r], &out_layouts[r]);
+    }
   return out;
 }
 

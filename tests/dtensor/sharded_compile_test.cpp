@@ -8,6 +8,7 @@
 
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/compile/compile.h"
+#include "kiln/parallel/tensor_parallel.h"
 #include "tests/dtensor/dtensor_test_util.h"
 
 namespace kiln::test {
@@ -90,6 +91,45 @@ TEST_P(ShardedCompile, TensorParallelTrainingStepEqualsEager) {
   EXPECT_GE(step.entries().at(0).hits, 2) << step.explain();
   if (!d.is_cpu()) {
     EXPECT_GE(step.entries().at(0).captures, 1) << step.explain();
+  }
+}
+
+// A compiled step may return a DTensor made inside it, also when its inputs are plain tensors
+// (a tensor-parallel training step takes plain token ids, and the styles make DTensors of them):
+// loss parallel's loss, detached, through a Partial reduction and a redistribute to Replicate,
+// with and without a backward through it. The result is a replicated DTensor equal to the eager
+// one, and nothing made inside escapes (the DTensor's local tensor is the executable's output).
+TEST_P(ShardedCompile, ReturnsTheDetachOfALossParallelLoss) {
+  const Device d = dev();
+  const dt::DeviceMesh& mesh = mesh_1d(d);
+  Tensor w = dist(div(global_tensor({4, 5}, kFloat32, d, 3), 20.0), mesh, dt::Shard(1))
+                 .requires_grad_(true);
+  Tensor target = from_vector(std::vector<int64_t>{0, 4, 2, 1, 3, 3}, {6}, d);
+  for (bool plain_input : {true, false}) {
+    for (bool backward : {false, true}) {
+      auto loss_of = [&](const Tensor& x) {
+        Tensor xd = dt::is_dtensor(x) ? x : dt::from_local(x, mesh, {dt::Replicate()});
+        Tensor logits = mm(xd, w);  // [6, 5] sharded over the classes
+        Tensor loss = parallel::loss_parallel_cross_entropy(logits, target);
+        if (backward) loss.backward();
+        return loss.detach();
+      };
+      auto f = compile([&](std::span<const Tensor> in) -> TensorList { return {loss_of(in[0])}; },
+                       {.name = "detach_of_loss"});
+      for (int call = 0; call < 4; ++call) {
+        if (w.grad().defined()) const_cast<Tensor&>(w.grad()).zero_();
+        Tensor x = div(global_tensor({6, 4}, kFloat32, d, call), 10.0);
+        if (!plain_input) x = dist(x, mesh, dt::Replicate());
+        TensorList got = f({x});
+        const std::string where =
+            fmt::format("call {}, plain input {}, backward {}", call, plain_input, backward);
+        ASSERT_TRUE(dt::is_dtensor(got.at(0))) << where;
+        EXPECT_TRUE(dt::spec_of(got[0])->is_replicated()) << where;
+        EXPECT_TRUE(bitwise_equal(dt::full_tensor(got[0]), dt::full_tensor(loss_of(x)))) << where;
+      }
+      EXPECT_EQ(f.entries().size(), 1u) << f.explain();
+      EXPECT_GE(f.entries().at(0).hits, 2) << f.explain();
+    }
   }
 }
 
