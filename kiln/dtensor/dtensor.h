@@ -56,4 +56,20 @@ Tensor from_local(const Tensor& local, const DeviceMesh& mesh, ArrayRef<Placemen
 // The whole tensor on every rank (redistribute to Replicate everywhere, then the local tensor).
 Tensor full_tensor(const Tensor& t);
 
+// RAII (PyTorch's implicit_replication()): while one lives on this thread, an op that mixes
+// DTensors with plain tensors takes each plain tensor as a Replicate DTensor on the DTensors'
+// mesh (every rank must pass the same values; nothing checks it) instead of raising. A plain
+// tensor that requires grad is still refused (its gradient would be a DTensor). Compiled
+// functions bake in what their trace did. See Note [Implicit replication] in sharded_layer.cpp.
+class ImplicitReplication {
+ public:
+  ImplicitReplication();
+  ~ImplicitReplication();
+  ImplicitReplication(const ImplicitReplication&) = delete;
+  ImplicitReplication& operator=(const ImplicitReplication&) = delete;
+
+ private:
+  bool previous_;
+};
+
 }  // namespace kiln::dtensor

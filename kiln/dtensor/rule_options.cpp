@@ -66,4 +66,15 @@ std::string inputs_str(const ShardingCall& call) {
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
+bool no_empty_chunk(const DTensorSpec& spec, int64_t dim) {
+  const DeviceMesh& mesh = spec.mesh();
+  Shape coord(static_cast<size_t>(mesh.ndim()), 0);
+  while (true) {
+    if (spec.local_shape_at(coord)[dim] == 0) return false;
+    int64_t k = mesh.ndim() - 1;
+    while (k >= 0 && ++coord[k] == mesh.size(k)) coord[k--] = 0;
+    if (k < 0) return true;
+  }
+}
+
 }  // namespace kiln::dtensor

@@ -26,6 +26,10 @@ void decide_by_options(const ShardingCall& call, ShardingDecision& d, size_t n_o
 // Every input and result placed `p` along the mesh dim (Replicate() for "replicate everything").
 RuleOption uniform_option(const ShardingCall& call, size_t n_outputs, const Placement& p);
 
+// Whether every rank's shard of `spec` has at least one element along tensor dim `dim` (the same
+// answer on every rank).
+bool no_empty_chunk(const DTensorSpec& spec, int64_t dim);
+
 // "[S(0), R]; [R, R]": the inputs' placements, for messages.
 std::string inputs_str(const ShardingCall& call);
 

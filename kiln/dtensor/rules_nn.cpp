@@ -241,18 +241,6 @@ void nll_rule(const ShardingCall& call, ShardingDecision& d) {
 // queries). A causal mask places a query by its row index, which a local row would lose, and a
 // shard of the embedding dim splits the scores' sums: both are gathered first, as Partial
 // inputs are reduced.
-// Whether every rank's shard of `spec` has at least one element along tensor dim `dim`.
-bool no_empty_chunk(const DTensorSpec& spec, int64_t dim) {
-  const DeviceMesh& mesh = spec.mesh();
-  Shape coord(static_cast<size_t>(mesh.ndim()), 0);
-  while (true) {
-    if (spec.local_shape_at(coord)[dim] == 0) return false;
-    int64_t k = mesh.ndim() - 1;
-    while (k >= 0 && ++coord[k] == mesh.size(k)) coord[k--] = 0;
-    if (k < 0) return true;
-  }
-}
-
 template <bool Backward>
 void attention_options(const ShardingCall& call, ShardingDecision& d, bool rows_allowed) {
   // Stack positions: backward (grad_out, q, k, v, out, logsumexp, is_causal, scale), forward

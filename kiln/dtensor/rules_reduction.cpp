@@ -2,8 +2,10 @@
 // max_dim, min_dim) and of softmax and log_softmax. See Note [Reduction placements].
 #include <algorithm>
 
+#include "kiln/distributed/collectives.h"
 #include "kiln/dtensor/rule_options.h"
 #include "kiln/ops/op_list.h"
+#include "kiln/ops/ops.h"
 
 namespace kiln::dtensor {
 namespace {
@@ -14,11 +16,12 @@ namespace {
 // has the same size (an uneven or empty chunk would weigh its mean wrongly); amax and amin give
 // Partial(max) and Partial(min) when no chunk is empty (the maximum of nothing is an error);
 // all and any give Partial(min) and Partial(max) of bools (an empty chunk gives the identity).
-// var, argmax, argmin, max_dim, min_dim, softmax and log_softmax need the reduced dim whole, so
-// it is gathered first. A dim that is not reduced keeps its shard (renumbered when the reduced
-// dims before it go). A Partial input stays Partial where the reduction is linear in it (sum or
-// mean of Partial(sum) terms) or the same kind (amax of Partial(max)); otherwise it is reduced
-// first, to Replicate or by a reduce-scatter straight into a shard of a dim that stays.
+// var, argmax, argmin, max_dim and min_dim need the reduced dim whole, so it is gathered first
+// (softmax and log_softmax: Note [Sharded softmax]). A dim that is not reduced keeps its shard
+// (renumbered when the reduced dims before it go). A Partial input stays Partial where the
+// reduction is linear in it (sum or mean of Partial(sum) terms) or the same kind (amax of
+// Partial(max)); otherwise it is reduced first, to Replicate or by a reduce-scatter straight into a
+// shard of a dim that stays.
 enum class Kind { Sum, Mean, Max, Min, All, Any, Whole };
 
 struct Layout {
@@ -157,8 +160,49 @@ void dim_pair_rule(const ShardingCall& call, ShardingDecision& d) {
   Shape dims{call.int_arg(1)};
   reduce(call, d, layout(call, 0, dims, call.bool_arg(2)), Kind::Whole, 2);
 }
+// Note [Sharded softmax]
+// softmax and log_softmax along a dim that exactly one mesh dim shards, every rank's chunk
+// non-empty and no input Partial, stay sharded: each rank takes the maxima and the sums of
+// exponentials of its chunk's rows, all-reduced (max, then sum) over that mesh dim's group, and
+// computes its chunk of the result, which has the input's placements. What moves is the input's
+// shape with the dim at 1, twice, instead of an all-gather of the input; the sums' order differs
+// from the unsharded kernel's, so values agree to rounding. Their backward formulas (a sum
+// along the dim: Partial(sum), all-reduced where it meets the sharded output) stay sharded too.
+// With nll_loss's rule for class-sharded log-probabilities (Note [Loss parallel] in
+// rules_nn.cpp) this makes cross_entropy on class-sharded logits loss parallel. Elsewhere (a
+// nested shard of the dim, an empty chunk, a Partial input, out= forms) the dim is gathered.
+bool sharded_softmax(const ShardingCall& call, ShardingDecision& d, bool log) {
+  if (call.op().kind() == OpKind::Out) return false;
+  const DTensorSpec& s = call.input(0);
+  const int64_t dim = wrap_dim(call.int_arg(1), s.ndim());
+  if (dim < 0 || dim >= s.ndim() || s.has_partial()) return false;
+  int64_t along = -1;
+  for (int64_t m = 0; m < s.mesh().ndim(); ++m) {
+    if (!s.placement(m).is_shard() || s.placement(m).dim() != dim) continue;
+    if (along >= 0) return false;  // nested
+    along = m;
+  }
+  if (along < 0 || !no_empty_chunk(s, dim)) return false;
+  const Placements kept(s.placements().begin(), s.placements().end());
+  d.inputs.assign(1, kept);
+  d.outputs.assign(1, kept);
+  const distributed::ProcessGroup* group = &s.mesh().group(along);
+  d.local_run = [group, dim, log](Stack& stack) {
+    const Tensor x = std::get<Tensor>(stack[0]);
+    Tensor m = distributed::all_reduce(amax(x, {dim}, true), ReduceOp::Max, group);
+    Tensor shifted = sub(x, m), e = exp(shifted);
+    Tensor total = distributed::all_reduce(sum(e, {dim}, true), ReduceOp::Sum, group);
+    Tensor r = log ? sub(shifted, kiln::log(total)) : div(e, total);
+    stack.clear();
+    stack.emplace_back(std::move(r));
+  };
+  return true;
+}
+
 // softmax, log_softmax: (self, int dim); the result keeps the input's shape.
+template <bool Log>
 void softmax_rule(const ShardingCall& call, ShardingDecision& d) {
+  if (sharded_softmax(call, d, Log)) return;
   const size_t b = base(call);
   Shape dims{call.int_arg(b + 1)};
   reduce(call, d, layout(call, b, dims, true), Kind::Whole, results(call));
@@ -174,7 +218,9 @@ const ShardingRule kAny{"reduction (Partial(max) of bools)", &over_dims<Kind::An
 const ShardingRule kVar{"reduction (the reduced dims whole)", &var_rule};
 const ShardingRule kArg{"reduction (the reduced dims whole)", &arg_rule};
 const ShardingRule kDimPair{"reduction (the reduced dim whole)", &dim_pair_rule};
-const ShardingRule kSoftmax{"softmax (its dim whole)", &softmax_rule};
+const ShardingRule kSoftmax{"softmax (a sharded dim reduced across ranks)", &softmax_rule<false>};
+const ShardingRule kLogSoftmax{"log_softmax (a sharded dim reduced across ranks)",
+                               &softmax_rule<true>};
 
 const bool g_registered = [] {
   auto both = [](auto& op, auto& out, const ShardingRule* r) {
@@ -191,7 +237,7 @@ const bool g_registered = [] {
   both(ops::op_argmax, ops::op_argmax_out, &kArg);
   both(ops::op_argmin, ops::op_argmin_out, &kArg);
   both(ops::op_softmax, ops::op_softmax_out, &kSoftmax);
-  both(ops::op_log_softmax, ops::op_log_softmax_out, &kSoftmax);
+  both(ops::op_log_softmax, ops::op_log_softmax_out, &kLogSoftmax);
   set_sharding_rule(ops::op_max_dim.def, &kDimPair);
   set_sharding_rule(ops::op_min_dim.def, &kDimPair);
   return true;

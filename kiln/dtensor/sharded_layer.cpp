@@ -97,8 +97,17 @@ struct Slot {
   int32_t elem;
 };
 
+// Note [Implicit replication]
+// Under an ImplicitReplication guard, a call that mixes DTensors with plain tensors has each
+// plain tensor argument (not a wrapped number, not requiring grad) made a Replicate DTensor over
+// the same local tensor, on the first DTensor's mesh, before the call is keyed and decided: the
+// decision is then the one for those specs, and the cache needs no flag of its own. Loss
+// parallel uses it for the targets beside class-sharded logits.
+thread_local bool t_implicit_replication = false;
+
 // The calling thread's scratch space: kept between calls, so the hit path allocates nothing.
 struct Scratch {
+  bool plain = false;  // a plain tensor argument stands beside the DTensors (implicit replication)
   std::vector<const DTensorSpec*> specs;
   std::vector<Slot> slots;
   std::vector<int64_t> keyed;
@@ -233,7 +242,8 @@ bool collect(const OpDef& op, const Stack& stack, Scratch& s) {
     }
   }
   if (s.specs.empty()) return false;
-  if (plain) mixed(op, stack, plain_pos, plain_t);
+  s.plain = plain;
+  if (plain && !t_implicit_replication) mixed(op, stack, plain_pos, plain_t);
   const DeviceMesh* mesh = &s.specs[0]->mesh();
   for (const DTensorSpec* sp : s.specs)
     if (&sp->mesh() != mesh)
@@ -386,12 +396,43 @@ void run(const OpDef& op, Stack& stack, const Entry& e, const Scratch& s) {
   wrap_results(stack, e);
 }
 
+// See Note [Implicit replication]: every plain tensor argument made a Replicate DTensor.
+void replicate_plain(const OpDef& op, Stack& stack, const DeviceMesh& mesh) {
+  auto wrap = [&](Tensor& t, size_t pos) {
+    if (passes_through(t) || is_dtensor(t)) return;
+    if (t.requires_grad())
+      throw ValueError(fmt::format(
+          "[{}] argument {} ({}) is a plain tensor that requires grad: implicit replication "
+          "takes only tensors without gradients (its gradient would be a DTensor); make it a "
+          "DTensor (kiln::dtensor::from_local)",
+          op.name(), pos, describe(t)));
+    if (t.device() != mesh.device())
+      throw ValueError(fmt::format(
+          "[{}] argument {} ({}) is a plain tensor on {}, the DTensors' mesh is on {}: implicit "
+          "replication keeps the tensor where it is",
+          op.name(), pos, describe(t), t.device(), mesh.device()));
+    t = make_dtensor(t, intern_spec(mesh, replicated(mesh.ndim()), t.sizes(), t.strides(),
+                                    t.dtype(), "implicit replication"));
+  };
+  for (size_t p = 0; p < stack.size(); ++p) {
+    if (auto* t = std::get_if<Tensor>(&stack[p])) {
+      wrap(*t, p);
+    } else if (auto* l = std::get_if<TensorList>(&stack[p])) {
+      for (Tensor& x : *l) wrap(x, p);
+    }
+  }
+}
+
 void sharded_fallback(const OpDef& op, DispatchKey, Stack& stack) {
   Scratch& s = t_scratch;
   if (!collect(op, stack, s)) {
     // Sharded included thread-locally over plain tensors: nothing to do at this layer.
     ExcludeKeyGuard below(DispatchKey::Sharded);
     return op.call_boxed(stack);
+  }
+  if (s.plain) {  // under ImplicitReplication
+    replicate_plain(op, stack, s.specs[0]->mesh());
+    collect(op, stack, s);
   }
   const uint64_t h = key_hash(op, stack, s);
   if (const Entry* e = cache().find(op, h, s)) return run(op, stack, *e, s);
@@ -408,6 +449,11 @@ const bool g_registered = [] {
 }();
 
 }  // namespace
+
+ImplicitReplication::ImplicitReplication() : previous_(t_implicit_replication) {
+  t_implicit_replication = true;
+}
+ImplicitReplication::~ImplicitReplication() { t_implicit_replication = previous_; }
 
 DecisionCacheStats decision_cache_stats() {
   return {cache().size(), g_misses.load(), g_uncached.load()};

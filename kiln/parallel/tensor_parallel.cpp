@@ -333,35 +333,35 @@ void parallelize_module(nn::Module& module, const DeviceMesh& mesh, const Parall
 // ---------------------------------------------------------------- loss parallel
 
 // Note [Loss parallel cross-entropy]
-// cross_entropy is log_softmax then nll_loss. nll_loss on class-sharded log-probabilities is
-// already loss parallel in the Sharded layer (Note [Loss parallel] in rules_nn.cpp: Partial(sum)
-// from each rank's own classes), but log_softmax needs its dim whole, so kiln::cross_entropy on
-// Shard(1) logits would gather them. Here the log-softmax is written with the reductions that
-// stay sharded: the row maxima (amax: Partial(max), all-reduced; detached, as the shift does
-// not change the result), the sums of exponentials (Partial(sum), reduced before log, which is
-// not linear: the layer picks a reduce-scatter, log on row shards, then an all-gather), and the
-// log-probabilities stay Shard(1). The loss is Partial(sum), all-reduced to Replicate. What
-// moves is [N, 1] a few times, against an all-gather of [N, C].
+// cross_entropy is log_softmax then nll_loss, and on logits sharded over the classes both stay
+// sharded in the Sharded layer: log_softmax all-reduces the rows' maxima and sums of
+// exponentials ([N, 1] each; Note [Sharded softmax] in rules_reduction.cpp) and nll_loss of
+// class-sharded log-probabilities with replicated targets is Partial(sum), each rank summing
+// its own classes' terms (Note [Loss parallel] in rules_nn.cpp). Their backward formulas stay
+// sharded as well. So loss parallel is kiln::cross_entropy with the targets taken as replicated
+// (LossParallel: dtensor::ImplicitReplication, which wraps them below autograd, so the backward
+// formulas meet the plain targets again and must run in the scope too, as in PyTorch), and
+// loss_parallel_cross_entropy is cross_entropy on targets made replicated DTensors up front,
+// plus the all-reduce of the loss to Replicate. What moves is [N, 1] twice and a scalar, against an
+// all-gather of [N, C].
+LossParallel::LossParallel() : implicit_(std::make_unique<dt::ImplicitReplication>()) {}
+LossParallel::~LossParallel() = default;
+
 Tensor loss_parallel_cross_entropy(const Tensor& logits, const Tensor& target,
                                    int64_t ignore_index) {
   if (!dt::is_dtensor(logits)) return cross_entropy(logits, target, ignore_index);
   KILN_CHECK(logits.dim() == 2,
              "[loss_parallel_cross_entropy] expected logits of shape [N, C], got [{}]",
              fmt::join(logits.sizes(), ", "));
+  KILN_CHECK(target.dim() == 1 && target.size(0) == logits.size(0),
+             "[loss_parallel_cross_entropy] expected targets of shape [{}], got [{}]",
+             logits.size(0), fmt::join(target.sizes(), ", "));
   const DeviceMesh& mesh = dt::spec_of(logits)->mesh();
   const dt::Placements replicate(mesh.ndim(), dt::Replicate());
-  Tensor tgt = target;
-  if (!dt::is_dtensor(tgt)) {
-    KILN_CHECK(target.dim() == 1 && target.size(0) == logits.size(0),
-               "[loss_parallel_cross_entropy] expected targets of shape [{}], got [{}]",
-               logits.size(0), fmt::join(target.sizes(), ", "));
-    tgt = dt::from_local(target, mesh, replicate);
-  }
-  Tensor m = dt::redistribute(amax(logits.detach(), {1}, true), replicate);
-  Tensor shifted = sub(logits, m);
-  Tensor lse = dt::redistribute(log(sum(exp(shifted), {1}, true)), replicate);
-  Tensor loss = nll_loss(sub(shifted, lse), tgt, ignore_index);
-  return dt::redistribute(loss, replicate);
+  // The target made a DTensor here, above autograd, so that backward (outside any scope) finds
+  // DTensors only.
+  Tensor tgt = dt::is_dtensor(target) ? target : dt::from_local(target, mesh, replicate);
+  return dt::redistribute(cross_entropy(logits, tgt, ignore_index), replicate);
 }
 
 Tensor fused_rows_to_module_order(const Tensor& whole, int64_t chunks, int64_t parts) {

@@ -21,6 +21,10 @@
 #include "kiln/nn/module.h"
 #include "kiln/nn/transformer.h"
 
+namespace kiln::dtensor {
+class ImplicitReplication;
+}
+
 namespace kiln::parallel {
 
 using dtensor::DeviceMesh;
@@ -139,12 +143,27 @@ using ParallelizePlan = std::vector<std::pair<std::string, std::shared_ptr<const
 // distributed from rank 0's values).
 void parallelize_module(nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan);
 
-// Loss parallel (PyTorch's `with loss_parallel(): cross_entropy(...)`): the mean cross-entropy
-// of logits [N, C] (a DTensor, typically Shard(1) over the classes) against targets [N] (plain
-// and the same on every rank, or a DTensor), without gathering the logits: the log-softmax
-// statistics are reduced over the class shards (the max, the sum of exponentials and the loss
-// move as [N, 1] tensors). Returns a Replicate DTensor scalar; differentiable. Plain
-// logits give kiln::cross_entropy. Note [Loss parallel cross-entropy].
+// Loss parallel as a scope (PyTorch's `with loss_parallel():`): while one lives on this thread,
+// plain targets beside DTensor logits are taken as replicated (dtensor::ImplicitReplication),
+// so kiln::cross_entropy, and with it GPT::loss, on logits sharded over the classes runs without
+// gathering them. The loss comes out Partial(sum) (full_tensor or redistribute to read it).
+// Run its backward in the scope too (the targets are still plain there), as PyTorch requires.
+// Note [Loss parallel cross-entropy].
+//   { parallel::LossParallel scope; loss = model.loss(idx, targets); loss.backward(); }
+class LossParallel {
+ public:
+  LossParallel();
+  ~LossParallel();
+  LossParallel(const LossParallel&) = delete;
+  LossParallel& operator=(const LossParallel&) = delete;
+
+ private:
+  std::unique_ptr<dtensor::ImplicitReplication> implicit_;
+};
+
+// The mean cross-entropy of logits [N, C] (a DTensor, typically Shard(1) over the classes)
+// against targets [N] (plain and the same on every rank, or a DTensor) under LossParallel, all-
+// reduced to a Replicate DTensor scalar; differentiable. Plain logits give kiln::cross_entropy.
 Tensor loss_parallel_cross_entropy(const Tensor& logits, const Tensor& target,
                                    int64_t ignore_index = -100);
 

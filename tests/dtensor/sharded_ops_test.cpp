@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 
+#include "kiln/core/stream.h"
 #include "kiln/dtensor/factories.h"
 #include "kiln/dtensor/sharding_rule.h"
 #include "kiln/ops/op_list.h"
@@ -183,6 +184,47 @@ TEST_P(ShardedOps, PlainTensorsDoNotMixWithDTensors) {
   Tensor a = dt::distribute_tensor(global_tensor({4, 6}, kFloat32, d), mesh_1d(d), {dt::Shard(0)});
   EXPECT_THROW_PREFIX(add(a, ones({4, 6}, kFloat32, d)), ValueError,
                       "[add] mixes DTensors with a plain tensor (argument 1");
+}
+
+TEST_P(ShardedOps, ImplicitReplicationTakesPlainTensorsAsReplicated) {
+  const Device d = dev();
+  Tensor whole = global_tensor({4, 6}, kFloat32, d), other = global_tensor({4, 6}, kFloat32, d, 5);
+  Tensor a = dt::distribute_tensor(whole, mesh_1d(d), {dt::Shard(0)});
+  {
+    dt::ImplicitReplication implicit;
+    Tensor c = add(a, other);
+    EXPECT_EQ(dt::spec_of(c)->placements()[0], dt::Placement(dt::Shard(0)));
+    EXPECT_TRUE(all_close(dt::full_tensor(c), add(whole, other)));
+    Tensor s = cat({a, other}, 0);  // a list's element too
+    EXPECT_TRUE(all_close(dt::full_tensor(s), cat({whole, other}, 0)));
+    { dt::ImplicitReplication nested; }
+    EXPECT_NO_THROW(add(a, other));  // still on after a nested guard ends
+    Tensor g = other.detach().requires_grad_(true);
+    EXPECT_THROW_PREFIX(add(a, g), ValueError, "[add] argument 1");
+  }
+  EXPECT_THROW_PREFIX(add(a, other), ValueError, "[add] mixes DTensors with a plain tensor");
+}
+
+TEST_P(ShardedOps, SoftmaxAlongAShardedDimMovesRowsNotTheInput) {
+  const Device d = dev();
+  const int64_t rows = 3, cols = 8;
+  Tensor whole = div(global_tensor({rows, cols}, kFloat32, d), 20.0);
+  Tensor a = dt::distribute_tensor(whole, mesh_1d(d), {dt::Shard(1)});
+  const double mark = calls_mark();
+  Tensor y = log_softmax(a, 1), z = softmax(a, -1);
+  Stream::current(d).synchronize();
+  // (sim records a collective when its stream runs it: distribute_tensor's broadcast may come
+  // after the mark, so only the ops the softmax could run are checked)
+  EXPECT_EQ(calls_since(mark, "all_gather_into_tensor"), 0) << calls_str(mark);
+  for (const auto& e : dist::FlightRecorder::get().entries()) {
+    if (e.started_s > mark && e.op == "all_reduce") {
+      EXPECT_LE(e.numel, rows) << calls_str(mark);
+    }
+  }
+  EXPECT_EQ(dt::spec_of(y)->placements()[0], dt::Placement(dt::Shard(1)));
+  EXPECT_EQ(dt::spec_of(z)->placements()[0], dt::Placement(dt::Shard(1)));
+  EXPECT_TRUE(all_close(dt::full_tensor(y), log_softmax(whole, 1)));
+  EXPECT_TRUE(all_close(dt::full_tensor(z), softmax(whole, 1)));
 }
 
 TEST_P(ShardedOps, InPlaceFormsKeepTheWrittenPlacement) {

@@ -444,6 +444,31 @@ TEST(TensorParallel, GptTrainedWithTensorParallelMatchesOneProcess) {
     EXPECT_TRUE(close(a[i].second, b[i].second, 1e-4)) << a[i].first;
 }
 
+TEST(TensorParallel, GptLossUnderTheLossParallelScopeMatchesOneProcess) {
+  auto ref = make_gpt(), tp = make_gpt();
+  parallelize_module(*tp, mesh(), gpt_tensor_parallel_plan(gpt_config(), mesh()));
+  auto [ids, targets] = batch(0);
+  Tensor lr = ref->loss(ids, targets);
+  lr.backward();
+  // Without the scope GPT::loss refuses plain targets beside the vocabulary-sharded logits.
+  EXPECT_THROW(tp->loss(ids, targets), ValueError);
+  {
+    LossParallel scope;  // the loss itself gathers nothing (LossParallelCrossEntropy... checks)
+    Tensor lt = tp->loss(ids, targets);
+    ASSERT_TRUE(dt::is_dtensor(lt));
+    EXPECT_TRUE(close(dt::full_tensor(lt), lr, 1e-5));
+    lt.backward();  // in the scope: the backward formulas meet the plain targets again
+  }
+  auto a = tp->named_parameters(), b = ref->named_parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    Tensor g = a[i].second.grad();
+    if (dt::is_dtensor(g)) g = dt::full_tensor(g);
+    if (a[i].first.find("c_attn") != std::string::npos)
+      g = fused_rows_to_module_order(g, 3, mesh().size());
+    EXPECT_TRUE(close(g, b[i].second.grad(), 1e-4)) << a[i].first;
+  }
+}
+
 TEST(TensorParallel, CompiledGptStepEqualsEager) {
   auto eager = make_gpt(), comp = make_gpt();
   parallelize_module(*eager, mesh(), gpt_tensor_parallel_plan(gpt_config(), mesh()));
