@@ -244,4 +244,16 @@ Tensor full_tensor(const Tensor& t) {
   return run_redistribute(sharded_meta(t).local, *plan_redistribute(*spec, *replicated));
 }
 
+void copy_whole_into(Tensor& dst, const Tensor& src) {
+  autograd::NoGradGuard no_grad;
+  if (!is_dtensor(dst) || is_dtensor(src)) {
+    dst.copy_(src);
+    return;
+  }
+  // The whole tensor taken as replicated: the copy's rule keeps its own chunk (Note [Implicit
+  // replication] in sharded_layer.cpp), with no communication.
+  ImplicitReplication implicit;
+  dst.copy_(src.device() == dst.device() ? src : src.to(dst.device()));
+}
+
 }  // namespace kiln::dtensor

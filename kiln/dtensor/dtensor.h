@@ -56,6 +56,13 @@ Tensor from_local(const Tensor& local, const DeviceMesh& mesh, ArrayRef<Placemen
 // The whole tensor on every rank (redistribute to Replicate everywhere, then the local tensor).
 Tensor full_tensor(const Tensor& t);
 
+// Copies `src` into `dst` in place (no autograd), where `dst` may be a DTensor and `src` the
+// whole tensor (a plain one, the same on every rank, as a checkpoint loader reads it): each rank
+// keeps its piece of it (no communication; a Partial(sum) destination holds it on coordinate
+// 0 of that mesh dim, as distribute_tensor does). Otherwise copy_. Loading state dicts into
+// sharded modules and optimizers goes through it.
+void copy_whole_into(Tensor& dst, const Tensor& src);
+
 // RAII (PyTorch's implicit_replication()): while one lives on this thread, an op that mixes
 // DTensors with plain tensors takes each plain tensor as a Replicate DTensor on the DTensors'
 // mesh (every rank must pass the same values; nothing checks it) instead of raising. A plain

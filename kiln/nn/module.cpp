@@ -8,6 +8,7 @@
 
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/core/error.h"
+#include "kiln/dtensor/dtensor.h"
 #include "kiln/ops/ops.h"
 
 namespace kiln::nn {
@@ -81,8 +82,7 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
   KILN_CHECK(!strict || (missing.empty() && unexpected.empty()),
              "[load_state_dict] missing keys: [{}]; unexpected keys: [{}]",
              fmt::join(missing, ", "), fmt::join(unexpected, ", "));
-  autograd::NoGradGuard no_grad;
-  for (auto& [dst, src] : copies) dst.copy_(src);
+  for (auto& [dst, src] : copies) dtensor::copy_whole_into(dst, src);  // a DTensor: its piece
 }
 
 Module::~Module() { training_->release(); }

@@ -1,5 +1,6 @@
 #include "kiln/optim/optimizer.h"
 
+#include "kiln/dtensor/dtensor.h"
 #include "kiln/dtensor/factories.h"
 
 #include <algorithm>
@@ -157,8 +158,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
              "[optimizer] load_state_dict: invalid learning rate {}", lr_value);
   KILN_CHECK(steps_value >= 0 && steps_value == std::floor(steps_value) && steps_value < 0x1p62,
              "[optimizer] load_state_dict: 'steps' must be a count >= 0, got {}", steps_value);
-  autograd::NoGradGuard no_grad;
-  for (auto& [dst, src] : copies) dst.copy_(src);
+  for (auto& [dst, src] : copies) dtensor::copy_whole_into(dst, src);  // a DTensor: its piece
   set_lr(lr_value);
   steps_ = static_cast<int64_t>(steps_value);
 }
@@ -268,7 +268,9 @@ void SGD::load_state_dict(const StateDict& state) {
     if (!loaded[i].defined())
       buffers_[i] = Tensor();
     else if (buffers_[i].defined())
-      buffers_[i].copy_(loaded[i]);
+      dtensor::copy_whole_into(buffers_[i], loaded[i]);
+    else if (dtensor::is_dtensor(params_[i]))  // a buffer beside its parameter, its piece
+      dtensor::copy_whole_into(buffers_[i] = zeros_like(params_[i]), loaded[i]);
     else
       buffers_[i] = loaded[i].to(params_[i].dtype()).to(params_[i].device(), /*copy=*/true);
   }

@@ -205,6 +205,27 @@ TEST_P(ShardedOps, ImplicitReplicationTakesPlainTensorsAsReplicated) {
   EXPECT_THROW_PREFIX(add(a, other), ValueError, "[add] mixes DTensors with a plain tensor");
 }
 
+TEST_P(ShardedOps, CopyWholeIntoKeepsEachRanksPiece) {
+  const Device d = dev();
+  Tensor whole = global_tensor({5, 3}, kFloat32, d), other = global_tensor({5, 3}, kFloat32, d, 9);
+  for (const dt::Placement& p : placements_for({5, 3}, true)) {
+    SCOPED_TRACE(p.str());
+    Tensor dst = dt::distribute_tensor(other, mesh_1d(d), {p});
+    Stream::current(d).synchronize();  // sim records distribute_tensor's collectives late
+    const double mark = calls_mark();
+    dt::copy_whole_into(dst, whole.to(kFloat64).to(Device(kCPU)));  // converted, moved
+    Stream::current(d).synchronize();
+    EXPECT_EQ(calls_since(mark, "all_gather_into_tensor") + calls_since(mark, "broadcast"), 0);
+    EXPECT_EQ(dt::spec_of(dst)->placements()[0], p);
+    EXPECT_TRUE(all_close(dt::full_tensor(dst), whole));
+  }
+  Tensor plain = zeros({5, 3}, kFloat32, d);
+  dt::copy_whole_into(plain, whole);
+  EXPECT_TRUE(all_close(plain, whole));
+  Tensor dst = dt::distribute_tensor(other, mesh_1d(d), {dt::Shard(0)});
+  EXPECT_THROW(dt::copy_whole_into(dst, zeros({4, 3}, kFloat32, d)), Error);
+}
+
 TEST_P(ShardedOps, SoftmaxAlongAShardedDimMovesRowsNotTheInput) {
   const Device d = dev();
   const int64_t rows = 3, cols = 8;

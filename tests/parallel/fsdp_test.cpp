@@ -296,6 +296,34 @@ TEST(FSDP, APrefetchOfShardsThatChangedSinceIsDropped) {
   for (auto& [name, p] : m->named_parameters()) EXPECT_TRUE(dt::is_dtensor(p)) << name;
 }
 
+TEST(FSDP, WholeStateDictsLoadIntoShardedModulesAndOptimizers) {
+  auto ref = mlp(11), fsdp = mlp(12);  // other weights, to be overwritten
+  shard_mlp(*fsdp);
+  optim::AdamW ref_opt(ref->parameters(), {.lr = 0.01});
+  optim::AdamW opt(fsdp->parameters(), {.lr = 0.01});
+  auto [x, target] = mlp_batch(0);
+  mse((*ref)(x), target).backward();
+  ref_opt.step();
+  // A single-process checkpoint: whole tensors, loaded on every rank; each keeps its piece.
+  fsdp->load_state_dict(ref->state_dict());
+  opt.load_state_dict(ref_opt.state_dict());
+  expect_same_parameters(*fsdp, *ref, 0, /*grads=*/false);
+  for (size_t i = 0; i < opt.params().size(); ++i) {
+    ASSERT_TRUE(dt::is_dtensor(opt.exp_avg()[i]));
+    EXPECT_EQ(dt::spec_of(opt.exp_avg()[i]), dt::spec_of(opt.params()[i]));
+    EXPECT_TRUE(close(dt::full_tensor(opt.exp_avg()[i]), ref_opt.exp_avg()[i], 0));
+    EXPECT_TRUE(close(dt::full_tensor(opt.exp_avg_sq()[i]), ref_opt.exp_avg_sq()[i], 0));
+  }
+  // The next step is the same.
+  ref_opt.zero_grad();
+  opt.zero_grad();
+  mse((*ref)(x), target).backward();
+  mse((*fsdp)(share(x, kRowsPerRank)), share(target, kRowsPerRank)).backward();
+  ref_opt.step();
+  opt.step();
+  expect_same_parameters(*fsdp, *ref, 1e-5, /*grads=*/false);
+}
+
 // ---------------------------------------------------------------- GPT
 
 nn::GPTConfig gpt_config() {
@@ -603,11 +631,15 @@ TEST(FSDP, Errors) {
   EXPECT_NE(e.find("[fully_shard] parameter 'scale' of module Scalar0d is 0-d"), std::string::npos)
       << e;
   EXPECT_FALSE(dt::is_dtensor(s0.scale));
-  // A whole-tensor state dict does not load into shards (see docs/dtensor.md, FSDP).
-  auto sharded = mlp(7), whole = mlp(8);
+  // A whole-tensor state dict of other sizes is refused before anything loads.
+  auto sharded = mlp(7);
   shard_mlp(*sharded);
-  e = error_of([&] { sharded->load_state_dict(whole->state_dict()); });
-  EXPECT_NE(e.find("mixes DTensors with a plain tensor"), std::string::npos) << e;
+  const Tensor before = dt::full_tensor((*sharded)[0].named_parameters()[0].second);
+  nn::NamedTensors bad = mlp(8)->state_dict();
+  bad.back().second = zeros({3, 5});
+  e = error_of([&] { sharded->load_state_dict(bad); });
+  EXPECT_NE(e.find("[load_state_dict] size mismatch for 4.bias"), std::string::npos) << e;
+  EXPECT_TRUE(close(dt::full_tensor((*sharded)[0].named_parameters()[0].second), before, 0));
 }
 
 TEST(FSDP, ARegistryEntryEndsWithItsModule) {

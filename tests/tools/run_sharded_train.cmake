@@ -12,7 +12,9 @@
 # within 2 units of the last; only rank 0 printed (one header, with the mode's line) and wrote
 # the checkpoint; the checkpoint has the single-process run's tensors, shapes and metadata with
 # values within tolerance (the fused q, k, v rows in the module's order), and `kiln generate`
-# reads it; a world that does not fit the mode is an error on every rank, before training.
+# reads it; the run stopped after step 3 and resumed in the mode from its checkpoint (each rank
+# loading its pieces) ends with the single-process run's losses and checkpoint; a world that does
+# not fit the mode is an error on every rank, before training.
 string(REPLACE "|" ";" args "${ARGS}")
 file(REMOVE_RECURSE "${DIR}")
 file(MAKE_DIRECTORY "${DIR}")
@@ -79,6 +81,38 @@ run_kiln(generate generate_out "${KILN}" generate --ckpt "${DIR}/${MODE}.safeten
   --tokens 5 --threads 1)
 if(NOT generate_out MATCHES "^GNU")
   message(FATAL_ERROR "kiln generate did not continue the prompt from the ${MODE} checkpoint")
+endif()
+
+# Stopped after step 3 and resumed in the mode: the same losses from step 4 on and the same
+# final checkpoint as the uninterrupted single-process run.
+run_kiln(${MODE}_stopped stopped_out "${MPIRUN_SH}" 2 "${KILN}" ${args} --batch 4 ${flag}
+  --stop-after 3 --out "${DIR}/stopped.safetensors")
+run_kiln(${MODE}_resumed resumed_out "${MPIRUN_SH}" 2 "${KILN}" ${args} --batch 4 ${flag}
+  --resume "${DIR}/stopped.safetensors" --out "${DIR}/resumed.safetensors")
+if(NOT resumed_out MATCHES "resuming from [^\n]*stopped.safetensors at step 3")
+  message(FATAL_ERROR "the ${MODE} run did not resume at step 3")
+endif()
+# Its losses (steps 4 to the end, the final evaluation) are the single-process run's last ones.
+losses("${resumed_out}" r)
+list(LENGTH r nr)
+math(EXPR skip "${na} - ${nr}")
+if(nr EQUAL 0 OR skip LESS 1)
+  message(FATAL_ERROR "expected fewer losses from the resumed run, got ${nr} (single: ${na})")
+endif()
+math(EXPR last "${nr} - 1")
+foreach(i RANGE ${last})
+  math(EXPR j "${i} + ${skip}")
+  list(GET a ${j} x)
+  list(GET r ${i} y)
+  math(EXPR d "${x} - ${y}")
+  if(d GREATER 2 OR d LESS -2)
+    message(FATAL_ERROR "resumed loss ${i} differs: ${x} (single) against ${y} (${MODE}), in "
+      "units of 1e-4")
+  endif()
+endforeach()
+if(PYTHON)
+  run_kiln(compare_resumed compare_resumed_out "${PYTHON}" "${COMPARE}"
+    "${DIR}/resumed.safetensors" "${DIR}/single.safetensors")
 endif()
 
 # A world the mode cannot use: --tp 3 on 2 ranks; --fsdp with a batch the ranks cannot share.

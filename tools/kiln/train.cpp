@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -224,7 +225,9 @@ struct AdamWGroup {
 // then the model) and splits the batch as --ddp does. Under both, evaluation and checkpoints are
 // collective: every rank evaluates, every rank gathers the parameters and the optimizer state
 // whole (full_tensor; the fused q, k, v rows back in the module's order), and rank 0 writes the
-// file a single-process run writes, which `kiln generate` and a single-process --resume read.
+// file a single-process run writes, which `kiln generate` and --resume read (in one process or
+// any mode: under --tp and --fsdp each rank keeps its piece of every whole tensor, with the fused
+// q, k, v rows put back rank-major, so a run may resume on another number of ranks).
 int run_train(const TrainOptions& o) {
   int rank = 0, ranks = 1;
   CommonOptions common_options = o.common;
@@ -233,10 +236,6 @@ int run_train(const TrainOptions& o) {
   KILN_CHECK(modes <= 1, "[train] --ddp, --tp and --fsdp exclude each other, got{}{}{}",
              o.ddp ? " --ddp" : "", o.tp > 0 ? fmt::format(" --tp {}", o.tp) : "",
              o.fsdp ? " --fsdp" : "");
-  KILN_CHECK(o.resume.empty() || (o.tp == 0 && !o.fsdp),
-             "[train] --resume is not supported with {} yet (its checkpoint is a single-process "
-             "one: resume it in one process or with --ddp)",
-             o.tp > 0 ? "--tp" : "--fsdp");
   // The model is split across the ranks: evaluations and checkpoints are collective.
   const bool sharded = o.tp > 0 || o.fsdp;
   if (modes > 0) {
@@ -312,14 +311,39 @@ int run_train(const TrainOptions& o) {
                                                  y.reshape({-1}));
   };
   optim::WarmupCosineLR schedule{o.lr, o.lr / 10, std::max<int64_t>(1, o.steps / 10), o.steps};
+  // The inverse of `whole`: a checkpoint's tensor of parameter `name` in the layout this run's
+  // DTensor has (the fused q, k, v rows rank-major); loading keeps each rank's piece of it.
+  auto sharded_layout = [&](const std::string& name, const Tensor& w) {
+    if (o.tp > 1 && w.dim() > 0 && name.find(".attn.c_attn.") != std::string::npos)
+      return parallel::fused_rows_to_module_order(w, o.tp, 3);
+    return w;
+  };
+  // An optimizer group's entries with each parameter's state in that layout.
+  auto optimizer_entries = [&](const AdamWGroup& g, const io::StateDict& all,
+                               const std::string& prefix) {
+    io::StateDict out;
+    for (auto [key, t] : entries_of(all, prefix)) {
+      const size_t dot = key.rfind('.');
+      size_t i = 0;
+      if (dot != std::string::npos &&
+          std::from_chars(key.data() + dot + 1, key.data() + key.size(), i).ec == std::errc() &&
+          i < g.names.size())
+        t = sharded_layout(g.names[i], t);
+      out.emplace_back(key, t);
+    }
+    return out;
+  };
   const int64_t start = resume ? resume->steps : 0;
   if (resume) {
-    // Every check passed before anything is restored: see Note [Resumable checkpoints].
+    // Every check passed before anything is restored: see Note [Resumable checkpoints]. Under
+    // --tp and --fsdp each rank keeps its piece of the whole tensors the checkpoint holds.
     const TrainState& st = *resume->train;
     try {
-      model.load_state_dict(resume->state);
-      opt_decay.opt.load_state_dict(entries_of(st.optim, "decay"));
-      opt_no_decay.opt.load_state_dict(entries_of(st.optim, "no_decay"));
+      io::StateDict state;
+      for (const auto& [name, t] : resume->state) state.emplace_back(name, sharded_layout(name, t));
+      model.load_state_dict(state);
+      opt_decay.opt.load_state_dict(optimizer_entries(opt_decay, st.optim, "decay"));
+      opt_no_decay.opt.load_state_dict(optimizer_entries(opt_no_decay, st.optim, "no_decay"));
     } catch (const Error& e) {
       KILN_THROW(Value, "[train] cannot --resume from '{}': {}", o.resume, e.what());
     }
