@@ -83,8 +83,11 @@ class RowwiseParallel final : public ParallelStyle {
 
 // LayerNorm, RMSNorm or Dropout on activations sharded along `sequence_dim`: parameters become
 // Replicate DTensors (their gradients, Partial over the sequence shards, are all-reduced into
-// them); a plain input is this rank's sequence shard, a DTensor input is redistributed to
-// Shard(sequence_dim); the output stays Shard(sequence_dim) (a DTensor unless use_local_output).
+// them); a plain input is this rank's sequence shard of an even split (the global length is
+// taken as the local one times the mesh size, with no communication, as PyTorch's from_local
+// without run_check: pass a DTensor where the length does not divide), a DTensor input is
+// redistributed to Shard(sequence_dim); the output stays Shard(sequence_dim) (a DTensor unless
+// use_local_output). The same holds for a plain input whose declared layout is a Shard.
 struct SequenceParallelOptions {
   int64_t sequence_dim = 1;
   bool use_local_output = false;

@@ -206,7 +206,9 @@ TEST(TensorParallel, SequenceParallelNormWeightGradientsAreWhole) {
     parallelize_module(*tp, mesh(), {{"", std::make_shared<SequenceParallel>()}});
     for (auto& [name, p] : tp->named_parameters())
       EXPECT_EQ(placement_of(p), dt::Placement(dt::Replicate())) << name;
-    const int64_t t = 6, n = mesh().size(), r = mesh().coordinate(0);
+    // A plain input is an even shard (the length divides by 1 to 4 ranks); uneven lengths come
+    // as DTensors, below.
+    const int64_t t = 12, n = mesh().size(), r = mesh().coordinate(0);
     Tensor x = sin(global_tensor({2, t, kIn}, kFloat32, kCpu));
     Tensor xr = x.detach().requires_grad_(true);
     Tensor xl = narrow(x, 1, dt::chunk_offset(t, n, r), dt::chunk_length(t, n, r)).contiguous();
@@ -220,6 +222,11 @@ TEST(TensorParallel, SequenceParallelNormWeightGradientsAreWhole) {
     expect_same_parameters(*tp, *ref);
     EXPECT_TRUE(close(xl.grad(),
                       narrow(xr.grad(), 1, dt::chunk_offset(t, n, r), dt::chunk_length(t, n, r))));
+    // An uneven sequence (7 rows: empty shards at 4 ranks) as a replicated DTensor input.
+    Tensor x7 = sin(global_tensor({2, 7, kIn}, kFloat32, kCpu));
+    Tensor y7 = (*tp)(dt::distribute_tensor(x7, mesh(), {dt::Replicate()}));
+    EXPECT_EQ(placement_of(y7), dt::Placement(dt::Shard(1)));
+    EXPECT_TRUE(close(dt::full_tensor(y7), (*ref)(x7)));
   }
 }
 
@@ -236,7 +243,7 @@ TEST(TensorParallel, PrepareModuleInputAndOutput) {
                                PrepareOutputOptions{.output_layouts = dt::Replicate(),
                                                     .desired_output_layouts = dt::Shard(0),
                                                     .use_local_output = false})}});
-  const int64_t rows = 6, n = mesh().size(), r = mesh().coordinate(0);
+  const int64_t rows = 12, n = mesh().size(), r = mesh().coordinate(0);  // even at 1 to 4 ranks
   Tensor x = div(global_tensor({rows, kIn}, kFloat32, kCpu), 25.0);
   Tensor xl = narrow(x, 0, dt::chunk_offset(rows, n, r), dt::chunk_length(rows, n, r));
   Tensor yt = (*tp)(xl.contiguous()), yr = (*ref)(x);
@@ -376,7 +383,7 @@ TEST(TensorParallel, PlanErrorsRaiseBeforeAnythingChanges) {
 // ---------------------------------------------------------------- GPT
 
 // Heads and widths that divide over 1, 2 and 3 ranks; 97 tokens are uneven on every mesh.
-nn::GPTConfig gpt_config() { return {97, 16, 48, 2, 6, true}; }
+nn::GPTConfig gpt_config() { return {97, 16, 48, 2, 12, true}; }  // 12 heads: 1 to 4 ranks
 
 std::unique_ptr<nn::GPT> make_gpt() {
   Generator gen(11);
