@@ -75,10 +75,6 @@ std::vector<double> time_interleaved(int64_t iters, int repeats,
   return medians;
 }
 
-namespace {
-
-// Runs `body` (which every rank runs alike); a rank whose check fails ends the job, instead of
-// leaving its peers waiting in their next collective until the deadline.
 std::vector<Metric> on_every_rank(const std::function<std::vector<Metric>()>& body) {
   try {
     return body();
@@ -89,6 +85,8 @@ std::vector<Metric> on_every_rank(const std::function<std::vector<Metric>()>& bo
     throw;
   }
 }
+
+namespace {
 
 constexpr int kRepeats = 12;  // a multiple of 2 and 3: each function leads equally often
 

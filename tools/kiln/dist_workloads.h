@@ -29,6 +29,10 @@ std::vector<double> time_interleaved(int64_t iters, int repeats,
                                      const std::vector<std::function<void()>>& fns,
                                      const std::function<void()>& barrier);
 
+// Runs `body` (which every rank runs alike); a rank whose check fails ends the job, instead of
+// leaving its peers waiting in their next collective until the deadline.
+std::vector<Metric> on_every_rank(const std::function<std::vector<Metric>()>& body);
+
 // Another all-reduce to time beside Kiln's and MPI's (bench/allreduce_bench.cpp: gloo).
 struct AllreduceImpl {
   std::string name;  // key prefix: "gloo" gives gloo_allreduce_4k_us

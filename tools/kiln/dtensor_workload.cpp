@@ -13,6 +13,7 @@
 #include "kiln/dtensor/dtensor.h"
 #include "kiln/dtensor/redistribute.h"
 #include "kiln/ops/ops.h"
+#include "tools/kiln/dist_workloads.h"
 
 // Note [Timing the Sharded layer]
 // What issue 15 bounds is the Sharded layer's cost on top of the local op, so each DTensor op is
@@ -156,15 +157,7 @@ std::vector<Metric> dtensor_on_every_rank(const Options& o) {
 std::vector<Metric> dtensor(const Options& o) {
   KILN_CHECK(o.iters >= 0, "[bench] --iters must be positive, got {}", o.iters);
   distributed::init();
-  try {
-    return dtensor_on_every_rank(o);
-  } catch (const std::exception& e) {
-    // A rank whose check fails ends the job instead of leaving its peers in a barrier.
-    if (distributed::world_size() > 1)
-      distributed::abort_job(
-          fmt::format("kiln: error on rank {}: {}", distributed::rank(), e.what()));
-    throw;
-  }
+  return on_every_rank([&] { return dtensor_on_every_rank(o); });
 }
 
 }  // namespace kiln::workloads

@@ -141,15 +141,7 @@ std::vector<Metric> tp(const Options& o) {
   KILN_CHECK_DEVICE(o.device.is_cpu(), "[bench tp] times cpu tensors only, not {}", o.device);
   KILN_CHECK(o.iters >= 0, "[bench] --iters must be positive, got {}", o.iters);
   distributed::init();
-  try {
-    return tp_on_every_rank(o);
-  } catch (const std::exception& e) {
-    // A rank whose check fails ends the job instead of leaving its peers in a collective.
-    if (distributed::world_size() > 1)
-      distributed::abort_job(
-          fmt::format("kiln: error on rank {}: {}", distributed::rank(), e.what()));
-    throw;
-  }
+  return on_every_rank([&] { return tp_on_every_rank(o); });
 }
 
 }  // namespace kiln::workloads
