@@ -1,0 +1,309 @@
+// PyTorch's Core ATen operator set against Kiln (issue 16): tests/ops/core_aten_ops.txt pins the
+// list (PyTorch 2.11's overloads tagged core); every entry has exactly one row here. See Note
+// [Core ATen coverage].
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kiln/ops/op_list.h"
+
+namespace kiln::test {
+namespace {
+
+// Note [Core ATen coverage]
+// Each Core ATen entry is one of:
+//   kOp         a Kiln op of that name is registered (its meta, kernels, formula, sharding rule
+//               and test rows are OpRecordTest's business);
+//   kComposite  a public function that composes ops (named in `what`);
+//   kExcluded   left out on purpose, `what` saying why;
+//   kPending    not done yet (`what`: the batch, or what a partly done op lacks). Issue 16 is
+//               done when none is left; a pending row whose op now exists fails, so the list
+//               only shrinks.
+// An entry of the pinned list without a row, a row for an entry the list lacks, a kOp row whose op
+// is not registered and an exclusion without a reason each fail.
+enum Kind { kOp, kComposite, kExcluded, kPending };
+
+struct Row {
+  const char* entry;
+  Kind kind;
+  const char* what;
+};
+
+const std::vector<Row>& rows() {
+  static const std::vector<Row> r = {
+      {"_adaptive_avg_pool2d", kPending, "pooling"},
+      {"_adaptive_avg_pool2d_backward", kPending, "pooling"},
+      {"_adaptive_avg_pool3d", kPending, "pooling"},
+      {"_cdist_forward", kPending, "other"},
+      {"_embedding_bag", kPending, "indexing/scatter/gather"},
+      {"_fft_c2r", kExcluded,
+       "takes a complex tensor: Kiln has no complex dtypes (kiln/core/dtype.h), and an FFT library "
+       "is out of scope for CNN and LLM training"},
+      {"_fft_r2c", kExcluded,
+       "returns a complex tensor and Kiln has no complex dtypes (kiln/core/dtype.h: 8 real "
+       "dtypes); an FFT library (pocketfft/cuFFT) is out of scope for CNN/LLM training"},
+      {"_local_scalar_dense", kComposite, "Tensor::item() (host read, note_host_read)"},
+      {"_log_softmax", kOp, "log_softmax"},
+      {"_native_batch_norm_legit", kPending, "normalization"},
+      {"_native_batch_norm_legit.no_stats", kPending, "normalization"},
+      {"_native_batch_norm_legit_no_training", kPending, "normalization"},
+      {"_pdist_forward", kPending, "other"},
+      {"_softmax", kOp, "softmax"},
+      {"_to_copy", kOp, "to_copy"},
+      {"abs", kOp, "abs"},
+      {"acos", kPending, "unary pointwise float"},
+      {"acosh", kPending, "unary pointwise float"},
+      {"add.Scalar", kOp, "add"},
+      {"add.Tensor", kOp, "add"},
+      {"addmm", kOp, "addmm"},
+      {"alias", kOp, "alias"},
+      {"amax", kOp, "amax"},
+      {"amin", kOp, "amin"},
+      {"any", kOp, "any"},
+      {"any.dim", kOp, "any"},
+      {"any.dims", kOp, "any"},
+      {"arange.start_step", kOp, "arange"},
+      {"argmax", kOp, "argmax"},
+      {"argmin", kOp, "argmin"},
+      {"as_strided", kOp, "as_strided"},
+      {"asin", kPending, "unary pointwise float"},
+      {"asinh", kPending, "unary pointwise float"},
+      {"atan", kPending, "unary pointwise float"},
+      {"atan2", kPending, "binary pointwise"},
+      {"atan2.out", kPending, "binary pointwise"},
+      {"atanh", kPending, "unary pointwise float"},
+      {"avg_pool2d", kPending, "pooling"},
+      {"avg_pool2d_backward", kPending, "pooling"},
+      {"avg_pool3d", kPending, "pooling"},
+      {"bitwise_and.Scalar", kPending, "bitwise/integer"},
+      {"bitwise_and.Tensor", kPending, "bitwise/integer"},
+      {"bitwise_not", kPending, "bitwise/integer"},
+      {"bitwise_or.Scalar", kPending, "bitwise/integer"},
+      {"bitwise_or.Tensor", kPending, "bitwise/integer"},
+      {"bitwise_xor.Scalar", kPending, "bitwise/integer"},
+      {"bitwise_xor.Tensor", kPending, "bitwise/integer"},
+      {"bmm", kOp, "bmm"},
+      {"cat", kOp, "cat"},
+      {"ceil", kPending, "unary pointwise float"},
+      {"clamp", kOp, "clamp"},
+      {"clamp.Tensor", kPending, "partly: clamp (Scalar bounds only)"},
+      {"clone", kComposite, "clone (composite.cpp: to_copy)"},
+      {"col2im", kPending, "convolution"},
+      {"constant_pad_nd", kPending, "padding"},
+      {"convolution", kPending, "convolution"},
+      {"convolution_backward", kPending, "convolution"},
+      {"copy", kOp, "copy_"},
+      {"cos", kOp, "cos"},
+      {"cosh", kPending, "unary pointwise float"},
+      {"cumsum", kPending, "reductions/scans"},
+      {"diagonal", kPending, "other (views/shape)"},
+      {"div.Scalar", kOp, "div"},
+      {"div.Scalar_mode", kPending, "partly: div (true division only)"},
+      {"div.Tensor", kOp, "div"},
+      {"div.Tensor_mode", kPending, "partly: div (true division only)"},
+      {"elu", kPending, "unary pointwise float"},
+      {"embedding", kPending, "partly: embedding(weight, indices)"},
+      {"embedding_dense_backward", kPending, "indexing/scatter/gather"},
+      {"empty.memory_format", kOp, "empty"},
+      {"empty_strided", kPending, "other (factory)"},
+      {"eq.Scalar", kOp, "eq"},
+      {"eq.Tensor", kOp, "eq"},
+      {"erf", kOp, "erf"},
+      {"exp", kOp, "exp"},
+      {"expand", kOp, "expand"},
+      {"expm1", kPending, "unary pointwise float"},
+      {"fill.Scalar", kOp, "fill_"},
+      {"flip", kPending, "other (views/shape)"},
+      {"floor", kPending, "unary pointwise float"},
+      {"fmod.Scalar", kPending, "binary pointwise"},
+      {"fmod.Tensor", kPending, "binary pointwise"},
+      {"full", kOp, "full"},
+      {"full_like", kComposite, "full_like (ops.h composite over full)"},
+      {"gather", kOp, "gather"},
+      {"ge.Scalar", kOp, "ge"},
+      {"ge.Tensor", kOp, "ge"},
+      {"gelu", kOp, "gelu"},
+      {"grid_sampler_2d", kPending, "upsampling"},
+      {"gt.Scalar", kOp, "gt"},
+      {"gt.Tensor", kOp, "gt"},
+      {"hardtanh", kPending, "unary pointwise float"},
+      {"index.Tensor", kPending, "indexing/scatter/gather"},
+      {"index_put", kPending, "indexing/scatter/gather"},
+      {"index_select", kOp, "index_select"},
+      {"isinf", kPending, "unary pointwise float"},
+      {"isnan", kPending, "unary pointwise float"},
+      {"le.Scalar", kOp, "le"},
+      {"le.Tensor", kOp, "le"},
+      {"leaky_relu", kPending, "unary pointwise float"},
+      {"log", kOp, "log"},
+      {"log10", kPending, "unary pointwise float"},
+      {"log1p", kPending, "unary pointwise float"},
+      {"log2", kPending, "unary pointwise float"},
+      {"logical_and", kOp, "logical_and"},
+      {"logical_not", kOp, "logical_not"},
+      {"logical_or", kOp, "logical_or"},
+      {"logical_xor", kOp, "logical_xor"},
+      {"lt.Scalar", kOp, "lt"},
+      {"lt.Tensor", kOp, "lt"},
+      {"masked_scatter", kPending, "indexing/scatter/gather"},
+      {"max.dim", kOp, "max_dim"},
+      {"max_pool2d_with_indices", kPending, "pooling"},
+      {"max_pool2d_with_indices_backward", kPending, "pooling"},
+      {"max_pool3d_with_indices", kPending, "pooling"},
+      {"maximum", kOp, "maximum"},
+      {"mean", kOp, "mean"},
+      {"mean.dim", kOp, "mean"},
+      {"min.dim", kOp, "min_dim"},
+      {"minimum", kOp, "minimum"},
+      {"mm", kOp, "mm"},
+      {"mul.Scalar", kOp, "mul"},
+      {"mul.Tensor", kOp, "mul"},
+      {"native_dropout", kOp, "native_dropout"},
+      {"native_group_norm", kPending, "normalization"},
+      {"native_group_norm_backward", kPending, "normalization"},
+      {"native_layer_norm", kPending, "partly: layer_norm (returns only y)"},
+      {"native_layer_norm_backward", kPending, "partly: layer_norm_backward (grad_input only)"},
+      {"ne.Scalar", kOp, "ne"},
+      {"ne.Tensor", kOp, "ne"},
+      {"neg", kOp, "neg"},
+      {"nonzero", kPending, "indexing/scatter/gather"},
+      {"permute", kOp, "permute"},
+      {"pow.Scalar", kPending, "partly: pow(Tensor, Tensor)"},
+      {"pow.Tensor_Scalar", kOp, "pow"},
+      {"pow.Tensor_Tensor", kOp, "pow"},
+      {"prod", kPending, "reductions/scans"},
+      {"prod.dim_int", kPending, "reductions/scans"},
+      {"rand", kOp, "rand"},
+      {"randn", kOp, "randn"},
+      {"randperm", kPending, "random"},
+      {"reciprocal", kPending, "unary pointwise float"},
+      {"reflection_pad1d", kPending, "padding"},
+      {"reflection_pad2d", kPending, "padding"},
+      {"reflection_pad3d", kPending, "padding"},
+      {"relu", kOp, "relu"},
+      {"remainder.Scalar", kPending, "binary pointwise"},
+      {"remainder.Tensor", kPending, "binary pointwise"},
+      {"repeat", kPending, "other (views/shape)"},
+      {"replication_pad2d", kPending, "padding"},
+      {"replication_pad3d", kPending, "padding"},
+      {"round", kPending, "unary pointwise float"},
+      {"rsqrt", kOp, "rsqrt"},
+      {"scalar_tensor", kComposite, "scalar_tensor (ops.h; host write on CPU, full() elsewhere)"},
+      {"scatter.src", kPending, "indexing/scatter/gather"},
+      {"scatter.value", kPending, "indexing/scatter/gather"},
+      {"scatter_add", kOp, "scatter_add"},
+      {"scatter_reduce.two", kPending, "indexing/scatter/gather"},
+      {"select.int", kOp, "select"},
+      {"select_scatter", kPending, "indexing/scatter/gather"},
+      {"sigmoid", kOp, "sigmoid"},
+      {"sign", kPending, "unary pointwise float"},
+      {"sin", kOp, "sin"},
+      {"sinh", kPending, "unary pointwise float"},
+      {"slice.Tensor", kOp, "slice"},
+      {"slice_scatter", kPending, "indexing/scatter/gather"},
+      {"sort", kPending, "sort/topk"},
+      {"split_with_sizes", kComposite, "split(t, sizes, dim) composite over slice (ops.h)"},
+      {"sqrt", kOp, "sqrt"},
+      {"squeeze.dim", kOp, "squeeze"},
+      {"squeeze.dims", kPending, "partly: squeeze (one dim or all)"},
+      {"sub.Scalar", kOp, "sub"},
+      {"sub.Tensor", kOp, "sub"},
+      {"sum.dim_IntList", kOp, "sum"},
+      {"sym_numel", kExcluded,
+       "a size query, not a tensor op: Kiln shapes are concrete host integers (compile guards "
+       "them); there is no SymInt to trace"},
+      {"sym_size.int", kExcluded,
+       "a size query, not a tensor op: Kiln shapes are concrete host integers (compile guards "
+       "them); there is no SymInt to trace"},
+      {"sym_storage_offset", kExcluded,
+       "a size query, not a tensor op: Kiln shapes are concrete host integers (compile guards "
+       "them); there is no SymInt to trace"},
+      {"sym_stride.int", kExcluded,
+       "a size query, not a tensor op: Kiln shapes are concrete host integers (compile guards "
+       "them); there is no SymInt to trace"},
+      {"tan", kPending, "unary pointwise float"},
+      {"tanh", kOp, "tanh"},
+      {"topk", kPending, "sort/topk"},
+      {"trunc", kPending, "unary pointwise float"},
+      {"unsqueeze", kOp, "unsqueeze"},
+      {"upsample_bilinear2d.vec", kPending, "upsampling"},
+      {"upsample_nearest2d.vec", kPending, "upsampling"},
+      {"var.correction", kOp, "var"},
+      {"var.dim", kOp, "var"},
+      {"view", kOp, "view"},
+      {"where.self", kOp, "where"},
+  };
+  return r;
+}
+
+std::vector<std::string> pinned_list() {
+  std::ifstream in(KILN_CORE_ATEN_LIST);
+  EXPECT_TRUE(in.good()) << "cannot read " << KILN_CORE_ATEN_LIST;
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] != '#') out.push_back(line);
+  return out;
+}
+
+std::string base_of(const std::string& entry) { return entry.substr(0, entry.find('.')); }
+
+TEST(CoreAtenCoverage, EveryPinnedEntryHasExactlyOneRow) {
+  const std::vector<std::string> list = pinned_list();
+  EXPECT_GT(list.size(), 150u);
+  std::map<std::string, int> count;
+  for (const Row& r : rows()) ++count[r.entry];
+  std::set<std::string> pinned(list.begin(), list.end());
+  EXPECT_EQ(pinned.size(), list.size()) << "duplicate entries in the pinned list";
+  for (const std::string& e : list) EXPECT_EQ(count[e], 1) << e << ": rows for this entry";
+  for (const auto& [e, n] : count) EXPECT_TRUE(pinned.count(e)) << e << ": a row the list lacks";
+}
+
+TEST(CoreAtenCoverage, ImplementedRowsNameRegisteredOps) {
+  for (const Row& r : rows()) {
+    if (r.kind == kOp) {
+      EXPECT_NE(ops::find_op(r.what), nullptr) << r.entry << ": no op named " << r.what;
+    }
+    if (r.kind == kExcluded) {
+      EXPECT_GT(std::string(r.what).size(), 20u) << r.entry << ": an exclusion says why";
+    }
+    EXPECT_FALSE(std::string(r.what).empty()) << r.entry;
+  }
+}
+
+TEST(CoreAtenCoverage, PendingRowsAreNotDoneYet) {
+  int pending = 0, done = 0, composite = 0, excluded = 0;
+  for (const Row& r : rows()) {
+    switch (r.kind) {
+      case kOp:
+        ++done;
+        break;
+      case kComposite:
+        ++composite;
+        break;
+      case kExcluded:
+        ++excluded;
+        break;
+      case kPending: {
+        ++pending;
+        const bool partly = std::string(r.what).starts_with("partly");
+        if (!partly) {
+          EXPECT_EQ(ops::find_op(base_of(r.entry)), nullptr)
+              << r.entry << " is registered now: make its row kOp";
+        }
+        break;
+      }
+    }
+  }
+  std::cout << fmt::format(
+      "Core ATen: {} entries; {} ops, {} composites, {} excluded, {} pending\n", rows().size(),
+      done, composite, excluded, pending);
+}
+
+}  // namespace
+}  // namespace kiln::test
