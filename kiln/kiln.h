@@ -10,6 +10,8 @@
 #include "kiln/core/scalar.h"
 #include "kiln/core/stream.h"
 #include "kiln/core/tensor.h"
+#include "kiln/data/fashion_mnist.h"
+#include "kiln/data/loader.h"
 #include "kiln/distributed/distributed.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/layers.h"
