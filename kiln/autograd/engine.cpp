@@ -71,6 +71,8 @@ class CallbackScope {
 // leaf's sum is still formed in order of arrival, so the values are as before.
 void execute(const std::vector<Edge>& roots, TensorList root_grads, bool retain_graph,
              Capture* capture) {
+  // Backward formulas compute in the dtypes their forward saved (Note [Autocast]).
+  ExcludeKeyGuard no_autocast(DispatchKey::Autocast);
   NoGradGuard no_grad;
   std::vector<std::function<void()>> callbacks;
   CallbackScope callback_scope(callbacks);

@@ -1,6 +1,8 @@
 // The Trace layer: one boxed fallback records every op. See trace.h.
 #include "kiln/compile/trace.h"
 
+#include "kiln/amp/autocast.h"
+
 #include "kiln/autograd/node.h"
 
 #include <algorithm>
@@ -120,6 +122,7 @@ Tracer::Scope::Scope(Tracer& t)
   tls_tracer = &t;
   detail::tls_host_read_hook = &on_host_read;
   detail::tls_release_hook = &on_release;
+  amp::guard_autocast_state();  // every op traced depends on it (Note [Autocast])
 }
 Tracer::Scope::~Scope() {
   tls_tracer = saved_;

@@ -97,9 +97,9 @@ Registry& registry() {
 }  // namespace
 
 std::string_view key_name(DispatchKey k) {
-  constexpr std::string_view names[] = {"Undefined",   "CPU",         "CUDA",    "PrivateUse1",
-                                        "PrivateUse2", "PrivateUse3", "Meta",    "Profile",
-                                        "Trace",       "Sharded",     "Autograd"};
+  constexpr std::string_view names[] = {"Undefined",   "CPU",         "CUDA",     "PrivateUse1",
+                                        "PrivateUse2", "PrivateUse3", "Meta",     "Profile",
+                                        "Trace",       "Sharded",     "Autograd", "Autocast"};
   static_assert(std::size(names) == kNumDispatchKeys);
   return names[static_cast<int>(k)];
 }

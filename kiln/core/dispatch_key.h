@@ -21,10 +21,11 @@ enum class DispatchKey : uint8_t {
   Trace,
   Sharded,
   Autograd,
+  Autocast,
   NumKeys
 };
 inline constexpr int kNumDispatchKeys = static_cast<int>(DispatchKey::NumKeys);
-static_assert(kNumDispatchKeys == 11, "update key_name() and the key tables when adding a key");
+static_assert(kNumDispatchKeys == 12, "update key_name() and the key tables when adding a key");
 
 std::string_view key_name(DispatchKey k);
 

@@ -1,0 +1,117 @@
+// Every op's mixed-precision policy (Note [Autocast policies]), set at start-up.
+#include "kiln/amp/autocast_policies.h"
+
+#include <array>
+
+#include "kiln/ops/op_list.h"
+
+namespace kiln::amp {
+
+// Note [Autocast policies]
+// After PyTorch's autocast lists. Functional ops are listed here one by one; the coverage test
+// (OpRecordTest.AutocastPolicyCoverage) fails for a functional op without an entry, so a new op
+// comes with a decision. In-place and out= forms, views and factories are Passthrough by their
+// kind: autocast leaves a written tensor's dtype alone and views and factories have no inputs to
+// cast. Backward ops (gelu_backward, layer_norm_backward, flash_attention_backward) run in
+// backward passes, where autocast is off; they are Passthrough.
+namespace {
+
+using P = AutocastPolicy;
+
+constexpr auto kTable = std::to_array<PolicyEntry>({
+    // Products and attention: the 16-bit dtype (tensor cores, half the memory traffic).
+    {"mm", P::LowerPrecision},
+    {"bmm", P::LowerPrecision},
+    {"addmm", P::LowerPrecision},
+    {"addmm_gelu", P::LowerPrecision},
+    {"flash_attention", P::LowerPrecision},
+    // Where 16 bits lose too much: exponentials, powers, sums, softmax, norms and losses.
+    {"exp", P::Float32},
+    {"log", P::Float32},
+    {"pow", P::Float32},
+    {"rsqrt", P::Float32},
+    {"sum", P::Float32},
+    {"softmax", P::Float32},
+    {"log_softmax", P::Float32},
+    {"layer_norm", P::Float32},
+    {"rms_norm", P::Float32},
+    {"nll_loss", P::Float32},
+    // Several floating inputs that must agree: the widest.
+    {"cat", P::Promote},
+    {"where", P::Promote},
+    {"scatter_add", P::Promote},
+    {"index_add", P::Promote},
+    // In the inputs' dtypes: elementwise ops (type promotion mixes dtypes), comparisons, mean
+    // and var (they accumulate in float32 internally), selections, casts, random masks, the
+    // collectives, and the backward ops.
+    {"add", P::Passthrough},
+    {"sub", P::Passthrough},
+    {"mul", P::Passthrough},
+    {"div", P::Passthrough},
+    {"maximum", P::Passthrough},
+    {"minimum", P::Passthrough},
+    {"eq", P::Passthrough},
+    {"ne", P::Passthrough},
+    {"lt", P::Passthrough},
+    {"le", P::Passthrough},
+    {"gt", P::Passthrough},
+    {"ge", P::Passthrough},
+    {"logical_and", P::Passthrough},
+    {"logical_or", P::Passthrough},
+    {"logical_xor", P::Passthrough},
+    {"logical_not", P::Passthrough},
+    {"neg", P::Passthrough},
+    {"abs", P::Passthrough},
+    {"sqrt", P::Passthrough},
+    {"tanh", P::Passthrough},
+    {"sigmoid", P::Passthrough},
+    {"relu", P::Passthrough},
+    {"silu", P::Passthrough},
+    {"sin", P::Passthrough},
+    {"cos", P::Passthrough},
+    {"erf", P::Passthrough},
+    {"gelu", P::Passthrough},
+    {"clamp", P::Passthrough},
+    {"mean", P::Passthrough},
+    {"var", P::Passthrough},
+    {"amax", P::Passthrough},
+    {"amin", P::Passthrough},
+    {"all", P::Passthrough},
+    {"any", P::Passthrough},
+    {"argmax", P::Passthrough},
+    {"argmin", P::Passthrough},
+    {"max_dim", P::Passthrough},
+    {"min_dim", P::Passthrough},
+    {"embedding", P::Passthrough},
+    {"index_select", P::Passthrough},
+    {"gather", P::Passthrough},
+    {"triu", P::Passthrough},
+    {"tril", P::Passthrough},
+    {"one_hot", P::Passthrough},
+    {"to_copy", P::Passthrough},
+    {"native_dropout", P::Passthrough},
+    {"foreach_sqrt", P::Passthrough},
+    {"gelu_backward", P::Passthrough},
+    {"layer_norm_backward", P::Passthrough},
+    {"flash_attention_backward", P::Passthrough},
+    {"all_reduce", P::Passthrough},
+    {"all_gather_into_tensor", P::Passthrough},
+    {"reduce_scatter_tensor", P::Passthrough},
+    {"broadcast", P::Passthrough},
+    {"all_to_all_single", P::Passthrough},
+    {"send", P::Passthrough},
+});
+
+const bool g_set = [] {
+  for (OpDef* op : ops::all_ops())
+    if (op->kind() != OpKind::Functional) op->set_autocast_policy(AutocastPolicy::Passthrough);
+  for (const PolicyEntry& e : kTable)
+    if (OpDef* op = const_cast<OpDef*>(ops::find_op(e.op))) op->set_autocast_policy(e.policy);
+  return true;
+}();
+
+}  // namespace
+
+std::span<const PolicyEntry> autocast_policy_table() { return kTable; }
+
+}  // namespace kiln::amp
