@@ -130,6 +130,68 @@ void erf_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   Tensor x = c.input(0);
   gi[0] = mul(g[0], mul(exp(neg(mul(x, x))), 2.0 / std::sqrt(std::numbers::pi)));
 }
+void acos_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor x = c.input(0);
+  gi[0] = neg(div(g[0], sqrt(1.0 - mul(x, x))));
+}
+void acosh_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor x = c.input(0);
+  gi[0] = div(g[0], sqrt(sub(mul(x, x), 1.0)));
+}
+void asin_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor x = c.input(0);
+  gi[0] = div(g[0], sqrt(1.0 - mul(x, x)));
+}
+void asinh_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor x = c.input(0);
+  gi[0] = div(g[0], sqrt(add(mul(x, x), 1.0)));
+}
+void atan_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor x = c.input(0);
+  gi[0] = div(g[0], add(mul(x, x), 1.0));
+}
+void atanh_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor x = c.input(0);
+  gi[0] = div(g[0], 1.0 - mul(x, x));
+}
+void cosh_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = mul(g[0], sinh(c.input(0)));
+}
+void sinh_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = mul(g[0], cosh(c.input(0)));
+}
+// d/dx tan(x) = 1 + tan(x)^2
+void tan_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor y = c.output(0);
+  gi[0] = mul(g[0], add(mul(y, y), 1.0));
+}
+void expm1_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = mul(g[0], add(c.output(0), 1.0));
+}
+void log1p_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = div(g[0], add(c.input(0), 1.0));
+}
+void log2_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = div(g[0], mul(c.input(0), std::numbers::ln2));
+}
+void log10_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = div(g[0], mul(c.input(0), std::numbers::ln10));
+}
+void reciprocal_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor y = c.output(0);
+  gi[0] = neg(mul(g[0], mul(y, y)));
+}
+// ceil, floor, round, trunc and sign are piecewise constant: a zero gradient, as in PyTorch.
+void zero_bw(const BackwardCtx&, const Grads& g, Grads& gi) { gi[0] = zeros_like(g[0]); }
+// The gradient flows strictly inside (min_val, max_val), as ATen's hardtanh_backward.
+void hardtanh_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor x = c.input(0);
+  Tensor inside = logical_and(gt(x, c.get<Scalar>(1)), lt(x, c.get<Scalar>(2)));
+  gi[0] = where(inside, g[0], 0.0);
+}
+void leaky_relu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = where(gt(c.input(0), 0.0), g[0], mul(g[0], c.get<Scalar>(1)));
+}
 void gelu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   gi[0] = gelu_backward(g[0], c.input(0), c.get<bool>(1));
 }
@@ -410,6 +472,29 @@ const Entry kPointwise[] = {
     {&ops::op_sin.def, F(sin_bw, S(0))},
     {&ops::op_cos.def, F(cos_bw, S(0))},
     {&ops::op_erf.def, F(erf_bw, S(0))},
+    {&ops::op_acos.def, F(acos_bw, S(0))},
+    {&ops::op_acosh.def, F(acosh_bw, S(0))},
+    {&ops::op_asin.def, F(asin_bw, S(0))},
+    {&ops::op_asinh.def, F(asinh_bw, S(0))},
+    {&ops::op_atan.def, F(atan_bw, S(0))},
+    {&ops::op_atanh.def, F(atanh_bw, S(0))},
+    {&ops::op_cosh.def, F(cosh_bw, S(0))},
+    {&ops::op_sinh.def, F(sinh_bw, S(0))},
+    {&ops::op_tan.def, F(tan_bw, 0, S(0))},
+    {&ops::op_expm1.def, F(expm1_bw, 0, S(0))},
+    {&ops::op_log1p.def, F(log1p_bw, S(0))},
+    {&ops::op_log2.def, F(log2_bw, S(0))},
+    {&ops::op_log10.def, F(log10_bw, S(0))},
+    {&ops::op_reciprocal.def, F(reciprocal_bw, 0, S(0))},
+    {&ops::op_ceil.def, F(zero_bw)},
+    {&ops::op_floor.def, F(zero_bw)},
+    {&ops::op_round.def, F(zero_bw)},
+    {&ops::op_trunc.def, F(zero_bw)},
+    {&ops::op_sign.def, F(zero_bw)},
+    {&ops::op_isnan.def, kNone},
+    {&ops::op_isinf.def, kNone},
+    {&ops::op_hardtanh.def, F(hardtanh_bw, S(0))},
+    {&ops::op_leaky_relu.def, F(leaky_relu_bw, S(0))},
     {&ops::op_gelu.def, F(gelu_bw, S(0))},
     {&ops::op_clamp.def, F(clamp_bw, S(0))},
     {&ops::op_where.def, F(where_bw, S(0))},

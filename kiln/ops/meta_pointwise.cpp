@@ -93,6 +93,20 @@ KILN_FLOAT_UNARY_META(sigmoid)
 KILN_FLOAT_UNARY_META(sin)
 KILN_FLOAT_UNARY_META(cos)
 KILN_FLOAT_UNARY_META(erf)
+KILN_FLOAT_UNARY_META(acos)
+KILN_FLOAT_UNARY_META(acosh)
+KILN_FLOAT_UNARY_META(asin)
+KILN_FLOAT_UNARY_META(asinh)
+KILN_FLOAT_UNARY_META(atan)
+KILN_FLOAT_UNARY_META(atanh)
+KILN_FLOAT_UNARY_META(cosh)
+KILN_FLOAT_UNARY_META(sinh)
+KILN_FLOAT_UNARY_META(tan)
+KILN_FLOAT_UNARY_META(expm1)
+KILN_FLOAT_UNARY_META(log1p)
+KILN_FLOAT_UNARY_META(log2)
+KILN_FLOAT_UNARY_META(log10)
+KILN_FLOAT_UNARY_META(reciprocal)
 #undef KILN_FLOAT_UNARY_META
 TensorSpec silu(const Tensor& a) {
   check_defined("silu", a, "self");
@@ -107,6 +121,31 @@ TensorSpec gelu(const Tensor& a, bool) {
   return unary_spec("gelu", a, a.dtype());
 }
 TensorSpec logical_not(const Tensor& a) { return unary_spec("logical_not", a, kBool); }
+// Note [Rounding integers]
+// ceil, floor, round and trunc keep an integer tensor as it is (its values are already whole),
+// as PyTorch does; bool tensors are refused, as by ATen's kernels.
+TensorSpec ceil(const Tensor& a) { return unary_no_bool("ceil", a, ""); }
+TensorSpec floor(const Tensor& a) { return unary_no_bool("floor", a, ""); }
+TensorSpec round(const Tensor& a) { return unary_no_bool("round", a, ""); }
+TensorSpec trunc(const Tensor& a) { return unary_no_bool("trunc", a, ""); }
+TensorSpec sign(const Tensor& a) { return unary_spec("sign", a, a.dtype()); }
+TensorSpec isnan(const Tensor& a) { return unary_spec("isnan", a, kBool); }
+TensorSpec isinf(const Tensor& a) { return unary_spec("isinf", a, kBool); }
+TensorSpec hardtanh(const Tensor& a, const Scalar& lo, const Scalar& hi) {
+  check_defined("hardtanh", a, "self");
+  KILN_CHECK_TYPE(a.dtype() != kBool, "[hardtanh] not supported on bool tensors");
+  KILN_CHECK(a.dtype() != kUInt8 || (lo.to_double() >= 0 && hi.to_double() >= 0),
+             "[hardtanh] cannot do hardtanh on an unsigned type with negative limits (min_val {}, "
+             "max_val {})",
+             lo, hi);
+  return unary_spec("hardtanh", a, a.dtype());
+}
+TensorSpec leaky_relu(const Tensor& a, const Scalar&) {
+  check_defined("leaky_relu", a, "self");
+  KILN_CHECK_TYPE(is_floating(a.dtype()), "[leaky_relu] expected a floating-point tensor, got {}",
+                  a.dtype());
+  return unary_spec("leaky_relu", a, a.dtype());
+}
 
 TensorSpec clamp(const Tensor& a, const OptScalar& lo, const OptScalar& hi) {
   check_defined("clamp", a, "self");

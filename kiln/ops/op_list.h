@@ -54,6 +54,31 @@ namespace kiln::ops {
   _(sin, (const Tensor&), "sin(Tensor self)")                                              \
   _(cos, (const Tensor&), "cos(Tensor self)")                                              \
   _(erf, (const Tensor&), "erf(Tensor self)")                                              \
+  _(acos, (const Tensor&), "acos(Tensor self)")                                            \
+  _(acosh, (const Tensor&), "acosh(Tensor self)")                                          \
+  _(asin, (const Tensor&), "asin(Tensor self)")                                            \
+  _(asinh, (const Tensor&), "asinh(Tensor self)")                                          \
+  _(atan, (const Tensor&), "atan(Tensor self)")                                            \
+  _(atanh, (const Tensor&), "atanh(Tensor self)")                                          \
+  _(cosh, (const Tensor&), "cosh(Tensor self)")                                            \
+  _(sinh, (const Tensor&), "sinh(Tensor self)")                                            \
+  _(tan, (const Tensor&), "tan(Tensor self)")                                              \
+  _(expm1, (const Tensor&), "expm1(Tensor self)")                                          \
+  _(log1p, (const Tensor&), "log1p(Tensor self)")                                          \
+  _(log2, (const Tensor&), "log2(Tensor self)")                                            \
+  _(log10, (const Tensor&), "log10(Tensor self)")                                          \
+  _(reciprocal, (const Tensor&), "reciprocal(Tensor self)")                                \
+  _(ceil, (const Tensor&), "ceil(Tensor self)")                                            \
+  _(floor, (const Tensor&), "floor(Tensor self)")                                          \
+  _(round, (const Tensor&), "round(Tensor self)")                                          \
+  _(trunc, (const Tensor&), "trunc(Tensor self)")                                          \
+  _(sign, (const Tensor&), "sign(Tensor self)")                                            \
+  _(isnan, (const Tensor&), "isnan(Tensor self)")                                          \
+  _(isinf, (const Tensor&), "isinf(Tensor self)")                                          \
+  _(hardtanh, (const Tensor&, const Scalar&, const Scalar&),                               \
+    "hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1)")                          \
+  _(leaky_relu, (const Tensor&, const Scalar&),                                            \
+    "leaky_relu(Tensor self, Scalar negative_slope=0.01)")                                 \
   _(logical_not, (const Tensor&), "logical_not(Tensor self)")                              \
   _(gelu, (const Tensor&, bool), "gelu(Tensor self, bool approximate_tanh=False)")         \
   _(clamp, (const Tensor&, const OptScalar&, const OptScalar&),                            \

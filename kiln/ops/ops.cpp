@@ -183,6 +183,14 @@ Tensor logical_xor(const Tensor& a, const Tensor& b) { return op_logical_xor(a, 
 KILN_FORALL_PUBLIC_UNARY(KILN_DEFINE_PUBLIC_UNARY)
 #undef KILN_DEFINE_PUBLIC_UNARY
 Tensor gelu(const Tensor& a, bool approximate_tanh) { return op_gelu(a, approximate_tanh); }
+Tensor isnan(const Tensor& self) { return op_isnan(self); }
+Tensor isinf(const Tensor& self) { return op_isinf(self); }
+Tensor hardtanh(const Tensor& a, const Scalar& min_val, const Scalar& max_val) {
+  return op_hardtanh(a, min_val, max_val);
+}
+Tensor leaky_relu(const Tensor& a, const Scalar& negative_slope) {
+  return op_leaky_relu(a, negative_slope);
+}
 Tensor layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef normalized_shape,
                            const Tensor& weight, double eps) {
   return op_layer_norm_backward(grad, x, normalized_shape, weight, eps);
@@ -264,6 +272,14 @@ KILN_INPLACE_BINARY(logical_xor, const Tensor&, other)
 #undef KILN_INPLACE_BINARY
 Tensor& gelu_(Tensor& self, bool approximate_tanh) {
   op_gelu_(self, approximate_tanh);
+  return self;
+}
+Tensor& hardtanh_(Tensor& self, const Scalar& min_val, const Scalar& max_val) {
+  op_hardtanh_(self, min_val, max_val);
+  return self;
+}
+Tensor& leaky_relu_(Tensor& self, const Scalar& negative_slope) {
+  op_leaky_relu_(self, negative_slope);
   return self;
 }
 Tensor& clamp_(Tensor& self, std::optional<Scalar> min, std::optional<Scalar> max) {

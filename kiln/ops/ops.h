@@ -131,7 +131,26 @@ Tensor logical_xor(const Tensor& a, const Tensor& b);
   _(silu)                           \
   _(sin)                            \
   _(cos)                            \
-  _(erf)
+  _(erf)                            \
+  _(acos)                           \
+  _(acosh)                          \
+  _(asin)                           \
+  _(asinh)                          \
+  _(atan)                           \
+  _(atanh)                          \
+  _(cosh)                           \
+  _(sinh)                           \
+  _(tan)                            \
+  _(expm1)                          \
+  _(log1p)                          \
+  _(log2)                           \
+  _(log10)                          \
+  _(reciprocal)                     \
+  _(ceil)                           \
+  _(floor)                          \
+  _(round)                          \
+  _(trunc)                          \
+  _(sign)
 #define KILN_DECLARE_PUBLIC_UNARY(name) \
   Tensor name(const Tensor& self);      \
   Tensor& name##_(Tensor& self);
@@ -141,6 +160,14 @@ KILN_FORALL_PUBLIC_UNARY(KILN_DECLARE_PUBLIC_UNARY)
 Tensor gelu(const Tensor& a, bool approximate_tanh = false);
 // grad * d/dx gelu(x), in one pass: gelu's backward formula (no double backward).
 Tensor gelu_backward(const Tensor& grad, const Tensor& self, bool approximate_tanh = false);
+// round: half to even, as PyTorch. ceil, floor, round and trunc keep integer tensors as they are.
+// isnan and isinf: bool results, false for integer and bool tensors (no in-place forms).
+Tensor isnan(const Tensor& self);
+Tensor isinf(const Tensor& self);
+// clamp(self, min_val, max_val); min_val > max_val gives max_val everywhere, as PyTorch.
+Tensor hardtanh(const Tensor& a, const Scalar& min_val = -1, const Scalar& max_val = 1);
+// x for x > 0, else negative_slope * x (floating tensors only).
+Tensor leaky_relu(const Tensor& a, const Scalar& negative_slope = 0.01);
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max = {});
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
@@ -181,6 +208,8 @@ Tensor& logical_or_(Tensor& self, const Tensor& other);
 Tensor& logical_xor_(Tensor& self, const Tensor& other);
 // (and the unary ops' name_, declared above with KILN_FORALL_PUBLIC_UNARY)
 Tensor& gelu_(Tensor& self, bool approximate_tanh = false);
+Tensor& hardtanh_(Tensor& self, const Scalar& min_val = -1, const Scalar& max_val = 1);
+Tensor& leaky_relu_(Tensor& self, const Scalar& negative_slope = 0.01);
 Tensor& clamp_(Tensor& self, std::optional<Scalar> min, std::optional<Scalar> max = {});
 // self += value * t1 * t2 and self += value * t1 / t2.
 Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value = 1);

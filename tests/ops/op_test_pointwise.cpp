@@ -922,10 +922,13 @@ void add_casts(Cases& cs) {
 
 }  // namespace
 
+Cases pointwise_math_cases();  // op_test_pointwise_math.cpp
+
 Cases pointwise_cases() {
   Cases cs;
   add_binary_ops(cs);
   add_unary_ops(cs);
+  for (OpCase& c : pointwise_math_cases()) cs.push_back(std::move(c));
   add_public_api(cs);
   add_promotion(cs);
   add_casts(cs);

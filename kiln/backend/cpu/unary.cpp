@@ -1,4 +1,4 @@
-// CPU kernels of the unary pointwise ops, clamp and gelu.
+// CPU kernels of the unary pointwise ops, clamp, hardtanh, leaky_relu and gelu.
 #include <cmath>
 #include <numbers>
 
@@ -50,6 +50,20 @@ KILN_FLOAT_UNARY(silu, x / (A<T>(1) + exp_any(-x)))
 KILN_FLOAT_UNARY(sin, std::sin(x))
 KILN_FLOAT_UNARY(cos, std::cos(x))
 KILN_FLOAT_UNARY(erf, std::erf(x))
+KILN_FLOAT_UNARY(acos, std::acos(x))
+KILN_FLOAT_UNARY(acosh, std::acosh(x))
+KILN_FLOAT_UNARY(asin, std::asin(x))
+KILN_FLOAT_UNARY(asinh, std::asinh(x))
+KILN_FLOAT_UNARY(atan, std::atan(x))
+KILN_FLOAT_UNARY(atanh, std::atanh(x))
+KILN_FLOAT_UNARY(cosh, std::cosh(x))
+KILN_FLOAT_UNARY(sinh, std::sinh(x))
+KILN_FLOAT_UNARY(tan, std::tan(x))
+KILN_FLOAT_UNARY(expm1, std::expm1(x))
+KILN_FLOAT_UNARY(log1p, std::log1p(x))
+KILN_FLOAT_UNARY(log2, std::log2(x))
+KILN_FLOAT_UNARY(log10, std::log10(x))
+KILN_FLOAT_UNARY(reciprocal, A<T>(1) / x)
 #undef KILN_FLOAT_UNARY
 
 void neg_impl(const Tensor& out, const Tensor& a) {
@@ -85,6 +99,90 @@ void logical_not_impl(const Tensor& out, const Tensor& a) {
       elementwise<bool, scalar_t>(
           r, {&a}, [](scalar_t v) { return !(static_cast<A<scalar_t>>(v) != A<scalar_t>(0)); });
     });
+  });
+}
+
+// ceil, floor, round and trunc: integer tensors are kept as they are (See Note [Rounding
+// integers] in kiln/ops/meta_pointwise.cpp). round is half to even (nearbyint in the default
+// rounding mode), as ATen's.
+#define KILN_ROUNDING_UNARY(name, expr)                  \
+  void name##_impl(const Tensor& out, const Tensor& a) { \
+    unary(out, a, a.dtype(), #name, [](auto* tag) {      \
+      using T = std::remove_pointer_t<decltype(tag)>;    \
+      return [](T v) -> T {                              \
+        if constexpr (std::is_floating_point_v<A<T>>) {  \
+          A<T> x = v;                                    \
+          return expr;                                   \
+        } else {                                         \
+          return v;                                      \
+        }                                                \
+      };                                                 \
+    });                                                  \
+  }
+KILN_ROUNDING_UNARY(ceil, std::ceil(x))
+KILN_ROUNDING_UNARY(floor, std::floor(x))
+KILN_ROUNDING_UNARY(round, std::nearbyint(x))
+KILN_ROUNDING_UNARY(trunc, std::trunc(x))
+#undef KILN_ROUNDING_UNARY
+
+// -1, 0 or 1 in self's dtype; NaN and -0.0 give 0, as ATen's (0 < x) - (x < 0).
+void sign_impl(const Tensor& out, const Tensor& a) {
+  unary(out, a, a.dtype(), "sign", [](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return [](T v) -> T {
+      A<T> x = v;
+      if constexpr (std::is_same_v<A<T>, bool>)
+        return x;
+      else
+        return static_cast<A<T>>(static_cast<int>(A<T>(0) < x) - static_cast<int>(x < A<T>(0)));
+    };
+  });
+}
+
+// isnan and isinf: bool results, false for integer and bool tensors.
+template <class Pred>
+void float_predicate(const Tensor& out, const Tensor& a, const char* op, Pred pred) {
+  with_result_dtype(out, kBool, [&](const Tensor& r) {
+    KILN_DISPATCH_TYPES(a.dtype(), op, [&] {
+      elementwise<bool, scalar_t>(r, {&a}, [pred](scalar_t v) -> bool {
+        if constexpr (std::is_floating_point_v<A<scalar_t>>)
+          return pred(static_cast<A<scalar_t>>(v));
+        else
+          return false;
+      });
+    });
+  });
+}
+void isnan_impl(const Tensor& out, const Tensor& a) {
+  float_predicate(out, a, "isnan", [](auto x) { return x != x; });
+}
+void isinf_impl(const Tensor& out, const Tensor& a) {
+  float_predicate(out, a, "isinf", [](auto x) { return std::isinf(x); });
+}
+
+// hardtanh is clamp with both bounds, in self's dtype.
+void hardtanh_impl(const Tensor& out, const Tensor& a, const Scalar& lo, const Scalar& hi) {
+  unary(out, a, a.dtype(), "hardtanh", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    A<T> l = lo.to<A<T>>(), h = hi.to<A<T>>();
+    return [=](T v) -> T {
+      A<T> x = v;
+      if constexpr (!std::is_integral_v<A<T>>)
+        if (x != x) return x;
+      if (x < l) x = l;
+      if (x > h) x = h;  // min_val wins when min_val > max_val, as clamp
+      return x;
+    };
+  });
+}
+void leaky_relu_impl(const Tensor& out, const Tensor& a, const Scalar& negative_slope) {
+  unary(out, a, a.dtype(), "leaky_relu", [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    A<T> s = negative_slope.to<A<T>>();
+    return [=](T v) -> T {
+      A<T> x = v;
+      return x > A<T>(0) ? x : x * s;
+    };
   });
 }
 
@@ -179,6 +277,29 @@ KILN_REGISTER_POINTWISE(silu, K, &silu_impl);
 KILN_REGISTER_POINTWISE(sin, K, &sin_impl);
 KILN_REGISTER_POINTWISE(cos, K, &cos_impl);
 KILN_REGISTER_POINTWISE(erf, K, &erf_impl);
+KILN_REGISTER_POINTWISE(acos, K, &acos_impl);
+KILN_REGISTER_POINTWISE(acosh, K, &acosh_impl);
+KILN_REGISTER_POINTWISE(asin, K, &asin_impl);
+KILN_REGISTER_POINTWISE(asinh, K, &asinh_impl);
+KILN_REGISTER_POINTWISE(atan, K, &atan_impl);
+KILN_REGISTER_POINTWISE(atanh, K, &atanh_impl);
+KILN_REGISTER_POINTWISE(cosh, K, &cosh_impl);
+KILN_REGISTER_POINTWISE(sinh, K, &sinh_impl);
+KILN_REGISTER_POINTWISE(tan, K, &tan_impl);
+KILN_REGISTER_POINTWISE(expm1, K, &expm1_impl);
+KILN_REGISTER_POINTWISE(log1p, K, &log1p_impl);
+KILN_REGISTER_POINTWISE(log2, K, &log2_impl);
+KILN_REGISTER_POINTWISE(log10, K, &log10_impl);
+KILN_REGISTER_POINTWISE(reciprocal, K, &reciprocal_impl);
+KILN_REGISTER_POINTWISE(ceil, K, &ceil_impl);
+KILN_REGISTER_POINTWISE(floor, K, &floor_impl);
+KILN_REGISTER_POINTWISE(round, K, &round_impl);
+KILN_REGISTER_POINTWISE(trunc, K, &trunc_impl);
+KILN_REGISTER_POINTWISE(sign, K, &sign_impl);
+KILN_REGISTER_POINTWISE(isnan, K, &isnan_impl);
+KILN_REGISTER_POINTWISE(isinf, K, &isinf_impl);
+KILN_REGISTER_POINTWISE(hardtanh, K, &hardtanh_impl);
+KILN_REGISTER_POINTWISE(leaky_relu, K, &leaky_relu_impl);
 KILN_REGISTER_POINTWISE(neg, K, &neg_impl);
 KILN_REGISTER_POINTWISE(abs, K, &abs_impl);
 KILN_REGISTER_POINTWISE(relu, K, &relu_impl);

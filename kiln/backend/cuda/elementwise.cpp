@@ -35,6 +35,11 @@ void unary(const Tensor& out, const Tensor& a, DType compute, UnaryOp op, const 
 KILN_CUDA_UNARY(neg, Neg, a.dtype())
 KILN_CUDA_UNARY(abs, Abs, a.dtype())
 KILN_CUDA_UNARY(relu, Relu, a.dtype())
+KILN_CUDA_UNARY(ceil, Ceil, a.dtype())
+KILN_CUDA_UNARY(floor, Floor, a.dtype())
+KILN_CUDA_UNARY(round, Round, a.dtype())
+KILN_CUDA_UNARY(trunc, Trunc, a.dtype())
+KILN_CUDA_UNARY(sign, Sign, a.dtype())
 #define KILN_CUDA_FLOAT_UNARY(name, Enumerator, expression) \
   KILN_CUDA_UNARY(name, Enumerator, meta::float_result(a.dtype()))
 KILN_CUDA_FLOAT_UNARY_OPS(KILN_CUDA_FLOAT_UNARY)
@@ -53,6 +58,38 @@ void logical_not_impl(const Tensor& out, const Tensor& a) {
   });
 }
 KILN_CUDA_POINTWISE(logical_not, &logical_not_impl);
+
+#define KILN_CUDA_FLOAT_PREDICATE(name, Op)                                                        \
+  void name##_impl(const Tensor& out, const Tensor& a) {                                           \
+    with_result(out, kBool, false, [&](const Tensor& r) {                                          \
+      launch_float_predicate(FloatPredicate::Op, dt(a.dtype()), make_indexer<2>(r, {&a}), data(r), \
+                             operand(a), stream_for(r));                                           \
+      check_launch(#name);                                                                         \
+    });                                                                                            \
+  }                                                                                                \
+  KILN_CUDA_POINTWISE(name, &name##_impl);
+KILN_CUDA_FLOAT_PREDICATE(isnan, IsNan)
+KILN_CUDA_FLOAT_PREDICATE(isinf, IsInf)
+#undef KILN_CUDA_FLOAT_PREDICATE
+
+// hardtanh is clamp with both bounds, in self's dtype.
+void hardtanh_impl(const Tensor& out, const Tensor& a, const Scalar& lo, const Scalar& hi) {
+  with_result(out, a.dtype(), false, [&](const Tensor& r) {
+    launch_clamp(dt(a.dtype()), make_indexer<2>(r, {&a}), data(r), operand(a), true, number(lo),
+                 true, number(hi), stream_for(r));
+    check_launch("hardtanh");
+  });
+}
+KILN_CUDA_POINTWISE(hardtanh, &hardtanh_impl);
+
+void leaky_relu_impl(const Tensor& out, const Tensor& a, const Scalar& negative_slope) {
+  with_result(out, a.dtype(), false, [&](const Tensor& r) {
+    launch_leaky_relu(dt(a.dtype()), make_indexer<2>(r, {&a}), data(r), operand(a),
+                      number(negative_slope), stream_for(r));
+    check_launch("leaky_relu");
+  });
+}
+KILN_CUDA_POINTWISE(leaky_relu, &leaky_relu_impl);
 
 void clamp_impl(const Tensor& out, const Tensor& a, const OptScalar& lo, const OptScalar& hi) {
   DType ct = meta::clamp(a, lo, hi).dtype;

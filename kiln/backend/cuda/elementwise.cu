@@ -43,7 +43,7 @@ struct Unary {
   __device__ T operator()(T v) const {
     using A = acc_t<T>;
     if constexpr (std::is_same_v<T, bool>) {
-      return v;  // bool reaches only abs and relu (meta rejects neg), which keep it
+      return v;  // bool reaches abs, relu and sign, which keep it (meta rejects the others)
     } else {
       A x = cvt<A>(v);
       if constexpr (Op == UnaryOp::Neg) {
@@ -60,6 +60,21 @@ struct Unary {
       } else if constexpr (Op == UnaryOp::GeluTanh) {
         const A beta = A(0.79788456080286535588);  // sqrt(2/pi)
         return cvt<T>(A(0.5) * x * (A(1) + tanh(beta * (x + A(0.044715) * x * x * x))));
+      } else if constexpr (Op == UnaryOp::Ceil || Op == UnaryOp::Floor || Op == UnaryOp::Round ||
+                           Op == UnaryOp::Trunc) {
+        if constexpr (std::is_integral_v<A>) {
+          return v;  // See Note [Rounding integers] in kiln/ops/meta_pointwise.cpp
+        } else if constexpr (Op == UnaryOp::Ceil) {
+          return cvt<T>(ceil(x));
+        } else if constexpr (Op == UnaryOp::Floor) {
+          return cvt<T>(floor(x));
+        } else if constexpr (Op == UnaryOp::Round) {
+          return cvt<T>(rint(x));  // half to even
+        } else {
+          return cvt<T>(trunc(x));
+        }
+      } else if constexpr (Op == UnaryOp::Sign) {
+        return cvt<T>(static_cast<A>(static_cast<int>(A(0) < x) - static_cast<int>(x < A(0))));
       }
 #define KILN_CUDA_UNARY_CASE(name, Enumerator, expression) \
   else if constexpr (Op == UnaryOp::Enumerator) return cvt<T>(expression);
@@ -70,7 +85,9 @@ struct Unary {
   }
 };
 constexpr bool float_only(UnaryOp op) {
-  return op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Relu;
+  return op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Relu && op != UnaryOp::Ceil &&
+         op != UnaryOp::Floor && op != UnaryOp::Round && op != UnaryOp::Trunc &&
+         op != UnaryOp::Sign;
 }
 
 template <class T, BinaryOp Op>
@@ -166,6 +183,30 @@ struct LogicalNot {
   __device__ bool operator()(T v) const { return !(cvt<acc_t<T>>(v) != acc_t<T>(0)); }
 };
 
+template <class T, FloatPredicate Op>
+struct IsFloat {
+  __device__ bool operator()(T v) const {
+    if constexpr (is_floating_v<T>) {
+      acc_t<T> x = cvt<acc_t<T>>(v);
+      if constexpr (Op == FloatPredicate::IsNan)
+        return x != x;
+      else
+        return isinf(x);
+    } else {
+      return false;
+    }
+  }
+};
+
+template <class T>
+struct LeakyRelu {
+  acc_t<T> slope;
+  __device__ T operator()(T v) const {
+    acc_t<T> x = cvt<acc_t<T>>(v);
+    return cvt<T>(x > acc_t<T>(0) ? x : x * slope);
+  }
+};
+
 template <class T>
 struct Where {
   __device__ T operator()(bool c, T a, T b) const { return c ? a : b; }
@@ -209,6 +250,24 @@ void launch_logical_not(Dt in, const Indexer<2>& ix, void* out, const Operand& a
                         cudaStream_t stream) {
   KILN_CUDA_DISPATCH_ALL(in, [&] {
     launch_elementwise<bool>(ix, out, LogicalNot<scalar_t>{}, stream, in_of<scalar_t>(a));
+  });
+}
+
+void launch_float_predicate(FloatPredicate op, Dt in, const Indexer<2>& ix, void* out,
+                            const Operand& a, cudaStream_t stream) {
+  with_op<FloatPredicate, 2>(op, [&](auto o) {
+    constexpr FloatPredicate O = decltype(o)::value;
+    KILN_CUDA_DISPATCH_ALL(in, [&] {
+      launch_elementwise<bool>(ix, out, IsFloat<scalar_t, O>{}, stream, in_of<scalar_t>(a));
+    });
+  });
+}
+
+void launch_leaky_relu(Dt dtype, const Indexer<2>& ix, void* out, const Operand& a,
+                       const Operand& slope, cudaStream_t stream) {
+  KILN_CUDA_DISPATCH_FLOAT(dtype, [&] {
+    LeakyRelu<scalar_t> f{value_of<scalar_t>(slope)};
+    launch_elementwise<scalar_t>(ix, out, f, stream, in_of<scalar_t>(a));
   });
 }
 

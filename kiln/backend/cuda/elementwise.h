@@ -12,7 +12,8 @@
 namespace kiln::cuda {
 
 // Ops whose result has the input's (compute) dtype. Float-only ones see float dtypes only:
-// gelu's two forms and those of KILN_CUDA_FLOAT_UNARY_OPS (unary_ops.h).
+// gelu's two forms and those of KILN_CUDA_FLOAT_UNARY_OPS (unary_ops.h); the rounding ops and
+// sign take every dtype.
 #define KILN_CUDA_UNARY_ENUMERATOR(name, Enumerator, expression) Enumerator,
 enum class UnaryOp {
   Neg,
@@ -20,6 +21,11 @@ enum class UnaryOp {
   Relu,
   Gelu,
   GeluTanh,
+  Ceil,  // ceil, floor, round and trunc keep integer values
+  Floor,
+  Round,
+  Trunc,
+  Sign,
   KILN_CUDA_FLOAT_UNARY_OPS(KILN_CUDA_UNARY_ENUMERATOR) NumOps  // the count, not an op
 };
 #undef KILN_CUDA_UNARY_ENUMERATOR
@@ -28,6 +34,13 @@ void launch_unary(UnaryOp op, Dt dtype, const Indexer<2>& ix, void* out, const O
 // out (bool) = !a, a of dtype `in`.
 void launch_logical_not(Dt in, const Indexer<2>& ix, void* out, const Operand& a,
                         cudaStream_t stream);
+// out (bool) = isnan(a) or isinf(a), a of dtype `in` (false for integer and bool dtypes).
+enum class FloatPredicate { IsNan, IsInf };
+void launch_float_predicate(FloatPredicate op, Dt in, const Indexer<2>& ix, void* out,
+                            const Operand& a, cudaStream_t stream);
+// out = a > 0 ? a : a * slope, in the floating dtype `dtype`.
+void launch_leaky_relu(Dt dtype, const Indexer<2>& ix, void* out, const Operand& a,
+                       const Operand& slope, cudaStream_t stream);
 // out = clamp(a, lo, hi) in dtype `dtype`; a bound is absent when its has_ flag is false.
 void launch_clamp(Dt dtype, const Indexer<2>& ix, void* out, const Operand& a, bool has_lo,
                   const Operand& lo, bool has_hi, const Operand& hi, cudaStream_t stream);

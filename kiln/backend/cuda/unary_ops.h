@@ -16,4 +16,18 @@
   _(silu, Silu, x / (A(1) + exp(-x)))          \
   _(sin, Sin, sin(x))                          \
   _(cos, Cos, cos(x))                          \
-  _(erf, Erf, erf(x))
+  _(erf, Erf, erf(x))                          \
+  _(acos, Acos, acos(x))                       \
+  _(acosh, Acosh, acosh(x))                    \
+  _(asin, Asin, asin(x))                       \
+  _(asinh, Asinh, asinh(x))                    \
+  _(atan, Atan, atan(x))                       \
+  _(atanh, Atanh, atanh(x))                    \
+  _(cosh, Cosh, cosh(x))                       \
+  _(sinh, Sinh, sinh(x))                       \
+  _(tan, Tan, tan(x))                          \
+  _(expm1, Expm1, expm1(x))                    \
+  _(log1p, Log1p, log1p(x))                    \
+  _(log2, Log2, log2(x))                       \
+  _(log10, Log10, log10(x))                    \
+  _(reciprocal, Reciprocal, A(1) / x)
