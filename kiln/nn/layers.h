@@ -69,6 +69,29 @@ class SiLU : public UnaryModule {
   Tensor forward(const Tensor& x) override;
 };
 
+class LeakyReLU : public UnaryModule {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : negative_slope(negative_slope) {}
+  Tensor forward(const Tensor& x) override;
+  double negative_slope;
+};
+
+class Hardtanh : public UnaryModule {
+ public:
+  explicit Hardtanh(double min_val = -1, double max_val = 1) : min_val(min_val), max_val(max_val) {}
+  Tensor forward(const Tensor& x) override;
+  double min_val, max_val;
+};
+
+// Merges dims start_dim..end_dim into one (PyTorch's nn.Flatten: from dim 1, so the batch stays).
+class Flatten : public UnaryModule {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& x) override;
+  int64_t start_dim, end_dim;
+};
+
 // Runs its modules in order; they are registered as "0", "1", ...
 class Sequential : public UnaryModule {
  public:

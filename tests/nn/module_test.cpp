@@ -494,6 +494,22 @@ TEST(LayerTest, SiLU) {
   EXPECT_TRUE(close(nn::SiLU().forward(x), torch::silu(to_aten(x))));
 }
 
+TEST(LayerTest, LeakyReLUHardtanhAndFlatten) {
+  Generator gen(30);
+  Tensor x = randn({2, 3, 4, 5}, &gen, kFloat32) * 3.0;
+  EXPECT_TRUE(close(nn::LeakyReLU().forward(x), torch::leaky_relu(to_aten(x))));
+  EXPECT_TRUE(close(nn::LeakyReLU(0.2).forward(x), torch::leaky_relu(to_aten(x), 0.2)));
+  EXPECT_TRUE(close(nn::Hardtanh().forward(x), torch::hardtanh(to_aten(x))));
+  EXPECT_TRUE(close(nn::Hardtanh(-2, 0.5).forward(x), torch::hardtanh(to_aten(x), -2, 0.5)));
+  Tensor f = nn::Flatten().forward(x);
+  EXPECT_EQ(f.dim(), 2);
+  EXPECT_EQ(f.size(0), 2);
+  EXPECT_EQ(f.size(1), 60);
+  EXPECT_TRUE(close(nn::Flatten(1, 2).forward(x), torch::flatten(to_aten(x), 1, 2)));
+  EXPECT_TRUE(close(nn::Flatten(0).forward(x), torch::flatten(to_aten(x))));
+  EXPECT_THROW(nn::Flatten(5).forward(x), Error);
+}
+
 TEST(LayerTest, Sequential) {
   Generator gen(29);
   auto seq = small_mlp(gen);
