@@ -31,8 +31,15 @@ thread_local DType t_dtype = kBFloat16;
 bool autocast_on() { return local_dispatch_state().included.has(DispatchKey::Autocast); }
 
 // The cast `policy` asks of tensor `t`, or nullopt to leave it. `widest` is Promote's target.
+// Numbers wrapped as 0-d tensors (`mul(x, 0.5)`) are never cast, nor counted by Promote: type
+// promotion treats them as weak, and a cast would make them ordinary float64 tensors.
+bool castable(const Tensor& t) {
+  return t.defined() && is_floating(t.dtype()) && t.device().type() == t_device &&
+         !t.impl()->is_wrapped_number();
+}
+
 std::optional<DType> cast_for(AutocastPolicy policy, const Tensor& t, DType widest) {
-  if (!t.defined() || !is_floating(t.dtype()) || t.device().type() != t_device) return {};
+  if (!castable(t)) return {};
   const DType d = t.dtype();
   switch (policy) {
     case AutocastPolicy::LowerPrecision:
@@ -53,7 +60,7 @@ std::optional<DType> cast_for(AutocastPolicy policy, const Tensor& t, DType wide
 DType widest_floating(const Stack& stack) {
   DType w = DType::Bool;
   auto see = [&](const Tensor& t) {
-    if (!t.defined() || !is_floating(t.dtype()) || t.device().type() != t_device) return;
+    if (!castable(t)) return;
     if (w == DType::Bool || promote_types(w, t.dtype()) == t.dtype()) w = t.dtype();
   };
   for (const IValue& v : stack) {

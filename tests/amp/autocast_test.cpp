@@ -63,6 +63,8 @@ TEST(Autocast, PromoteCastsToTheWidestAndPassthroughLeavesInputs) {
   EXPECT_EQ(cat({h, f}, 0).dtype(), kFloat32);  // Promote
   EXPECT_EQ(relu(h).dtype(), kBFloat16);        // Passthrough
   EXPECT_EQ(add(h, f).dtype(), kFloat32);       // Passthrough: type promotion
+  // A number wrapped as a 0-d float64 tensor is weak: it neither widens nor gets cast.
+  EXPECT_EQ(where(gt(h, 0.0), h, -1.0).dtype(), kBFloat16);
   Tensor w = randn({3});
   add_(w, 1.0);  // in place: the written tensor keeps its dtype
   EXPECT_EQ(w.dtype(), kFloat32);

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "kiln/amp/autocast.h"
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/compile/compile.h"
 #include "kiln/core/error.h"
@@ -107,6 +108,11 @@ void check_writable(const std::string& path, const std::string& option) {
 }
 
 void validate(const TrainOptions& o, const nn::GPTConfig& cfg) {
+  KILN_CHECK(o.amp.empty() || o.amp == "bf16" || o.amp == "fp16",
+             "[train] --amp must be bf16 or fp16, got '{}'", o.amp);
+  KILN_CHECK(o.amp != "fp16",
+             "[train] --amp fp16 needs loss scaling (a GradScaler), which Kiln does not have yet: "
+             "use --amp bf16");
   KILN_CHECK(o.steps > 0, "[train] --steps must be positive, got {}", o.steps);
   KILN_CHECK(o.batch > 0, "[train] --batch must be positive, got {}", o.batch);
   KILN_CHECK(o.seq > 0 && o.seq <= cfg.context,
@@ -304,7 +310,11 @@ int run_train(const TrainOptions& o) {
       w = parallel::fused_rows_to_module_order(w, 3, o.tp);
     return w.detach();
   };
+  // --amp bf16: the forward and the loss under autocast; backward runs outside it, in the dtypes
+  // the forward saved (Note [Autocast] in kiln/amp/autocast.cpp).
   const LossFn loss_of = [&](const Tensor& x, const Tensor& y) {
+    std::optional<amp::AutocastGuard> autocast;
+    if (o.amp == "bf16") autocast.emplace(device, kBFloat16);
     if (o.tp == 0) return model.loss(x, y);
     Tensor logits = model.forward(x);
     return parallel::loss_parallel_cross_entropy(logits.reshape({-1, cfg.vocab_size}),
@@ -396,6 +406,7 @@ int run_train(const TrainOptions& o) {
     fmt::print("tp: {} ranks, {} of {} heads each, the whole batch on every rank\n", ranks,
                cfg.heads / ranks, cfg.heads);
   if (o.fsdp) fmt::print("fsdp: {} ranks, {} sequences each, {} units\n", ranks, share, fsdp_units);
+  if (!o.amp.empty()) fmt::print("amp: {} autocast, float32 master weights\n", o.amp);
   if (resume) fmt::print("resuming from {} at step {}\n", o.resume, start);
   std::fflush(stdout);
 
