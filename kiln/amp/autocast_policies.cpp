@@ -25,6 +25,7 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     {"addmm", P::LowerPrecision},
     {"addmm_gelu", P::LowerPrecision},
     {"flash_attention", P::LowerPrecision},
+    {"convolution", P::LowerPrecision},
     // Where 16 bits lose too much: exponentials, powers, sums, softmax, norms and losses.
     {"exp", P::Float32},
     {"log", P::Float32},
@@ -117,6 +118,7 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     {"gelu_backward", P::Passthrough},
     {"layer_norm_backward", P::Passthrough},
     {"flash_attention_backward", P::Passthrough},
+    {"convolution_backward", P::Passthrough},
     {"all_reduce", P::Passthrough},
     {"all_gather_into_tensor", P::Passthrough},
     {"reduce_scatter_tensor", P::Passthrough},

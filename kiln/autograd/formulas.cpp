@@ -431,6 +431,22 @@ void addmm_gelu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   product_grads(c, dz, 1, gi);
 }
 
+// convolution: convolution_backward computes the gradients the call needs (its output_mask),
+// the bias's as grad_output summed over every dim but the channels.
+void convolution_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  // An undefined bias never needs a gradient; a bias has grad_output's channel count.
+  const bool bias_grad = c.num_slots() > 2 && c.needs(2);
+  Shape bias_sizes;
+  if (bias_grad) bias_sizes.push_back(g[0].size(1));
+  Shape mask{c.needs(0) ? 1 : 0, c.needs(1) ? 1 : 0, bias_grad ? 1 : 0};
+  auto [di, dw, db] = ops::op_convolution_backward(
+      g[0], c.input(0), c.input(1), bias_sizes, c.get<Shape>(3), c.get<Shape>(4), c.get<Shape>(5),
+      c.get<bool>(6), c.get<Shape>(7), c.get<int64_t>(8), mask);
+  if (mask[0]) gi[0] = di;
+  if (mask[1]) gi[1] = dw;
+  if (mask[2]) gi[2] = db;
+}
+
 struct Entry {
   OpDef* op;
   Derivative d;
@@ -553,6 +569,7 @@ const Entry kOthers[] = {
     {&ops::op_min_dim.def, F(max_min_dim_bw, 0, S(1))},
     {&ops::op_native_dropout.def, F(dropout_bw, 0, S(1))},
     {&ops::op_flash_attention.def, F(flash_attention_bw, kSaveAll, S(0) | S(1))},
+    {&ops::op_convolution.def, F(convolution_bw, S(0) | S(1))},
 };
 
 void set_derivative(const OpDef* op, const Derivative& d) {

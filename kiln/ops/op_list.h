@@ -198,6 +198,19 @@ namespace kiln::ops {
     "flash_attention_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor "    \
     "out, Tensor logsumexp, bool is_causal, float scale) -> (Tensor grad_query, Tensor "           \
     "grad_key, Tensor grad_value)")                                                                \
+  /* convolution (Note [Convolution] in kiln/ops/conv_meta.cpp): 1-3 spatial dims, groups,         \
+     transposed; bias_sizes empty for no bias, output_mask three 0/1 flags */                      \
+  _(convolution, Functional,                                                                       \
+    Tensor(const Tensor&, const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,     \
+           bool, IntArrayRef, int64_t),                                                            \
+    "convolution(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] "   \
+    "dilation, bool transposed, int[] output_padding, int groups) -> Tensor")                      \
+  _(convolution_backward, Functional,                                                              \
+    TensorTriple(const Tensor&, const Tensor&, const Tensor&, IntArrayRef, IntArrayRef,            \
+                 IntArrayRef, IntArrayRef, bool, IntArrayRef, int64_t, IntArrayRef),               \
+    "convolution_backward(Tensor grad_output, Tensor input, Tensor weight, int[] bias_sizes, "     \
+    "int[] stride, int[] padding, int[] dilation, bool transposed, int[] output_padding, int "     \
+    "groups, int[] output_mask) -> (Tensor grad_input, Tensor grad_weight, Tensor grad_bias)")     \
   /* a product with bias and GELU (tanh) fused: cuBLASLt's epilogue on CUDA */                     \
   _(addmm_gelu, Functional, TensorPair(const Tensor&, const Tensor&, const Tensor&),               \
     "addmm_gelu(Tensor? bias, Tensor mat1, Tensor mat2) -> (Tensor out, Tensor preactivation)")    \

@@ -6,6 +6,7 @@
 
 #include "kiln/core/generator.h"
 #include "kiln/core/tensor.h"
+#include "kiln/ops/conv.h"  // conv1d/2d/3d, conv_transpose1d/2d/3d
 
 namespace kiln {
 

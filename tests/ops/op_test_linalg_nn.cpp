@@ -1082,6 +1082,7 @@ Cases linalg_nn_cases() {
   add_attention(cs);
   add_flash_attention(cs);
   add_addmm_gelu(cs);
+  add_convolution(cs);
   return cs;
 }
 

@@ -251,6 +251,8 @@ Cases reduce_cases();
 Cases linalg_nn_cases();
 Cases shape_index_cases();
 Cases factory_foreach_cases();
+// convolution and its backward (op_test_conv.cpp), part of linalg_nn_cases().
+void add_convolution(Cases& cs);
 // Samples that exercise several ops at once or no op at all (op_test_composite.cpp).
 GradSamples composite_grads();
 std::vector<ErrorCase> composite_errors();
