@@ -83,6 +83,28 @@ void pow_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
     gi[1] = where(logical_not(at_zero), mul(g[0], mul(c.output(0), log(a))), 0.0);
   }
 }
+// d/da atan2(a, b) = b / (a^2 + b^2), d/db = -a / (a^2 + b^2)
+void atan2_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor a = c.input(0), b = c.input(1);
+  Tensor r = div(g[0], add(mul(a, a), mul(b, b)));
+  if (c.needs(0)) gi[0] = mul(r, b);
+  if (c.needs(1)) gi[1] = neg(mul(r, a));
+}
+// fmod(a, b) = a - trunc(a / b) * b and remainder(a, b) = a - floor(a / b) * b: the quotient is
+// piecewise constant, so the gradients are g and -g * quotient, as in PyTorch.
+void fmod_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (c.needs(0)) gi[0] = g[0];
+  if (c.needs(1)) gi[1] = neg(mul(g[0], div(c.input(0), c.input(1), "trunc")));
+}
+void remainder_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (c.needs(0)) gi[0] = g[0];
+  if (c.needs(1)) gi[1] = neg(mul(g[0], div(c.input(0), c.input(1), "floor")));
+}
+// Rounded quotients are piecewise constant: zero gradients, as in PyTorch.
+void div_rounding_bw(const BackwardCtx& c, const Grads&, Grads& gi) {
+  if (c.needs(0)) gi[0] = zeros_of(c, 0);
+  if (c.needs(1)) gi[1] = zeros_of(c, 1);
+}
 // Ties split the gradient evenly, as in PyTorch.
 void max_min_bw(const BackwardCtx& c, const Grads& g, Grads& gi, bool is_max) {
   Tensor a = c.input(0), b = c.input(1);
@@ -465,6 +487,15 @@ const Entry kPointwise[] = {
     {&ops::op_pow.def, F(pow_bw, S(0) | S(1), S(0))},
     {&ops::op_maximum.def, F(maximum_bw, S(0) | S(1))},
     {&ops::op_minimum.def, F(minimum_bw, S(0) | S(1))},
+    {&ops::op_atan2.def, F(atan2_bw, S(0) | S(1))},
+    {&ops::op_fmod.def, F(fmod_bw, S(0) | S(1))},
+    {&ops::op_remainder.def, F(remainder_bw, S(0) | S(1))},
+    {&ops::op_div_trunc.def, F(div_rounding_bw)},
+    {&ops::op_div_floor.def, F(div_rounding_bw)},
+    {&ops::op_bitwise_and.def, kNone},
+    {&ops::op_bitwise_or.def, kNone},
+    {&ops::op_bitwise_xor.def, kNone},
+    {&ops::op_bitwise_not.def, kNone},
     {&ops::op_eq.def, kNone},
     {&ops::op_ne.def, kNone},
     {&ops::op_lt.def, kNone},

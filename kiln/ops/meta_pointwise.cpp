@@ -66,6 +66,41 @@ TensorSpec maximum(const Tensor& a, const Tensor& b) {
 TensorSpec minimum(const Tensor& a, const Tensor& b) {
   return binary_spec("minimum", a, b, result_type(a, b));
 }
+TensorSpec atan2(const Tensor& a, const Tensor& b) {
+  return binary_spec("atan2", a, b, float_result(result_type(a, b)));
+}
+// fmod, remainder and the rounding divisions: in the promoted dtype, never bool.
+#define KILN_DIVISION_META(name)                                                     \
+  TensorSpec name(const Tensor& a, const Tensor& b) {                                \
+    TensorSpec s = binary_spec(#name, a, b, result_type(a, b));                      \
+    KILN_CHECK_TYPE(s.dtype != kBool, "[{}] not supported for bool tensors", #name); \
+    return s;                                                                        \
+  }
+KILN_DIVISION_META(fmod)
+KILN_DIVISION_META(remainder)
+KILN_DIVISION_META(div_trunc)
+KILN_DIVISION_META(div_floor)
+#undef KILN_DIVISION_META
+// The bitwise ops take bool and integer dtypes only.
+#define KILN_BITWISE_META(name)                                                                \
+  TensorSpec name(const Tensor& a, const Tensor& b) {                                          \
+    TensorSpec s = binary_spec(#name, a, b, result_type(a, b));                                \
+    KILN_CHECK_TYPE(!is_floating(s.dtype),                                                     \
+                    "[{}] only bool and integer tensors are supported, got {} and {} (result " \
+                    "{})",                                                                     \
+                    #name, a.dtype(), b.dtype(), s.dtype);                                     \
+    return s;                                                                                  \
+  }
+KILN_BITWISE_META(bitwise_and)
+KILN_BITWISE_META(bitwise_or)
+KILN_BITWISE_META(bitwise_xor)
+#undef KILN_BITWISE_META
+TensorSpec bitwise_not(const Tensor& a) {
+  check_defined("bitwise_not", a, "self");
+  KILN_CHECK_TYPE(!is_floating(a.dtype()),
+                  "[bitwise_not] only bool and integer tensors are supported, got {}", a.dtype());
+  return unary_spec("bitwise_not", a, a.dtype());
+}
 #define KILN_BOOL_BINARY_META(name) \
   TensorSpec name(const Tensor& a, const Tensor& b) { return binary_spec(#name, a, b, kBool); }
 KILN_BOOL_BINARY_META(eq)

@@ -41,6 +41,15 @@ namespace kiln::ops {
   _(logical_and, (const Tensor&, const Tensor&), "logical_and(Tensor self, Tensor other)") \
   _(logical_or, (const Tensor&, const Tensor&), "logical_or(Tensor self, Tensor other)")   \
   _(logical_xor, (const Tensor&, const Tensor&), "logical_xor(Tensor self, Tensor other)") \
+  _(atan2, (const Tensor&, const Tensor&), "atan2(Tensor self, Tensor other)")             \
+  _(fmod, (const Tensor&, const Tensor&), "fmod(Tensor self, Tensor other)")               \
+  _(remainder, (const Tensor&, const Tensor&), "remainder(Tensor self, Tensor other)")     \
+  _(div_trunc, (const Tensor&, const Tensor&), "div_trunc(Tensor self, Tensor other)")     \
+  _(div_floor, (const Tensor&, const Tensor&), "div_floor(Tensor self, Tensor other)")     \
+  _(bitwise_and, (const Tensor&, const Tensor&), "bitwise_and(Tensor self, Tensor other)") \
+  _(bitwise_or, (const Tensor&, const Tensor&), "bitwise_or(Tensor self, Tensor other)")   \
+  _(bitwise_xor, (const Tensor&, const Tensor&), "bitwise_xor(Tensor self, Tensor other)") \
+  _(bitwise_not, (const Tensor&), "bitwise_not(Tensor self)")                              \
   _(neg, (const Tensor&), "neg(Tensor self)")                                              \
   _(abs, (const Tensor&), "abs(Tensor self)")                                              \
   _(exp, (const Tensor&), "exp(Tensor self)")                                              \

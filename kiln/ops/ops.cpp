@@ -168,7 +168,38 @@ KILN_BINARY_WRAPPERS(lt)
 KILN_BINARY_WRAPPERS(le)
 KILN_BINARY_WRAPPERS(gt)
 KILN_BINARY_WRAPPERS(ge)
+KILN_BINARY_WRAPPERS(fmod)
+KILN_BINARY_WRAPPERS(remainder)
+KILN_BINARY_WRAPPERS(bitwise_and)
+KILN_BINARY_WRAPPERS(bitwise_or)
+KILN_BINARY_WRAPPERS(bitwise_xor)
 #undef KILN_BINARY_WRAPPERS
+Tensor pow(const Scalar& a, const Tensor& b) { return op_pow(wrap(a), b); }
+Tensor atan2(const Tensor& a, const Tensor& b) { return op_atan2(a, b); }
+Tensor bitwise_not(const Tensor& a) { return op_bitwise_not(a); }
+namespace {
+// Which op divides with `rounding_mode`: nullptr for true division.
+decltype(&op_div_trunc) rounding_div(std::optional<std::string_view> mode) {
+  if (!mode) return nullptr;
+  if (*mode == "trunc") return &op_div_trunc;
+  if (*mode == "floor") return &op_div_floor;
+  KILN_THROW(Value, "[div] expected rounding_mode to be one of None, 'trunc' or 'floor', got '{}'",
+             *mode);
+}
+}  // namespace
+Tensor div(const Tensor& a, const Tensor& b, std::optional<std::string_view> rounding_mode) {
+  auto* op = rounding_div(rounding_mode);
+  return op ? (*op)(a, b) : op_div(a, b);
+}
+Tensor div(const Tensor& a, const Scalar& b, std::optional<std::string_view> rounding_mode) {
+  return div(a, wrap(b), rounding_mode);
+}
+Tensor clamp(const Tensor& a, const Tensor& min, const Tensor& max) {
+  KILN_CHECK(min.defined() || max.defined(),
+             "[clamp] at least one of 'min' or 'max' must be given");
+  Tensor r = min.defined() ? op_maximum(a, min) : a;
+  return max.defined() ? op_minimum(r, max) : r;
+}
 Tensor maximum(const Tensor& a, const Tensor& b) { return op_maximum(a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return op_minimum(a, b); }
 Tensor logical_and(const Tensor& a, const Tensor& b) { return op_logical_and(a, b); }
@@ -263,6 +294,12 @@ KILN_INPLACE_BINARY_AND_SCALAR(lt)
 KILN_INPLACE_BINARY_AND_SCALAR(le)
 KILN_INPLACE_BINARY_AND_SCALAR(gt)
 KILN_INPLACE_BINARY_AND_SCALAR(ge)
+KILN_INPLACE_BINARY_AND_SCALAR(fmod)
+KILN_INPLACE_BINARY_AND_SCALAR(remainder)
+KILN_INPLACE_BINARY_AND_SCALAR(bitwise_and)
+KILN_INPLACE_BINARY_AND_SCALAR(bitwise_or)
+KILN_INPLACE_BINARY_AND_SCALAR(bitwise_xor)
+KILN_INPLACE_BINARY(atan2, const Tensor&, other)
 KILN_INPLACE_BINARY(maximum, const Tensor&, other)
 KILN_INPLACE_BINARY(minimum, const Tensor&, other)
 KILN_INPLACE_BINARY(logical_and, const Tensor&, other)
@@ -280,6 +317,32 @@ Tensor& hardtanh_(Tensor& self, const Scalar& min_val, const Scalar& max_val) {
 }
 Tensor& leaky_relu_(Tensor& self, const Scalar& negative_slope) {
   op_leaky_relu_(self, negative_slope);
+  return self;
+}
+Tensor& bitwise_not_(Tensor& self) {
+  op_bitwise_not_(self);
+  return self;
+}
+Tensor& div_(Tensor& self, const Tensor& other, std::optional<std::string_view> rounding_mode) {
+  if (!rounding_mode) return div_(self, other);
+  if (*rounding_mode == "trunc")
+    op_div_trunc_(self, other);
+  else if (*rounding_mode == "floor")
+    op_div_floor_(self, other);
+  else
+    KILN_THROW(Value,
+               "[div_] expected rounding_mode to be one of None, 'trunc' or 'floor', got '{}'",
+               *rounding_mode);
+  return self;
+}
+Tensor& div_(Tensor& self, const Scalar& other, std::optional<std::string_view> rounding_mode) {
+  return div_(self, wrap(other), rounding_mode);
+}
+Tensor& clamp_(Tensor& self, const Tensor& min, const Tensor& max) {
+  KILN_CHECK(min.defined() || max.defined(),
+             "[clamp_] at least one of 'min' or 'max' must be given");
+  if (min.defined()) op_maximum_(self, min);
+  if (max.defined()) op_minimum_(self, max);
   return self;
 }
 Tensor& clamp_(Tensor& self, std::optional<Scalar> min, std::optional<Scalar> max) {

@@ -99,6 +99,27 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Scalar& b);
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Scalar& b);
+Tensor pow(const Scalar& a, const Tensor& b);
+// Division with a rounding mode: "trunc" (towards zero) or "floor" (towards -inf), in the
+// inputs' promoted dtype (integers stay integers; dividing an integer by zero throws on the CPU);
+// none is true division, div(a, b). Kiln's ops are div_trunc and div_floor.
+Tensor div(const Tensor& a, const Tensor& b, std::optional<std::string_view> rounding_mode);
+Tensor div(const Tensor& a, const Scalar& b, std::optional<std::string_view> rounding_mode);
+Tensor atan2(const Tensor& a, const Tensor& b);
+// fmod: the remainder of truncated division (the sign of a); remainder: of floored division
+// (the sign of b, as Python's %). Integer division by zero throws on the CPU, as in ATen.
+Tensor fmod(const Tensor& a, const Tensor& b);
+Tensor fmod(const Tensor& a, const Scalar& b);
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, const Scalar& b);
+// Bool and integer tensors only (bool: logical); a floating dtype is a TypeError.
+Tensor bitwise_and(const Tensor& a, const Tensor& b);
+Tensor bitwise_and(const Tensor& a, const Scalar& b);
+Tensor bitwise_or(const Tensor& a, const Tensor& b);
+Tensor bitwise_or(const Tensor& a, const Scalar& b);
+Tensor bitwise_xor(const Tensor& a, const Tensor& b);
+Tensor bitwise_xor(const Tensor& a, const Scalar& b);
+Tensor bitwise_not(const Tensor& a);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor eq(const Tensor& a, const Tensor& b);
@@ -170,6 +191,9 @@ Tensor hardtanh(const Tensor& a, const Scalar& min_val = -1, const Scalar& max_v
 // x for x > 0, else negative_slope * x (floating tensors only).
 Tensor leaky_relu(const Tensor& a, const Scalar& negative_slope = 0.01);
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max = {});
+// Tensor bounds (either undefined for none, not both), broadcast with a: minimum(maximum(a, min),
+// max), so NaN in any input gives NaN and min > max gives max, as ATen's clamp.Tensor.
+Tensor clamp(const Tensor& a, const Tensor& min, const Tensor& max);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Scalar& b);
 Tensor masked_fill(const Tensor& a, const Tensor& mask, const Scalar& value);
@@ -189,6 +213,20 @@ Tensor& div_(Tensor& self, const Tensor& other);
 Tensor& div_(Tensor& self, const Scalar& other);
 Tensor& pow_(Tensor& self, const Tensor& exponent);
 Tensor& pow_(Tensor& self, const Scalar& exponent);
+Tensor& div_(Tensor& self, const Tensor& other, std::optional<std::string_view> rounding_mode);
+Tensor& div_(Tensor& self, const Scalar& other, std::optional<std::string_view> rounding_mode);
+Tensor& atan2_(Tensor& self, const Tensor& other);
+Tensor& fmod_(Tensor& self, const Tensor& other);
+Tensor& fmod_(Tensor& self, const Scalar& other);
+Tensor& remainder_(Tensor& self, const Tensor& other);
+Tensor& remainder_(Tensor& self, const Scalar& other);
+Tensor& bitwise_and_(Tensor& self, const Tensor& other);
+Tensor& bitwise_and_(Tensor& self, const Scalar& other);
+Tensor& bitwise_or_(Tensor& self, const Tensor& other);
+Tensor& bitwise_or_(Tensor& self, const Scalar& other);
+Tensor& bitwise_xor_(Tensor& self, const Tensor& other);
+Tensor& bitwise_xor_(Tensor& self, const Scalar& other);
+Tensor& bitwise_not_(Tensor& self);
 Tensor& maximum_(Tensor& self, const Tensor& other);
 Tensor& minimum_(Tensor& self, const Tensor& other);
 // Comparisons in place write 1 or 0 in self's dtype.
@@ -212,6 +250,7 @@ Tensor& gelu_(Tensor& self, bool approximate_tanh = false);
 Tensor& hardtanh_(Tensor& self, const Scalar& min_val = -1, const Scalar& max_val = 1);
 Tensor& leaky_relu_(Tensor& self, const Scalar& negative_slope = 0.01);
 Tensor& clamp_(Tensor& self, std::optional<Scalar> min, std::optional<Scalar> max = {});
+Tensor& clamp_(Tensor& self, const Tensor& min, const Tensor& max);
 // self += value * t1 * t2 and self += value * t1 / t2.
 Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value = 1);
 Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value = 1);

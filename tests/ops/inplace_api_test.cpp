@@ -19,6 +19,9 @@ namespace {
 // `where_` writes into its bool condition, which no user means: it has no public form.
 // where_ writes into its bool condition; isnan and isinf have no in-place form in PyTorch.
 const std::set<std::string> kNoPublicInPlace = {"where", "isnan", "isinf"};
+// Ops on bool and integer tensors only: the in-place test runs them on int64 copies.
+const std::set<std::string> kIntegerOnly = {"bitwise_and", "bitwise_or", "bitwise_xor",
+                                            "bitwise_not"};
 
 struct Row {
   std::function<Tensor(const Tensor&, const Tensor&)> functional;
@@ -52,10 +55,22 @@ std::map<std::string, Row> make_rows() {
   KILN_BINARY_ROW(logical_and)
   KILN_BINARY_ROW(logical_or)
   KILN_BINARY_ROW(logical_xor)
+  KILN_BINARY_ROW(atan2)
+  KILN_BINARY_ROW(fmod)
+  KILN_BINARY_ROW(remainder)
+  KILN_BINARY_ROW(bitwise_and)
+  KILN_BINARY_ROW(bitwise_or)
+  KILN_BINARY_ROW(bitwise_xor)
 #undef KILN_UNARY_ROW
 #undef KILN_BINARY_ROW
   r["gelu"] = {[](T a, T) { return gelu(a, true); },
                [](Tensor& s, T) -> Tensor& { return gelu_(s, true); }};
+  r["bitwise_not"] = {[](T a, T) { return bitwise_not(a); },
+                      [](Tensor& s, T) -> Tensor& { return bitwise_not_(s); }};
+  r["div_trunc"] = {[](T a, T b) { return div(a, b, "trunc"); },
+                    [](Tensor& s, T b) -> Tensor& { return div_(s, b, "trunc"); }};
+  r["div_floor"] = {[](T a, T b) { return div(a, b, "floor"); },
+                    [](Tensor& s, T b) -> Tensor& { return div_(s, b, "floor"); }};
   r["hardtanh"] = {[](T a, T) { return hardtanh(a, Scalar(0.75), Scalar(2.5)); },
                    [](Tensor& s, T) -> Tensor& { return hardtanh_(s, Scalar(0.75), Scalar(2.5)); }};
   r["leaky_relu"] = {[](T a, T) { return leaky_relu(a, Scalar(0.5)); },
@@ -82,10 +97,12 @@ TEST(InPlaceApiTest, EveryPointwiseOpHasAPublicInPlaceForm) {
 
 TEST(InPlaceApiTest, WritesTheFunctionalResultIntoSelf) {
   // Positive values keep log, sqrt, rsqrt and pow finite.
-  Tensor a = from_vector<float>({0.5f, 1.0f, 2.0f, 3.0f}, {2, 2});
-  Tensor b = from_vector<float>({1.0f, 1.0f, 0.25f, 4.0f}, {2, 2});
+  Tensor fa = from_vector<float>({0.5f, 1.0f, 2.0f, 3.0f}, {2, 2});
+  Tensor fb = from_vector<float>({1.0f, 1.0f, 0.25f, 4.0f}, {2, 2});
   for (const auto& [name, row] : rows()) {
     SCOPED_TRACE(name);
+    bool integral = kIntegerOnly.count(name) > 0;
+    Tensor a = integral ? fa.to(kInt64) : fa, b = integral ? fb.to(kInt64) : fb;
     Tensor want = row.functional(a, b).to(kFloat32);
     Tensor self = a.clone();
     uint64_t version = self.version();

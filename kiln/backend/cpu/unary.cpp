@@ -160,6 +160,20 @@ void isinf_impl(const Tensor& out, const Tensor& a) {
   float_predicate(out, a, "isinf", [](auto x) { return std::isinf(x); });
 }
 
+void bitwise_not_impl(const Tensor& out, const Tensor& a) {
+  unary(out, a, a.dtype(), "bitwise_not", [](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return [](T v) -> T {
+      if constexpr (std::is_same_v<T, bool>)
+        return !v;
+      else if constexpr (std::is_integral_v<T>)
+        return static_cast<T>(~v);
+      else
+        return v;  // meta rejects floating dtypes
+    };
+  });
+}
+
 // hardtanh is clamp with both bounds, in self's dtype.
 void hardtanh_impl(const Tensor& out, const Tensor& a, const Scalar& lo, const Scalar& hi) {
   unary(out, a, a.dtype(), "hardtanh", [&](auto* tag) {
@@ -300,6 +314,7 @@ KILN_REGISTER_POINTWISE(isnan, K, &isnan_impl);
 KILN_REGISTER_POINTWISE(isinf, K, &isinf_impl);
 KILN_REGISTER_POINTWISE(hardtanh, K, &hardtanh_impl);
 KILN_REGISTER_POINTWISE(leaky_relu, K, &leaky_relu_impl);
+KILN_REGISTER_POINTWISE(bitwise_not, K, &bitwise_not_impl);
 KILN_REGISTER_POINTWISE(neg, K, &neg_impl);
 KILN_REGISTER_POINTWISE(abs, K, &abs_impl);
 KILN_REGISTER_POINTWISE(relu, K, &relu_impl);

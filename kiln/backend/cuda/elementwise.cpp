@@ -40,6 +40,7 @@ KILN_CUDA_UNARY(floor, Floor, a.dtype())
 KILN_CUDA_UNARY(round, Round, a.dtype())
 KILN_CUDA_UNARY(trunc, Trunc, a.dtype())
 KILN_CUDA_UNARY(sign, Sign, a.dtype())
+KILN_CUDA_UNARY(bitwise_not, BitwiseNot, a.dtype())
 #define KILN_CUDA_FLOAT_UNARY(name, Enumerator, expression) \
   KILN_CUDA_UNARY(name, Enumerator, meta::float_result(a.dtype()))
 KILN_CUDA_FLOAT_UNARY_OPS(KILN_CUDA_FLOAT_UNARY)
@@ -127,6 +128,14 @@ KILN_CUDA_BINARY(div, Div, meta::float_result(meta::result_type(a, b)))
 KILN_CUDA_BINARY(pow, Pow, meta::result_type(a, b))
 KILN_CUDA_BINARY(maximum, Maximum, meta::result_type(a, b))
 KILN_CUDA_BINARY(minimum, Minimum, meta::result_type(a, b))
+KILN_CUDA_BINARY(atan2, Atan2, meta::float_result(meta::result_type(a, b)))
+KILN_CUDA_BINARY(fmod, Fmod, meta::result_type(a, b))
+KILN_CUDA_BINARY(remainder, Remainder, meta::result_type(a, b))
+KILN_CUDA_BINARY(div_trunc, DivTrunc, meta::result_type(a, b))
+KILN_CUDA_BINARY(div_floor, DivFloor, meta::result_type(a, b))
+KILN_CUDA_BINARY(bitwise_and, BitwiseAnd, meta::result_type(a, b))
+KILN_CUDA_BINARY(bitwise_or, BitwiseOr, meta::result_type(a, b))
+KILN_CUDA_BINARY(bitwise_xor, BitwiseXor, meta::result_type(a, b))
 #undef KILN_CUDA_BINARY
 KILN_CUDA_POINTWISE(add, &add_impl);
 KILN_CUDA_POINTWISE(sub, &sub_impl);
@@ -135,6 +144,14 @@ KILN_CUDA_POINTWISE(div, &div_impl);
 KILN_CUDA_POINTWISE(pow, &pow_impl);
 KILN_CUDA_POINTWISE(maximum, &maximum_impl);
 KILN_CUDA_POINTWISE(minimum, &minimum_impl);
+KILN_CUDA_POINTWISE(atan2, &atan2_impl);
+KILN_CUDA_POINTWISE(fmod, &fmod_impl);
+KILN_CUDA_POINTWISE(remainder, &remainder_impl);
+KILN_CUDA_POINTWISE(div_trunc, &div_trunc_impl);
+KILN_CUDA_POINTWISE(div_floor, &div_floor_impl);
+KILN_CUDA_POINTWISE(bitwise_and, &bitwise_and_impl);
+KILN_CUDA_POINTWISE(bitwise_or, &bitwise_or_impl);
+KILN_CUDA_POINTWISE(bitwise_xor, &bitwise_xor_impl);
 
 #define KILN_CUDA_COMPARE(name, Op)                                                               \
   void name##_impl(const Tensor& out, const Tensor& a, const Tensor& b) {                         \

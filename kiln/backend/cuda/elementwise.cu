@@ -43,7 +43,10 @@ struct Unary {
   __device__ T operator()(T v) const {
     using A = acc_t<T>;
     if constexpr (std::is_same_v<T, bool>) {
-      return v;  // bool reaches abs, relu and sign, which keep it (meta rejects the others)
+      if constexpr (Op == UnaryOp::BitwiseNot)
+        return !v;
+      else
+        return v;  // bool reaches abs, relu and sign, which keep it (meta rejects the others)
     } else {
       A x = cvt<A>(v);
       if constexpr (Op == UnaryOp::Neg) {
@@ -73,6 +76,11 @@ struct Unary {
         } else {
           return cvt<T>(trunc(x));
         }
+      } else if constexpr (Op == UnaryOp::BitwiseNot) {
+        if constexpr (std::is_integral_v<A>)
+          return static_cast<T>(~x);
+        else
+          return v;  // meta rejects floating dtypes
       } else if constexpr (Op == UnaryOp::Sign) {
         return cvt<T>(static_cast<A>(static_cast<int>(A(0) < x) - static_cast<int>(x < A(0))));
       }
@@ -87,7 +95,37 @@ struct Unary {
 constexpr bool float_only(UnaryOp op) {
   return op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Relu && op != UnaryOp::Ceil &&
          op != UnaryOp::Floor && op != UnaryOp::Round && op != UnaryOp::Trunc &&
-         op != UnaryOp::Sign;
+         op != UnaryOp::Sign && op != UnaryOp::BitwiseNot;
+}
+
+// The integer kernels: truncated quotient and remainder, exact for a divisor of -1; a zero
+// divisor gives 0 (not checked on CUDA; See Note [Integer division by zero] in
+// backend/cpu/binary.cpp).
+template <class T>
+__device__ T int_div(T x, T y) {
+  if (y == T(0)) return T(0);
+  if constexpr (std::is_signed_v<T>)
+    if (y == T(-1)) return static_cast<T>(T(0) - static_cast<std::make_unsigned_t<T>>(x));
+  return static_cast<T>(x / y);
+}
+template <class T>
+__device__ T int_mod(T x, T y) {
+  if (y == T(0)) return T(0);
+  if constexpr (std::is_signed_v<T>)
+    if (y == T(-1)) return T(0);
+  return static_cast<T>(x % y);
+}
+// ATen's c10::div_floor_floating.
+template <class F>
+__device__ F div_floor_float(F a, F b) {
+  if (b == F(0)) return a / b;
+  F mod = fmod(a, b);
+  F div = (a - mod) / b;
+  if (mod != F(0) && (b < F(0)) != (mod < F(0))) div -= F(1);
+  if (div == F(0)) return copysign(F(0), a / b);
+  F floordiv = floor(div);
+  if (div - floordiv > F(0.5)) floordiv += F(1);
+  return floordiv;
 }
 
 template <class T, BinaryOp Op>
@@ -100,10 +138,15 @@ struct Binary {
         return a || (alpha && b);
       else if constexpr (Op == BinaryOp::Mul || Op == BinaryOp::Minimum)
         return a && b;
-      else if constexpr (Op == BinaryOp::Maximum)
+      else if constexpr (Op == BinaryOp::Maximum || Op == BinaryOp::BitwiseOr)
         return a || b;
+      else if constexpr (Op == BinaryOp::BitwiseAnd)
+        return a && b;
+      else if constexpr (Op == BinaryOp::BitwiseXor)
+        return a != b;
       else
-        return a;  // sub, div and pow of bools never reach here (meta promotes or rejects)
+        return a;  // sub, div, pow and the divisions of bools never get here (meta promotes or
+                   // rejects)
     } else {
       A x = cvt<A>(a), y = cvt<A>(b);
       if constexpr (Op == BinaryOp::Add) {
@@ -122,6 +165,49 @@ struct Binary {
       } else if constexpr (Op == BinaryOp::Maximum) {
         if (is_nan(x) || is_nan(y)) return cvt<T>(is_nan(x) ? x : y);
         return cvt<T>(x > y ? x : y);
+      } else if constexpr (Op == BinaryOp::Atan2) {
+        if constexpr (std::is_integral_v<A>)
+          return a;  // float_result never picks an integer type
+        else
+          return cvt<T>(atan2(x, y));
+      } else if constexpr (Op == BinaryOp::Fmod) {
+        if constexpr (std::is_integral_v<A>)
+          return int_mod<A>(x, y);
+        else
+          return cvt<T>(fmod(x, y));
+      } else if constexpr (Op == BinaryOp::Remainder) {
+        A m;
+        if constexpr (std::is_integral_v<A>)
+          m = int_mod<A>(x, y);
+        else
+          m = fmod(x, y);
+        if constexpr (std::is_signed_v<A> || !std::is_integral_v<A>)
+          if (m != A(0) && ((y < A(0)) != (m < A(0)))) m += y;
+        return cvt<T>(m);
+      } else if constexpr (Op == BinaryOp::DivTrunc) {
+        if constexpr (std::is_integral_v<A>)
+          return int_div<A>(x, y);
+        else
+          return cvt<T>(trunc(x / y));
+      } else if constexpr (Op == BinaryOp::DivFloor) {
+        if constexpr (std::is_integral_v<A>) {
+          A q = int_div<A>(x, y);
+          if constexpr (std::is_signed_v<A>)
+            if ((x < A(0)) != (y < A(0)) && int_mod<A>(x, y) != A(0)) q -= A(1);
+          return q;
+        } else {
+          return cvt<T>(div_floor_float(x, y));
+        }
+      } else if constexpr (Op == BinaryOp::BitwiseAnd || Op == BinaryOp::BitwiseOr ||
+                           Op == BinaryOp::BitwiseXor) {
+        if constexpr (!std::is_integral_v<A>)
+          return a;  // meta rejects floating dtypes
+        else if constexpr (Op == BinaryOp::BitwiseAnd)
+          return static_cast<T>(x & y);
+        else if constexpr (Op == BinaryOp::BitwiseOr)
+          return static_cast<T>(x | y);
+        else
+          return static_cast<T>(x ^ y);
       } else {
         if (is_nan(x) || is_nan(y)) return cvt<T>(is_nan(x) ? x : y);
         return cvt<T>(x < y ? x : y);
@@ -148,8 +234,7 @@ struct Compare {
   }
 };
 
-static_assert(static_cast<int>(BinaryOp::Minimum) == 6 &&
-                  static_cast<int>(CompareOp::LogicalXor) == 8,
+static_assert(static_cast<int>(CompareOp::LogicalXor) == 8,
               "with_op<> below is given the number of enumerators of each op enum");
 
 // Calls f(std::integral_constant<E, e>) for the enumerator `e` of 0..N-1 equal to `v`.
@@ -281,7 +366,7 @@ void launch_clamp(Dt dtype, const Indexer<2>& ix, void* out, const Operand& a, b
 
 void launch_binary(BinaryOp op, Dt dtype, const Indexer<3>& ix, void* out, const Operand& a,
                    const Operand& b, const Operand& alpha, cudaStream_t stream) {
-  with_op<BinaryOp, 7>(op, [&](auto o) {
+  with_op<BinaryOp, static_cast<int>(BinaryOp::NumOps)>(op, [&](auto o) {
     constexpr BinaryOp O = decltype(o)::value;
     KILN_CUDA_DISPATCH_ALL(dtype, [&] {
       Binary<scalar_t, O> f{value_of<scalar_t>(alpha)};

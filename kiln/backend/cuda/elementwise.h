@@ -26,6 +26,7 @@ enum class UnaryOp {
   Round,
   Trunc,
   Sign,
+  BitwiseNot,
   KILN_CUDA_FLOAT_UNARY_OPS(KILN_CUDA_UNARY_ENUMERATOR) NumOps  // the count, not an op
 };
 #undef KILN_CUDA_UNARY_ENUMERATOR
@@ -46,7 +47,25 @@ void launch_clamp(Dt dtype, const Indexer<2>& ix, void* out, const Operand& a, b
                   const Operand& lo, bool has_hi, const Operand& hi, cudaStream_t stream);
 
 // Ops whose result has the compute dtype; alpha scales b (add, sub).
-enum class BinaryOp { Add, Sub, Mul, Div, Pow, Maximum, Minimum };
+// Integer fmod, remainder and rounding divisions by zero are not checked (as in ATen on CUDA).
+enum class BinaryOp {
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Pow,
+  Maximum,
+  Minimum,
+  Atan2,
+  Fmod,
+  Remainder,
+  DivTrunc,
+  DivFloor,
+  BitwiseAnd,
+  BitwiseOr,
+  BitwiseXor,
+  NumOps  // the count, not an op
+};
 void launch_binary(BinaryOp op, Dt dtype, const Indexer<3>& ix, void* out, const Operand& a,
                    const Operand& b, const Operand& alpha, cudaStream_t stream);
 // Ops with a bool result, comparing in the compute dtype.
