@@ -359,7 +359,32 @@ void add_binary_math(Cases& cs) {
                  .grads = binary_grads(
                      "atan2", [](const Tensor& a, const Tensor& b) { return atan2(a, b); },
                      [](const Tensor& a, const Tensor& b) { ops::op_atan2_(a, b); }, divisor_in(),
-                     divisor_in())},
+                     divisor_in()),
+                 .errors = {{"atan2_shape_mismatch",
+                             K::Value,
+                             "atan2",
+                             {"[2, 3]", "[4]"},
+                             [](const Watch&) {
+                               atan2(f32({2, 3}), f32({4}));
+                             }},
+                            {"remainder__broadcast_self",
+                             K::Value,
+                             "remainder_",
+                             {"[3]", "[2, 3]"},
+                             [](const Watch& watch) {
+                               Tensor self = from_vector<float>({1, 2, 3});
+                               watch(self);
+                               remainder_(self, f32({2, 3}));
+                             }},
+                            {"atan2__int_self",
+                             K::Type,
+                             "atan2_",
+                             {"float32", "int64"},
+                             [](const Watch& watch) {
+                               Tensor self = i64({3});
+                               watch(self);
+                               atan2_(self, i64({3}));
+                             }}}},
                 KILN_PW(atan2), body,
                 [](const AArgs& a) { return ATensors{at::atan2(a[0], a[1])}; });
   add_pointwise(
