@@ -2,7 +2,9 @@
 // float64. The three canonical kernels of Note [Convolution] (kiln/ops/conv_meta.cpp).
 #include <omp.h>
 
+#if KILN_HAVE_DNNL
 #include <dnnl.hpp>
+#endif
 #include <list>
 #include <map>
 #include <mutex>
@@ -146,6 +148,7 @@ Tensor backward_weight_f64(const Tensor& x_, const Tensor& gy_, const ConvGeom& 
 
 // ---------------------------------------------------------------- float32: oneDNN
 
+#if KILN_HAVE_DNNL
 // Note [oneDNN primitive cache]
 // Making a oneDNN primitive (its descriptor, the implementation search, JIT code generation)
 // costs far more than running a small convolution, so each primitive is made once per shape and
@@ -316,6 +319,9 @@ Tensor run_dnnl(Kind kind, const Tensor& a, const Tensor& b, IntArrayRef sizes, 
   return dtype == kFloat32 ? out : ops::op_to_copy(out, dtype, Device(kCPU));
 }
 
+#endif  // KILN_HAVE_DNNL
+
+#if KILN_HAVE_DNNL
 // The right padding of dim j: the left one when oneDNN's size rule then gives y (always, but
 // for a transposed convolution whose output_padding reaches the stride, which is allowed while
 // it is below the dilation), else the exact one, which may be negative.
@@ -330,6 +336,7 @@ bool dnnl_fits(const ConvGeom& g) {
     if (right_pad(g, j) < 0) return false;
   return true;
 }
+#endif  // KILN_HAVE_DNNL
 
 Tensor via_f64(Tensor (*f)(const Tensor&, const Tensor&, const ConvGeom&), const Tensor& a,
                const Tensor& b, DType dtype, const ConvGeom& g) {
@@ -338,18 +345,25 @@ Tensor via_f64(Tensor (*f)(const Tensor&, const Tensor&, const ConvGeom&), const
 }
 
 Tensor forward(const Tensor& x, const Tensor& w, const ConvGeom& g) {
-  if (x.dtype() == kFloat64 || !dnnl_fits(g)) return via_f64(&forward_f64, x, w, x.dtype(), g);
-  return run_dnnl(Kind::Forward, x, w, y_sizes(g), x.dtype(), g);
+#if KILN_HAVE_DNNL
+  if (x.dtype() != kFloat64 && dnnl_fits(g))
+    return run_dnnl(Kind::Forward, x, w, y_sizes(g), x.dtype(), g);
+#endif
+  return via_f64(&forward_f64, x, w, x.dtype(), g);
 }
 Tensor backward_data(const Tensor& gy, const Tensor& w, const ConvGeom& g) {
-  if (gy.dtype() == kFloat64 || !dnnl_fits(g))
-    return via_f64(&backward_data_f64, gy, w, gy.dtype(), g);
-  return run_dnnl(Kind::BackwardData, gy, w, x_sizes(g), gy.dtype(), g);
+#if KILN_HAVE_DNNL
+  if (gy.dtype() != kFloat64 && dnnl_fits(g))
+    return run_dnnl(Kind::BackwardData, gy, w, x_sizes(g), gy.dtype(), g);
+#endif
+  return via_f64(&backward_data_f64, gy, w, gy.dtype(), g);
 }
 Tensor backward_weight(const Tensor& x, const Tensor& gy, const ConvGeom& g) {
-  if (x.dtype() == kFloat64 || !dnnl_fits(g))
-    return via_f64(&backward_weight_f64, x, gy, x.dtype(), g);
-  return run_dnnl(Kind::BackwardWeights, x, gy, w_sizes(g), x.dtype(), g);
+#if KILN_HAVE_DNNL
+  if (x.dtype() != kFloat64 && dnnl_fits(g))
+    return run_dnnl(Kind::BackwardWeights, x, gy, w_sizes(g), x.dtype(), g);
+#endif
+  return via_f64(&backward_weight_f64, x, gy, x.dtype(), g);
 }
 
 constexpr detail::ConvKernels kKernels{&forward, &backward_data, &backward_weight};
