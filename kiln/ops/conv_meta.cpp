@@ -2,6 +2,8 @@
 // CUDA kernels share.
 #include "kiln/ops/conv_meta.h"
 
+#include <algorithm>
+
 #include "kiln/ops/structured.h"
 
 namespace kiln {
@@ -197,6 +199,77 @@ Tensor channel_view(const Tensor& v, int64_t nd) {
   return ops::op_view(v, s);
 }
 
+// Note [Padding past the input]
+// The canonical kernels are a convolution x -> y with symmetric padding, and the libraries
+// (oneDNN, cuDNN) derive y's size from x's: y = (x + 2 pad - span) / stride + 1. A transposed
+// convolution with output_padding at least the stride (legal while below the dilation) has a
+// canonical x longer than that rule allows: rows past the last window, and a window that ends
+// inside x where the rule would have it read padding. The libraries refuse that geometry
+// (CUDNN_STATUS_BAD_PARAM). So such a geometry is computed on an explicitly padded x: the x a
+// convolution with no padding reads, `need` = (y - 1) stride + span rows, holding the real rows
+// at [pad, pad + x) cut to `need` and zeros elsewhere; the kernels run with pad 0 on it, and a
+// gradient for x is cut back out (rows no window reads get zero). The values are exactly the
+// convolution's: each output reads the same inputs, in the same order.
+int64_t needed(const ConvGeom& g, size_t j) {
+  return (g.y[j] - 1) * g.stride[j] + g.dil[j] * (g.k[j] - 1) + 1;
+}
+bool past_the_input(const ConvGeom& g) {
+  for (size_t j = 0; j < 3; ++j)
+    if ((g.x[j] + 2 * g.pad[j] - g.dil[j] * (g.k[j] - 1) - 1) / g.stride[j] + 1 != g.y[j])
+      return true;
+  return false;
+}
+ConvGeom unpadded(const ConvGeom& g) {
+  ConvGeom u = g;
+  for (size_t j = 0; j < 3; ++j) {
+    u.x[j] = needed(g, j);
+    u.pad[j] = 0;
+  }
+  return u;
+}
+// The window of spatial dims of `t` (a canonical x shape when `padded` is false, the unpadded
+// one otherwise) holding x's rows [0, len) at [from, from + len).
+Tensor window(const Tensor& t, const ConvGeom& g, bool padded) {
+  Tensor v = t;
+  for (int64_t i = 0; i < g.nd; ++i) {
+    const size_t j = static_cast<size_t>(3 - g.nd + i);
+    const int64_t len = std::min(g.x[j], needed(g, j) - g.pad[j]);
+    v = ops::op_slice(v, 2 + i, padded ? g.pad[j] : 0, (padded ? g.pad[j] : 0) + len, 1);
+  }
+  return v;
+}
+Tensor zeros_shaped(const Tensor& like, const ConvGeom& g, bool padded) {
+  Shape s{g.n, g.ci};
+  for (int64_t i = 0; i < g.nd; ++i) {
+    const size_t j = static_cast<size_t>(3 - g.nd + i);
+    s.push_back(padded ? needed(g, j) : g.x[j]);
+  }
+  return ops::op_full(s, 0, like.dtype(), like.device());
+}
+Tensor pad_input(const Tensor& x, const ConvGeom& g) {
+  Tensor p = zeros_shaped(x, g, true);
+  ops::op_copy_(window(p, g, true), window(x, g, false));
+  return p;
+}
+Tensor crop_grad(const Tensor& gp, const ConvGeom& g) {
+  Tensor gx = zeros_shaped(gp, g, false);
+  ops::op_copy_(window(gx, g, false), window(gp, g, true));
+  return gx;
+}
+
+Tensor forward(const ConvKernels& k, const Tensor& x, const Tensor& w, const ConvGeom& g) {
+  if (!past_the_input(g)) return k.forward(x, w, g);
+  return k.forward(pad_input(x, g), w, unpadded(g));
+}
+Tensor backward_data(const ConvKernels& k, const Tensor& gy, const Tensor& w, const ConvGeom& g) {
+  if (!past_the_input(g)) return k.backward_data(gy, w, g);
+  return crop_grad(k.backward_data(gy, w, unpadded(g)), g);
+}
+Tensor backward_weight(const ConvKernels& k, const Tensor& x, const Tensor& gy, const ConvGeom& g) {
+  if (!past_the_input(g)) return k.backward_weight(x, gy, g);
+  return k.backward_weight(pad_input(x, g), gy, unpadded(g));
+}
+
 }  // namespace
 
 Tensor run_convolution(const ConvKernels& k, const Tensor& input, const Tensor& weight,
@@ -209,10 +282,10 @@ Tensor run_convolution(const ConvKernels& k, const Tensor& input, const Tensor& 
   Tensor out;
   if (!transposed) {
     Tensor y = empty_tensor(s.sizes, s.dtype, Device(kMeta));
-    out = k.forward(input, weight, geometry(input, y, weight, a));
+    out = forward(k, input, weight, geometry(input, y, weight, a));
   } else {
     Tensor x = empty_tensor(s.sizes, s.dtype, Device(kMeta));
-    out = k.backward_data(input, weight, geometry(x, input, weight, a));
+    out = backward_data(k, input, weight, geometry(x, input, weight, a));
   }
   if (bias.defined()) ops::op_add_(out, channel_view(bias, a.nd), 1);
   return out;
@@ -233,8 +306,8 @@ TensorTriple run_convolution_backward(const ConvKernels& k, const Tensor& grad_o
   const Tensor& y = transposed ? input : grad_output;
   ConvGeom g = geometry(x, y, weight, a);
   if (output_mask[0])
-    gi = transposed ? k.forward(grad_output, weight, g) : k.backward_data(grad_output, weight, g);
-  if (output_mask[1]) gw = k.backward_weight(x, y, g);
+    gi = transposed ? forward(k, grad_output, weight, g) : backward_data(k, grad_output, weight, g);
+  if (output_mask[1]) gw = backward_weight(k, x, y, g);
   if (output_mask[2] && !bias_sizes.empty()) {
     Shape dims{0};
     for (int64_t i = 0; i < a.nd; ++i) dims.push_back(2 + i);
