@@ -15,6 +15,7 @@
 #include "kiln/distributed/distributed.h"
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/layers.h"
+#include "kiln/nn/normalization.h"
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"

@@ -408,6 +408,29 @@ void select_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   gi[0] = zeros_of(c, 0);
   select(gi[0], c.get<int64_t>(1), c.get<int64_t>(2)).copy_(g[0]);
 }
+// diagonal: the gradient lands on the same diagonal of a zero tensor of the input's shape.
+void diagonal_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = zeros_of(c, 0);
+  diagonal(gi[0], c.get<int64_t>(1), c.get<int64_t>(2), c.get<int64_t>(3)).copy_(g[0]);
+}
+void flip_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = flip(g[0], c.get<Shape>(1));
+}
+// repeat: g viewed as [r0, s0, r1, s1, ...] (s = 1 for repeat's new leading dims) summed over
+// the tiles r0, r1, ...
+void repeat_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  const Shape repeats = c.get<Shape>(1);
+  IntArrayRef in = c.sizes(0);
+  const int64_t nr = static_cast<int64_t>(repeats.size());
+  const int64_t lead = nr - static_cast<int64_t>(in.size());
+  Shape split, tiles;
+  for (int64_t i = 0; i < nr; ++i) {
+    split.push_back(repeats[i]);
+    split.push_back(i < lead ? 1 : in[i - lead]);
+    tiles.push_back(2 * i);
+  }
+  gi[0] = nr == 0 ? g[0] : sum(g[0].reshape(split), tiles).reshape(in);
+}
 void copy_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   if (c.needs(0)) gi[0] = zeros_of(c, 0);  // the old value of self is overwritten
   if (c.needs(1)) gi[1] = g[0];
@@ -421,6 +444,64 @@ void max_min_dim_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   Tensor idx = keepdim ? c.output(1) : unsqueeze(c.output(1), dim);
   Tensor gv = keepdim ? g[0] : unsqueeze(g[0], dim);
   gi[0] = ndim == 0 ? gv : scatter_add(zeros_of(c, 0), dim, idx, gv);
+}
+// values of sort / topk: each value's gradient goes back to the position it came from (the
+// indices are a permutation, or a selection without repeats, so scatter_add is a scatter).
+void sort_topk_bw(const BackwardCtx& c, const Grads& g, Grads& gi, int64_t dim) {
+  if (!g[0].defined()) return;
+  int64_t ndim = static_cast<int64_t>(c.sizes(0).size());
+  gi[0] = ndim == 0 ? g[0]
+                    : scatter_add(zeros_of(c, 0), wrap_dim(dim, ndim, "sort"), c.output(1), g[0]);
+}
+void sort_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  sort_topk_bw(c, g, gi, c.get<int64_t>(1));
+}
+void topk_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  sort_topk_bw(c, g, gi, c.get<int64_t>(2));
+}
+// cumsum: the gradient is the reversed cumulative sum of g along dim (g flipped, summed,
+// flipped back: index_select with the reversed positions), in the input's dtype.
+void cumsum_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor gt = g[0].to(c.geometry(0).dtype);
+  int64_t ndim = static_cast<int64_t>(c.sizes(0).size());
+  if (ndim == 0) {
+    gi[0] = gt;
+    return;
+  }
+  int64_t d = wrap_dim(c.get<int64_t>(1), ndim, "cumsum");
+  int64_t n = c.sizes(0)[d];
+  Tensor rev = arange(n - 1, -1, -1, kInt64, gt.device());
+  gi[0] = index_select(cumsum(index_select(gt, d, rev), d), d, rev);
+}
+// Note [prod backward with zeros]
+// d prod / d x_j is the product of the other elements. Dividing the product by x_j fails at a
+// zero, so (as ATen's prod_backward, without its host reads) each slice counts its zeros: none
+// gives prod / x_j; one gives the product of the non-zero elements at the zero and 0 elsewhere;
+// two or more give 0 everywhere. The product of the non-zero elements is prod itself over the
+// input with its zeros replaced by 1, so the formula is differentiable again.
+void prod_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Tensor x = c.input(0);
+  Tensor gv = g[0].to(x.dtype());
+  int64_t d = 0;
+  Tensor xs = x;
+  if (std::holds_alternative<std::monostate>(c.arg(1)) || x.dim() == 0) {
+    xs = reshape(x, {-1});
+    gv = reshape(gv, {1});
+  } else {
+    d = wrap_dim(c.get<int64_t>(1), x.dim(), "prod");
+    if (!c.get<bool>(2)) gv = unsqueeze(gv, d);
+  }
+  Tensor zero = eq(xs, 0);
+  Tensor count = sum(zero, {d}, true);
+  Tensor nonzero = where(zero, ones_like(xs), xs);
+  Tensor p = prod(nonzero, d, true);
+  Tensor factor =
+      where(eq(count, 0), div(p, nonzero), where(logical_and(eq(count, 1), zero), p, 0.0));
+  gi[0] = reshape(mul(gv, factor), x.sizes());
+}
+void elu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] =
+      elu_backward(g[0], c.get<Scalar>(1), c.get<Scalar>(2), c.get<Scalar>(3), false, c.input(0));
 }
 void dropout_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   double p = c.get<double>(1);
@@ -467,6 +548,58 @@ void convolution_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   if (mask[0]) gi[0] = di;
   if (mask[1]) gi[1] = dw;
   if (mask[2]) gi[2] = db;
+}
+
+// Batch, group and layer norm (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp):
+// their backward ops compute what the call needs (output_mask); save_mean/save_rstd (mean/rstd)
+// are the forward's outputs 1 and 2, and carry no gradient. Eval batch norm differentiates
+// through the running stats, which training would have overwritten (it never reads them).
+Shape norm_mask(const BackwardCtx& c) {
+  return {c.needs(0) ? 1 : 0, c.needs(1) ? 1 : 0, c.needs(2) ? 1 : 0};
+}
+void set_norm_grads(const Shape& mask, const TensorTriple& r, Grads& gi) {
+  if (mask[0]) gi[0] = std::get<0>(r);
+  if (mask[1]) gi[1] = std::get<1>(r);
+  if (mask[2]) gi[2] = std::get<2>(r);
+}
+// Slots: input, weight, bias[, running_mean, running_var]; `train` and `eps` at these positions.
+void batch_norm_grads(const BackwardCtx& c, const Grads& g, Grads& gi, bool stats, bool train,
+                      double eps) {
+  if (!g[0].defined()) return;
+  const Shape mask = norm_mask(c);
+  const bool eval = stats && !train;
+  set_norm_grads(
+      mask,
+      ops::op_native_batch_norm_backward(
+          g[0], c.input(0), c.input(1), eval ? c.input(3) : Tensor(), eval ? c.input(4) : Tensor(),
+          eval ? Tensor() : c.output(1), eval ? Tensor() : c.output(2), !eval, eps, mask),
+      gi);
+}
+void batch_norm_legit_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  batch_norm_grads(c, g, gi, true, c.get<bool>(5), c.get<double>(7));
+}
+void batch_norm_no_stats_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  batch_norm_grads(c, g, gi, false, true, c.get<double>(5));
+}
+void batch_norm_no_training_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  batch_norm_grads(c, g, gi, true, false, c.get<double>(6));
+}
+void group_norm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (!g[0].defined()) return;
+  const Shape mask = norm_mask(c);
+  set_norm_grads(mask,
+                 ops::op_native_group_norm_backward(
+                     g[0], c.input(0), c.output(1), c.output(2), c.input(1), c.get<int64_t>(3),
+                     c.get<int64_t>(4), c.get<int64_t>(5), c.get<int64_t>(6), mask),
+                 gi);
+}
+void native_layer_norm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (!g[0].defined()) return;
+  const Shape mask = norm_mask(c);
+  set_norm_grads(mask,
+                 ops::op_native_layer_norm_backward(g[0], c.input(0), c.get<Shape>(1), c.output(1),
+                                                    c.output(2), c.input(1), c.input(2), mask),
+                 gi);
 }
 
 struct Entry {
@@ -566,6 +699,7 @@ const Entry kOthers[] = {
     {&ops::op_layer_norm.def, F(layer_norm_bw, S(0) | S(1))},
     {&ops::op_rms_norm.def, F(rms_norm_bw, S(0) | S(1))},
     {&ops::op_embedding.def, F(embedding_bw, S(1))},
+    {&ops::op_elu.def, F(elu_bw, S(0))},
     {&ops::op_nll_loss.def, F(nll_loss_bw, S(1))},
     {&ops::op_cat.def, F(cat_bw)},
     {&ops::op_index_select.def, F(index_select_bw, S(1))},
@@ -573,6 +707,8 @@ const Entry kOthers[] = {
     {&ops::op_scatter_add.def, F(scatter_add_bw, S(1))},
     {&ops::op_index_add.def, F(index_add_bw, S(1))},
     {&ops::op_triu.def, F(triu_bw)},
+    {&ops::op_cumsum.def, F(cumsum_bw)},
+    {&ops::op_prod.def, F(prod_bw, S(0))},
     {&ops::op_tril.def, F(tril_bw)},
     {&ops::op_one_hot.def, kNone},
     {&ops::op_view.def, F(reshape_bw)},
@@ -597,10 +733,22 @@ const Entry kOthers[] = {
     {&ops::op_fill_.def, F(fill_bw)},
     {&ops::op_to_copy.def, F(identity_bw)},
     {&ops::op_max_dim.def, F(max_min_dim_bw, 0, S(1))},
+    {&ops::op_flip.def, F(flip_bw)},
+    {&ops::op_repeat.def, F(repeat_bw)},
     {&ops::op_min_dim.def, F(max_min_dim_bw, 0, S(1))},
     {&ops::op_native_dropout.def, F(dropout_bw, 0, S(1))},
     {&ops::op_flash_attention.def, F(flash_attention_bw, kSaveAll, S(0) | S(1))},
     {&ops::op_convolution.def, F(convolution_bw, S(0) | S(1))},
+    {&ops::op_native_batch_norm_legit.def,
+     F(batch_norm_legit_bw, S(0) | S(1) | S(3) | S(4), S(1) | S(2))},
+    {&ops::op_native_batch_norm_legit_no_stats.def,
+     F(batch_norm_no_stats_bw, S(0) | S(1), S(1) | S(2))},
+    {&ops::op_diagonal.def, F(diagonal_bw)},
+    {&ops::op_squeeze_dims.def, F(reshape_bw)},
+    {&ops::op_native_batch_norm_legit_no_training.def,
+     F(batch_norm_no_training_bw, S(0) | S(1) | S(3) | S(4), S(1) | S(2))},
+    {&ops::op_native_group_norm.def, F(group_norm_bw, S(0) | S(1), S(1) | S(2))},
+    {&ops::op_native_layer_norm.def, F(native_layer_norm_bw, S(0) | S(1) | S(2), S(1) | S(2))},
 };
 
 void set_derivative(const OpDef* op, const Derivative& d) {
@@ -616,6 +764,8 @@ const bool registered = [] {
     set_derivative(e.op->inplace_variant(), writes_bool ? kNone : e.d);
   }
   for (const Entry& e : kOthers) set_derivative(e.op, e.d);
+    {&ops::op_sort.def, F(sort_bw, 0, S(1))},
+    {&ops::op_topk.def, F(topk_bw, 0, S(1))},
   return true;
 }();
 

@@ -176,6 +176,8 @@ const bool g_registered = [] {
 #undef KILN_POINTWISE_RULE
   set_sharding_rule(ops::op_gelu_backward.def, &kFirst);
   set_sharding_rule(ops::op_gelu_backward_out.def, &kFirst);
+  set_sharding_rule(ops::op_elu_backward.def, &kFirst);
+  set_sharding_rule(ops::op_elu_backward_out.def, &kFirst);
   set_sharding_rule(ops::op_to_copy.def, &kNo);
   set_sharding_rule(ops::op_copy_.def, &kUnary);
   set_sharding_rule(ops::op_fill_.def, &kNo);

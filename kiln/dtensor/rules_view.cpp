@@ -159,6 +159,47 @@ void squeeze_rule(const ShardingCall& call, ShardingDecision& d) {
   };
 }
 
+// squeeze_dims(self, dims): squeeze of the listed dims that have size 1, as squeeze_rule.
+void squeeze_dims_rule(const ShardingCall& call, ShardingDecision& d) {
+  const DTensorSpec& s = call.input(0);
+  const int64_t nd = s.ndim();
+  std::vector<bool> listed(static_cast<size_t>(nd), false);
+  for (int64_t k : call.ints_arg(1)) {
+    const int64_t w = k < 0 ? k + nd : k;
+    if (w >= 0 && w < nd) listed[w] = true;
+  }
+  DimMap map(static_cast<size_t>(nd), -1);
+  std::vector<int64_t> dropped;
+  int64_t r = 0;
+  for (int64_t k = 0; k < nd; ++k) {
+    if (listed[k] && s.shape()[k] == 1)
+      dropped.insert(dropped.begin(), k);  // last first, so the earlier ones keep their index
+    else
+      map[k] = r++;
+  }
+  by_dim_map(call, d, map);
+  d.local_run = [dropped](Stack& stack) {
+    Tensor t = std::get<Tensor>(stack[0]);
+    if (dropped.empty()) t = ops::op_alias(t);
+    for (int64_t k : dropped) t = ops::op_squeeze(t, k);
+    stack.clear();
+    stack.emplace_back(std::move(t));
+  };
+}
+
+// diagonal(self, offset, dim1, dim2): dim1 and dim2 become the diagonal, so their shards are
+// gathered first; the other dims renumber.
+void diagonal_rule(const ShardingCall& call, ShardingDecision& d) {
+  const int64_t nd = call.input(0).ndim();
+  const int64_t d1 = call.int_arg(2) < 0 ? call.int_arg(2) + nd : call.int_arg(2);
+  const int64_t d2 = call.int_arg(3) < 0 ? call.int_arg(3) + nd : call.int_arg(3);
+  DimMap map(static_cast<size_t>(nd), -1);
+  int64_t r = 0;
+  for (int64_t k = 0; k < nd; ++k)
+    if (k != d1 && k != d2) map[k] = r++;
+  by_dim_map(call, d, map);
+}
+
 // unsqueeze(self, dim).
 void unsqueeze_rule(const ShardingCall& call, ShardingDecision& d) {
   const int64_t nd = call.input(0).ndim();
@@ -277,6 +318,9 @@ const ShardingRule kSlice{"slice (a sliced sharded dim gathered first)", &slice_
 const ShardingRule kSelect{"select (the selected dim gathered first)", &select_rule};
 const ShardingRule kSqueeze{"squeeze (a squeezed sharded dim gathered first)", &squeeze_rule};
 const ShardingRule kUnsqueeze{"unsqueeze (shards follow their dims)", &unsqueeze_rule};
+const ShardingRule kSqueezeDims{"squeeze.dims (a squeezed sharded dim gathered first)",
+                                &squeeze_dims_rule};
+const ShardingRule kDiagonal{"diagonal (the two diagonal dims gathered first)", &diagonal_rule};
 const ShardingRule kExpand{"expand (broadcast dims gathered first)", &expand_rule};
 const ShardingRule kView{
     "view (merged and split dims: Note [Views that merge or split sharded "
@@ -293,6 +337,8 @@ const bool g_registered = [] {
   set_sharding_rule(ops::op_expand.def, &kExpand);
   set_sharding_rule(ops::op_squeeze.def, &kSqueeze);
   set_sharding_rule(ops::op_unsqueeze.def, &kUnsqueeze);
+  set_sharding_rule(ops::op_squeeze_dims.def, &kSqueezeDims);
+  set_sharding_rule(ops::op_diagonal.def, &kDiagonal);
   set_sharding_rule(ops::op_alias.def, &kSame);
   set_sharding_rule(ops::op_detach.def, &kSame);
   return true;

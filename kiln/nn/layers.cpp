@@ -66,6 +66,7 @@ Tensor SiLU::forward(const Tensor& x) { return silu(x); }
 Tensor LeakyReLU::forward(const Tensor& x) { return leaky_relu(x, negative_slope); }
 Tensor Hardtanh::forward(const Tensor& x) { return hardtanh(x, min_val, max_val); }
 Tensor Flatten::forward(const Tensor& x) { return flatten(x, start_dim, end_dim); }
+Tensor ELU::forward(const Tensor& x) { return elu(x, alpha); }
 
 Sequential::Sequential(std::vector<std::shared_ptr<UnaryModule>> modules) {
   for (auto& m : modules) push_back(std::move(m));

@@ -88,6 +88,15 @@ class Flatten : public UnaryModule {
  public:
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
       : start_dim(start_dim), end_dim(end_dim) {}
+// scale * (x > 0 ? x : alpha * (exp(input_scale * x) - 1)); PyTorch's nn.ELU is scale and
+// input_scale 1.
+class ELU : public UnaryModule {
+ public:
+  explicit ELU(double alpha = 1) : alpha(alpha) {}
+  Tensor forward(const Tensor& x) override;
+  double alpha;
+};
+
   Tensor forward(const Tensor& x) override;
   int64_t start_dim, end_dim;
 };

@@ -266,6 +266,12 @@ Tensor expand_as(const Tensor& t, const Tensor& other) {
   return op_expand(t, other.sizes());
 }
 Tensor squeeze(const Tensor& t, std::optional<int64_t> dim) { return op_squeeze(t, dim); }
+Tensor squeeze(const Tensor& t, IntArrayRef dims) { return op_squeeze_dims(t, dims); }
+Tensor diagonal(const Tensor& t, int64_t offset, int64_t dim1, int64_t dim2) {
+  return op_diagonal(t, offset, dim1, dim2);
+}
+Tensor flip(const Tensor& t, IntArrayRef dims) { return op_flip(t, dims); }
+Tensor repeat(const Tensor& t, IntArrayRef repeats) { return op_repeat(t, repeats); }
 Tensor unsqueeze(const Tensor& t, int64_t dim) { return op_unsqueeze(t, dim); }
 Tensor flatten(const Tensor& t, int64_t start_dim, int64_t end_dim) {
   KILN_CHECK(t.defined(), "[flatten] undefined tensor");

@@ -88,6 +88,8 @@ namespace kiln::ops {
     "hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1)")                          \
   _(leaky_relu, (const Tensor&, const Scalar&),                                            \
     "leaky_relu(Tensor self, Scalar negative_slope=0.01)")                                 \
+  _(elu, (const Tensor&, const Scalar&, const Scalar&, const Scalar&),                     \
+    "elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1)")              \
   _(logical_not, (const Tensor&), "logical_not(Tensor self)")                              \
   _(gelu, (const Tensor&, bool), "gelu(Tensor self, bool approximate_tanh=False)")         \
   _(clamp, (const Tensor&, const OptScalar&, const OptScalar&),                            \
@@ -112,6 +114,10 @@ namespace kiln::ops {
     "argmax(Tensor self, int? dim=None, bool keepdim=False)")                                      \
   _(argmin, (const Tensor&, const OptInt&, bool),                                                  \
     "argmin(Tensor self, int? dim=None, bool keepdim=False)")                                      \
+  _(cumsum, (const Tensor&, int64_t, const OptDType&),                                             \
+    "cumsum(Tensor self, int dim, DType? dtype=None)")                                             \
+  _(prod, (const Tensor&, const OptInt&, bool, const OptDType&),                                   \
+    "prod(Tensor self, int? dim=None, bool keepdim=False, DType? dtype=None)")                     \
   _(softmax, (const Tensor&, int64_t), "softmax(Tensor self, int dim)")                            \
   _(log_softmax, (const Tensor&, int64_t), "log_softmax(Tensor self, int dim)")                    \
   _(mm, (const Tensor&, const Tensor&), "mm(Tensor self, Tensor mat2)")                            \
@@ -136,6 +142,12 @@ namespace kiln::ops {
     "index_add(Tensor self, int dim, Tensor index, Tensor source, Scalar alpha=1)")                \
   _(triu, (const Tensor&, int64_t), "triu(Tensor self, int diagonal=0)")                           \
   _(tril, (const Tensor&, int64_t), "tril(Tensor self, int diagonal=0)")                           \
+  _(flip, (const Tensor&, IntArrayRef), "flip(Tensor self, int[] dims)")                           \
+  _(repeat, (const Tensor&, IntArrayRef), "repeat(Tensor self, int[] repeats)")                    \
+  _(elu_backward,                                                                                  \
+    (const Tensor&, const Scalar&, const Scalar&, const Scalar&, bool, const Tensor&),             \
+    "elu_backward(Tensor grad_output, Scalar alpha, Scalar scale, Scalar input_scale, bool "       \
+    "is_result, Tensor self_or_result)")                                                           \
   _(one_hot, (const Tensor&, int64_t), "one_hot(Tensor self, int num_classes)")                    \
   _(gelu_backward, (const Tensor&, const Tensor&, bool),                                           \
     "gelu_backward(Tensor grad_output, Tensor self, bool approximate_tanh=False)")                 \
@@ -164,6 +176,10 @@ namespace kiln::ops {
     "squeeze(Tensor(a) self, int? dim=None) -> Tensor(a)")                                         \
   _(unsqueeze, View, Tensor(const Tensor&, int64_t),                                               \
     "unsqueeze(Tensor(a) self, int dim) -> Tensor(a)")                                             \
+  _(squeeze_dims, View, Tensor(const Tensor&, IntArrayRef),                                        \
+    "squeeze_dims(Tensor(a) self, int[] dim) -> Tensor(a)")                                        \
+  _(diagonal, View, Tensor(const Tensor&, int64_t, int64_t, int64_t),                              \
+    "diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)")                 \
   _(alias, View, Tensor(const Tensor&), "alias(Tensor(a) self) -> Tensor(a)")                      \
   _(detach, View, Tensor(const Tensor&), "detach(Tensor(a) self) -> Tensor(a)")                    \
   /* factories: dispatch on the device argument */                                                 \
@@ -194,6 +210,11 @@ namespace kiln::ops {
     "max_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
   _(min_dim, Functional, TensorPair(const Tensor&, int64_t, bool),                                 \
     "min_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
+  _(sort, Functional, TensorPair(const Tensor&, int64_t, bool),                                    \
+    "sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)")     \
+  _(topk, Functional, TensorPair(const Tensor&, int64_t, int64_t, bool, bool),                     \
+    "topk(Tensor self, int k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor "        \
+    "values, Tensor indices)")                                                                     \
   _(native_dropout, Functional, TensorPair(const Tensor&, double, Generator*),                     \
     "native_dropout(Tensor input, float p, Generator? generator) -> (Tensor out, Tensor mask)")    \
   /* fused attention (Note [Fused attention] in kiln/ops/ops.h) */                                 \
@@ -220,6 +241,51 @@ namespace kiln::ops {
     "convolution_backward(Tensor grad_output, Tensor input, Tensor weight, int[] bias_sizes, "     \
     "int[] stride, int[] padding, int[] dilation, bool transposed, int[] output_padding, int "     \
     "groups, int[] output_mask) -> (Tensor grad_input, Tensor grad_weight, Tensor grad_bias)")     \
+  /* normalization (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp): batch norm's    \
+     running stats are written in place; output_mask three 0/1 flags */                            \
+  _(native_batch_norm_legit, Functional,                                                           \
+    TensorTriple(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool,  \
+                 double, double),                                                                  \
+    "native_batch_norm_legit(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!) "              \
+    "running_mean, Tensor(b!) running_var, bool training, float momentum, float eps) -> (Tensor "  \
+    "out, Tensor save_mean, Tensor save_rstd)")                                                    \
+  _(native_batch_norm_legit_no_stats, Functional,                                                  \
+    TensorTriple(const Tensor&, const Tensor&, const Tensor&, bool, double, double),               \
+    "native_batch_norm_legit_no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, " \
+    "float momentum, float eps) -> (Tensor out, Tensor save_mean, Tensor save_rstd)")              \
+  _(native_batch_norm_legit_no_training, Functional,                                               \
+    TensorTriple(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,        \
+                 double, double),                                                                  \
+    "native_batch_norm_legit_no_training(Tensor input, Tensor? weight, Tensor? bias, Tensor "      \
+    "running_mean, Tensor running_var, float momentum, float eps) -> (Tensor out, Tensor "         \
+    "save_mean, Tensor save_rstd)")                                                                \
+  _(native_batch_norm_backward, Functional,                                                        \
+    TensorTriple(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,        \
+                 const Tensor&, const Tensor&, bool, double, IntArrayRef),                         \
+    "native_batch_norm_backward(Tensor grad_out, Tensor input, Tensor? weight, Tensor? "           \
+    "running_mean, Tensor? running_var, Tensor? save_mean, Tensor? save_invstd, bool train, "      \
+    "float eps, int[] output_mask) -> (Tensor grad_input, Tensor grad_weight, Tensor grad_bias)")  \
+  _(native_group_norm, Functional,                                                                 \
+    TensorTriple(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int64_t, int64_t,  \
+                 double),                                                                          \
+    "native_group_norm(Tensor input, Tensor? weight, Tensor? bias, int N, int C, int HxW, int "    \
+    "group, float eps) -> (Tensor out, Tensor mean, Tensor rstd)")                                 \
+  _(native_group_norm_backward, Functional,                                                        \
+    TensorTriple(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,        \
+                 int64_t, int64_t, int64_t, int64_t, IntArrayRef),                                 \
+    "native_group_norm_backward(Tensor grad_out, Tensor input, Tensor mean, Tensor rstd, Tensor? " \
+    "weight, int N, int C, int HxW, int group, int[] output_mask) -> (Tensor grad_input, Tensor "  \
+    "grad_weight, Tensor grad_bias)")                                                              \
+  _(native_layer_norm, Functional,                                                                 \
+    TensorTriple(const Tensor&, IntArrayRef, const Tensor&, const Tensor&, double),                \
+    "native_layer_norm(Tensor input, int[] normalized_shape, Tensor? weight, Tensor? bias, float " \
+    "eps) -> (Tensor out, Tensor mean, Tensor rstd)")                                              \
+  _(native_layer_norm_backward, Functional,                                                        \
+    TensorTriple(const Tensor&, const Tensor&, IntArrayRef, const Tensor&, const Tensor&,          \
+                 const Tensor&, const Tensor&, IntArrayRef),                                       \
+    "native_layer_norm_backward(Tensor grad_out, Tensor input, int[] normalized_shape, Tensor "    \
+    "mean, Tensor rstd, Tensor? weight, Tensor? bias, int[] output_mask) -> (Tensor grad_input, "  \
+    "Tensor grad_weight, Tensor grad_bias)")                                                       \
   /* a product with bias and GELU (tanh) fused: cuBLASLt's epilogue on CUDA */                     \
   _(addmm_gelu, Functional, TensorPair(const Tensor&, const Tensor&, const Tensor&),               \
     "addmm_gelu(Tensor? bias, Tensor mat1, Tensor mat2) -> (Tensor out, Tensor preactivation)")    \

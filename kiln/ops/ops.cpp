@@ -222,6 +222,13 @@ Tensor hardtanh(const Tensor& a, const Scalar& min_val, const Scalar& max_val) {
 Tensor leaky_relu(const Tensor& a, const Scalar& negative_slope) {
   return op_leaky_relu(a, negative_slope);
 }
+Tensor elu(const Tensor& a, const Scalar& alpha, const Scalar& scale, const Scalar& input_scale) {
+  return op_elu(a, alpha, scale, input_scale);
+}
+Tensor elu_backward(const Tensor& grad, const Scalar& alpha, const Scalar& scale,
+                    const Scalar& input_scale, bool is_result, const Tensor& self_or_result) {
+  return op_elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result);
+}
 Tensor layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef normalized_shape,
                            const Tensor& weight, double eps) {
   return op_layer_norm_backward(grad, x, normalized_shape, weight, eps);
@@ -317,6 +324,10 @@ Tensor& hardtanh_(Tensor& self, const Scalar& min_val, const Scalar& max_val) {
 }
 Tensor& leaky_relu_(Tensor& self, const Scalar& negative_slope) {
   op_leaky_relu_(self, negative_slope);
+  return self;
+}
+Tensor& elu_(Tensor& self, const Scalar& alpha, const Scalar& scale, const Scalar& input_scale) {
+  op_elu_(self, alpha, scale, input_scale);
   return self;
 }
 Tensor& bitwise_not_(Tensor& self) {
@@ -416,6 +427,19 @@ std::tuple<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim) {
 }
 std::tuple<Tensor, Tensor> min(const Tensor& a, int64_t dim, bool keepdim) {
   return op_min_dim(a, dim, keepdim);
+}
+Tensor prod(const Tensor& a, std::optional<int64_t> dim, bool keepdim, std::optional<DType> dtype) {
+  return op_prod(a, dim, keepdim, dtype);
+}
+Tensor cumsum(const Tensor& a, int64_t dim, std::optional<DType> dtype) {
+  return op_cumsum(a, dim, dtype);
+}
+std::tuple<Tensor, Tensor> sort(const Tensor& a, int64_t dim, bool descending) {
+  return op_sort(a, dim, descending);
+}
+std::tuple<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim, bool largest,
+                                bool sorted) {
+  return op_topk(a, k, dim, largest, sorted);
 }
 Tensor argmax(const Tensor& a, std::optional<int64_t> dim, bool keepdim) {
   return op_argmax(a, dim, keepdim);

@@ -7,6 +7,7 @@
 #include "kiln/core/generator.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/conv.h"  // conv1d/2d/3d, conv_transpose1d/2d/3d
+#include "kiln/ops/norm.h"  // batch_norm, group_norm, native_*_norm
 
 namespace kiln {
 
@@ -191,6 +192,12 @@ Tensor hardtanh(const Tensor& a, const Scalar& min_val = -1, const Scalar& max_v
 // x for x > 0, else negative_slope * x (floating tensors only).
 Tensor leaky_relu(const Tensor& a, const Scalar& negative_slope = 0.01);
 Tensor clamp(const Tensor& a, std::optional<Scalar> min, std::optional<Scalar> max = {});
+// scale * (x > 0 ? x : alpha * (exp(input_scale * x) - 1)), as ATen's elu.
+Tensor elu(const Tensor& a, const Scalar& alpha = 1, const Scalar& scale = 1,
+           const Scalar& input_scale = 1);
+// elu's gradient from its input (is_result false) or, for alpha >= 0, its result.
+Tensor elu_backward(const Tensor& grad, const Scalar& alpha, const Scalar& scale,
+                    const Scalar& input_scale, bool is_result, const Tensor& self_or_result);
 // Tensor bounds (either undefined for none, not both), broadcast with a: minimum(maximum(a, min),
 // max), so NaN in any input gives NaN and min > max gives max, as ATen's clamp.Tensor.
 Tensor clamp(const Tensor& a, const Tensor& min, const Tensor& max);
@@ -250,6 +257,8 @@ Tensor& gelu_(Tensor& self, bool approximate_tanh = false);
 Tensor& hardtanh_(Tensor& self, const Scalar& min_val = -1, const Scalar& max_val = 1);
 Tensor& leaky_relu_(Tensor& self, const Scalar& negative_slope = 0.01);
 Tensor& clamp_(Tensor& self, std::optional<Scalar> min, std::optional<Scalar> max = {});
+Tensor& elu_(Tensor& self, const Scalar& alpha = 1, const Scalar& scale = 1,
+             const Scalar& input_scale = 1);
 Tensor& clamp_(Tensor& self, const Tensor& min, const Tensor& max);
 // self += value * t1 * t2 and self += value * t1 / t2.
 Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value = 1);
@@ -289,6 +298,18 @@ Tensor any(const Tensor& a, IntArrayRef dims = {}, bool keepdim = false);
 Tensor softmax(const Tensor& a, int64_t dim);
 Tensor log_softmax(const Tensor& a, int64_t dim);
 
+// Product over `dim` (all elements when none); integer and bool inputs give int64, as ATen.
+Tensor prod(const Tensor& a, std::optional<int64_t> dim = {}, bool keepdim = false,
+            std::optional<DType> dtype = {});
+// Inclusive running sum along `dim`; integer and bool inputs give int64, as ATen.
+Tensor cumsum(const Tensor& a, int64_t dim, std::optional<DType> dtype = {});
+// (values, indices) sorted along `dim`. The sort is stable (equal elements keep their order)
+// and NaN sorts as the largest value, as ATen's sort(stable=True).
+std::tuple<Tensor, Tensor> sort(const Tensor& a, int64_t dim = -1, bool descending = false);
+// The k largest (smallest) elements along `dim` with their indices, in sorted order when
+// `sorted` (Note [topk order] in kiln/ops/sort_meta.cpp).
+std::tuple<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim = -1, bool largest = true,
+                                bool sorted = true);
 // ---------------------------------------------------------------- linear algebra
 Tensor mm(const Tensor& a, const Tensor& b);
 Tensor bmm(const Tensor& a, const Tensor& b);
@@ -368,6 +389,14 @@ Tensor expand(const Tensor& t, IntArrayRef sizes);
 Tensor expand_as(const Tensor& t, const Tensor& other);
 Tensor squeeze(const Tensor& t, std::optional<int64_t> dim = {});
 Tensor unsqueeze(const Tensor& t, int64_t dim);
+// Drops the listed dims that have size 1 (others stay, as ATen's squeeze.dims).
+Tensor squeeze(const Tensor& t, IntArrayRef dims);
+// The diagonal of dims dim1 and dim2 (shifted by offset) as a view, its dim last.
+Tensor diagonal(const Tensor& t, int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1);
+// Reverses the listed dims (a copy).
+Tensor flip(const Tensor& t, IntArrayRef dims);
+// Tiles t `repeats[i]` times along dim i (repeats may have more dims than t: new leading dims).
+Tensor repeat(const Tensor& t, IntArrayRef repeats);
 Tensor flatten(const Tensor& t, int64_t start_dim = 0, int64_t end_dim = -1);
 Tensor as_strided(const Tensor& t, IntArrayRef sizes, IntArrayRef strides,
                   std::optional<int64_t> storage_offset = {});

@@ -17,6 +17,9 @@ void fill_(const Tensor& self, const Scalar& value);
 TensorSpec to_copy(const Tensor& self, DType dtype, Device device);
 TensorSpec max_dim(const Tensor& self, int64_t dim, bool keepdim);
 TensorSpec min_dim(const Tensor& self, int64_t dim, bool keepdim);
+// sort and topk (kiln/ops/sort_meta.cpp): the values' spec; the indices are int64 of its sizes.
+TensorSpec sort(const Tensor& self, int64_t dim, bool descending);
+TensorSpec topk(const Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted);
 TensorSpec native_dropout(const Tensor& input, double p, Generator* gen);
 // flash_attention: query [..., L, E], key and value [..., S, E] with the same leading dims
 // (no broadcasting), one floating dtype and one device, L, S, E >= 1, a finite scale. Returns

@@ -1,5 +1,6 @@
 // View ops: each computes a new geometry over the same storage. The same kernel serves every
 // backend (they never touch data) and is also the op's meta function.
+#include <algorithm>
 #include <numeric>
 
 #include "kiln/ops/meta.h"
@@ -242,6 +243,48 @@ Tensor squeeze_kernel(const Tensor& self, const std::optional<int64_t>& dim) {
   return make_view(self, sizes, strides, self.storage_offset());
 }
 
+// squeeze.dims: drops the listed dims that have size 1 (wrapped, no repeats; others stay).
+Tensor squeeze_dims_kernel(const Tensor& self, IntArrayRef dims) {
+  meta::check_defined("squeeze", self, "self");
+  Shape sizes, strides;
+  SmallVector<bool, 8> listed(static_cast<size_t>(self.dim()), false);
+  if (!dims.empty()) listed = meta::reduce_mask("squeeze", self, dims);
+  for (int64_t i = 0; i < self.dim(); ++i) {
+    if (listed[i] && self.sizes()[i] == 1) continue;
+    sizes.push_back(self.sizes()[i]);
+    strides.push_back(self.strides()[i]);
+  }
+  return make_view(self, sizes, strides, self.storage_offset());
+}
+
+// diagonal(offset, dim1, dim2): dim1 and dim2 go, and a last dim of the (offset) diagonal's
+// length comes, with stride stride1 + stride2, as ATen's diagonal.
+Tensor diagonal_kernel(const Tensor& self, int64_t offset, int64_t dim1, int64_t dim2) {
+  meta::check_defined("diagonal", self, "self");
+  KILN_CHECK_INDEX(self.dim() >= 2, "[diagonal] expected a tensor of at least 2 dims, got {}",
+                   self.dim());
+  int64_t d1 = wrap_dim(dim1, self.dim(), "diagonal"), d2 = wrap_dim(dim2, self.dim(), "diagonal");
+  KILN_CHECK(d1 != d2, "[diagonal] diagonal dimensions cannot be identical {}, {}", dim1, dim2);
+  const int64_t n1 = self.sizes()[d1], n2 = self.sizes()[d2];
+  int64_t len = 0, start = self.storage_offset();
+  if (offset >= 0) {
+    len = std::max<int64_t>(std::min(n1, n2 - offset), 0);
+    if (len > 0) start += offset * self.strides()[d2];
+  } else {
+    len = std::max<int64_t>(std::min(n1 + offset, n2), 0);
+    if (len > 0) start -= offset * self.strides()[d1];
+  }
+  Shape sizes, strides;
+  for (int64_t i = 0; i < self.dim(); ++i) {
+    if (i == d1 || i == d2) continue;
+    sizes.push_back(self.sizes()[i]);
+    strides.push_back(self.strides()[i]);
+  }
+  sizes.push_back(len);
+  strides.push_back(self.strides()[d1] + self.strides()[d2]);
+  return make_view(self, sizes, strides, start);
+}
+
 Tensor unsqueeze_kernel(const Tensor& self, int64_t dim) {
   meta::check_defined("unsqueeze", self, "self");
   int64_t d = wrap_dim(dim, self.dim() + 1, "unsqueeze");
@@ -280,6 +323,8 @@ const bool registered = [] {
   register_view(ops::op_expand, &expand_kernel);
   register_view(ops::op_squeeze, &squeeze_kernel);
   register_view(ops::op_unsqueeze, &unsqueeze_kernel);
+  register_view(ops::op_squeeze_dims, &squeeze_dims_kernel);
+  register_view(ops::op_diagonal, &diagonal_kernel);
   register_view(ops::op_alias, &alias_kernel);
   register_view(ops::op_detach, &detach_kernel);
   return true;

@@ -68,6 +68,28 @@ std::vector<Case> cases() {
          auto [v, i] = max(x[0], 1);
          return TensorList{v, i};
        }},
+      {"sort_dim1_desc",
+       {{4, 6}},
+       [](auto& x) {
+         auto [v, i] = sort(x[0], 1, true);
+         return TensorList{v, i};
+       }},
+      {"topk_dim0",
+       {{4, 6}},
+       [](auto& x) {
+         auto [v, i] = topk(x[0], 2, 0);
+         return TensorList{v, i};
+       }},
+      {"cumsum_dim0", {{4, 6}}, one([](auto& x) { return cumsum(x[0], 0); })},
+      {"cumsum_dim1", {{4, 6}}, one([](auto& x) { return cumsum(x[0], 1); })},
+      {"prod_dim1", {{4, 6}}, one([](auto& x) { return prod(div(x[0], 10.0), 1); })},
+      {"prod_all", {{4, 6}}, one([](auto& x) { return prod(div(x[0], 20.0)); })},
+      {"flip_dim0", {{4, 6}}, one([](auto& x) { return flip(x[0], {0}); })},
+      {"repeat", {{4, 6}}, one([](auto& x) {
+         return repeat(x[0], {2, 1, 2});
+       })},
+      {"diagonal", {{4, 6}}, one([](auto& x) { return diagonal(x[0], 1); })},
+      {"squeeze_dims", {{4, 1, 6}}, one([](auto& x) { return squeeze(x[0], IntArrayRef({1})); })},
       {"mm", {{4, 6}, {6, 8}}, one([](auto& x) { return mm(x[0], x[1]); })},
       {"bmm", {{2, 4, 6}, {2, 6, 4}}, one([](auto& x) { return bmm(x[0], x[1]); })},
       {"addmm", {{4, 6}, {6, 8}, {8}}, one([](auto& x) {

@@ -510,6 +510,14 @@ TEST(LayerTest, LeakyReLUHardtanhAndFlatten) {
   EXPECT_THROW(nn::Flatten(5).forward(x), Error);
 }
 
+TEST(LayerTest, ELU) {
+  Generator gen(31);
+  Tensor x = randn({2, 3, 4}, &gen, kFloat32) * 3.0;
+  EXPECT_TRUE(close(nn::ELU().forward(x), torch::elu(to_aten(x))));
+  EXPECT_TRUE(close(nn::ELU(0.3).forward(x), torch::elu(to_aten(x), 0.3)));
+  EXPECT_THROW(nn::ELU().forward(ones({3}, kInt64)), TypeError);
+}
+
 TEST(LayerTest, Sequential) {
   Generator gen(29);
   auto seq = small_mlp(gen);

@@ -75,6 +75,8 @@ std::map<std::string, Row> make_rows() {
                    [](Tensor& s, T) -> Tensor& { return hardtanh_(s, Scalar(0.75), Scalar(2.5)); }};
   r["leaky_relu"] = {[](T a, T) { return leaky_relu(a, Scalar(0.5)); },
                      [](Tensor& s, T) -> Tensor& { return leaky_relu_(s, Scalar(0.5)); }};
+  r["elu"] = {[](T a, T) { return elu(a, Scalar(1.5), Scalar(0.5), Scalar(2)); },
+              [](Tensor& s, T) -> Tensor& { return elu_(s, Scalar(1.5), Scalar(0.5), Scalar(2)); }};
   r["clamp"] = {[](T a, T) { return clamp(a, Scalar(0.5), Scalar(1.5)); },
                 [](Tensor& s, T) -> Tensor& { return clamp_(s, Scalar(0.5), Scalar(1.5)); }};
   return r;

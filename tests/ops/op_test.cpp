@@ -73,8 +73,12 @@ const Cases& factory_foreach() {
   static const Cases c = factory_foreach_cases();
   return c;
 }
+const Cases& sort_scan() {
+  static const Cases c = sort_scan_cases();
+  return c;
+}
 std::vector<const Cases*> all_tables() {
-  return {&pointwise(), &reduce(), &linalg_nn(), &shape_index(), &factory_foreach()};
+  return {&pointwise(), &reduce(), &linalg_nn(), &shape_index(), &factory_foreach(), &sort_scan()};
 }
 
 uint64_t seed_of(const std::string& s, std::optional<DType> d) {
@@ -406,6 +410,7 @@ KILN_INSTANTIATE_TABLE(Reduce, reduce);
 KILN_INSTANTIATE_TABLE(LinalgNN, linalg_nn);
 KILN_INSTANTIATE_TABLE(ShapeIndex, shape_index);
 KILN_INSTANTIATE_TABLE(FactoryForeach, factory_foreach);
+KILN_INSTANTIATE_TABLE(SortScan, sort_scan);
 #undef KILN_INSTANTIATE_TABLE
 
 // ---------------------------------------------------------------- gradcheck

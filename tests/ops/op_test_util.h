@@ -251,8 +251,13 @@ Cases reduce_cases();
 Cases linalg_nn_cases();
 Cases shape_index_cases();
 Cases factory_foreach_cases();
+// sort/topk, cumsum/prod, flip/repeat, diagonal, squeeze.dims, elu (op_test_sort_scan.cpp).
+Cases sort_scan_cases();
 // convolution and its backward (op_test_conv.cpp), part of linalg_nn_cases().
 void add_convolution(Cases& cs);
+// batch, group and layer norm and their backward ops (op_test_norm.cpp), part of
+// linalg_nn_cases().
+void add_norm(Cases& cs);
 // Samples that exercise several ops at once or no op at all (op_test_composite.cpp).
 GradSamples composite_grads();
 std::vector<ErrorCase> composite_errors();

@@ -1,0 +1,83 @@
+// Batch norm forward + backward in training at a CNN-sized input (issue 16) against libtorch in
+// the same process, on the CPU (and on CUDA when both have a GPU): native_batch_norm_legit then
+// native_batch_norm_backward against at::native_batch_norm and at::native_batch_norm_backward,
+// float32. Prints milliseconds per forward, per backward and per step, and Kiln / ATen.
+// Usage: kiln_norm_bench [N C H W] [threads]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "bench/timing.h"
+#include "kiln/kiln.h"
+
+namespace {
+
+using kiln::bench::median_seconds_per_call;
+
+// A Kiln copy of a contiguous float32 ATen tensor.
+kiln::Tensor copy_of(const at::Tensor& a) {
+  kiln::Tensor t = kiln::empty({a.size(0), a.size(1), a.size(2), a.size(3)}, kiln::kFloat32);
+  std::memcpy(t.impl()->data(), a.data_ptr(), t.nbytes());
+  return t;
+}
+
+void run(int64_t n, int64_t c, int64_t h, int64_t w) {
+  at::manual_seed(1);
+  at::Tensor ax = at::randn({n, c, h, w}), agy = at::randn({n, c, h, w});
+  kiln::Tensor x = copy_of(ax), gy = copy_of(agy);
+  kiln::Tensor wt = kiln::ones({c}), b = kiln::zeros({c}), rm = kiln::zeros({c}),
+               rv = kiln::ones({c});
+  at::Tensor aw = at::ones({c}), ab = at::zeros({c}), arm = at::zeros({c}), arv = at::ones({c});
+  kiln::Tensor sm, sr;
+  at::Tensor asm_, asr;
+  auto k_fwd = [&] {
+    auto r = kiln::native_batch_norm_legit(x, wt, b, rm, rv, true, 0.1, 1e-5);
+    sm = std::get<1>(r);
+    sr = std::get<2>(r);
+  };
+  auto k_bwd = [&] {
+    kiln::native_batch_norm_backward(gy, x, wt, rm, rv, sm, sr, true, 1e-5, {1, 1, 1});
+  };
+  auto a_fwd = [&] {
+    auto r = at::native_batch_norm(ax, aw, ab, arm, arv, true, 0.1, 1e-5);
+    asm_ = std::get<1>(r);
+    asr = std::get<2>(r);
+  };
+  auto a_bwd = [&] {
+    at::native_batch_norm_backward(agy, ax, aw, arm, arv, asm_, asr, true, 1e-5,
+                                   {true, true, true});
+  };
+  const int iters = 20, repeats = 7, warmup = 5;
+  const double kf = median_seconds_per_call(k_fwd, iters, repeats, warmup);
+  const double kb = median_seconds_per_call(k_bwd, iters, repeats, warmup);
+  const double af = median_seconds_per_call(a_fwd, iters, repeats, warmup);
+  const double ab_ = median_seconds_per_call(a_bwd, iters, repeats, warmup);
+  fmt::print("batch_norm train [{}, {}, {}, {}] float32 cpu ({} threads)\n", n, c, h, w,
+             kiln::get_num_threads());
+  fmt::print("  forward   kiln {:8.3f} ms  aten {:8.3f} ms  kiln/aten {:.2f}\n", kf * 1e3, af * 1e3,
+             kf / af);
+  fmt::print("  backward  kiln {:8.3f} ms  aten {:8.3f} ms  kiln/aten {:.2f}\n", kb * 1e3,
+             ab_ * 1e3, kb / ab_);
+  fmt::print("  step      kiln {:8.3f} ms  aten {:8.3f} ms  kiln/aten {:.2f}\n", (kf + kb) * 1e3,
+             (af + ab_) * 1e3, (kf + kb) / (af + ab_));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t s[4] = {64, 32, 28, 28};
+  if (argc >= 5)
+    for (int i = 0; i < 4; ++i) s[i] = std::atoll(argv[i + 1]);
+  if (argc >= 6) {
+    const int t = std::atoi(argv[5]);
+    kiln::set_num_threads(t);
+    at::set_num_threads(t);
+  } else {
+    at::set_num_threads(kiln::get_num_threads());
+  }
+  run(s[0], s[1], s[2], s[3]);
+  return 0;
+}
