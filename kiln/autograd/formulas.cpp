@@ -550,6 +550,30 @@ void convolution_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   if (mask[2]) gi[2] = db;
 }
 
+// Pooling (Note [Pooling] in kiln/ops/pool_meta.cpp): each forward op's backward op, from the
+// saved input (and max pooling's saved indices, output 1; the indices have no gradient).
+template <int nd>
+void max_pool_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  auto& bw =
+      nd == 2 ? ops::op_max_pool2d_with_indices_backward : ops::op_max_pool3d_with_indices_backward;
+  gi[0] = bw(g[0], c.input(0), c.get<Shape>(1), c.get<Shape>(2), c.get<Shape>(3), c.get<Shape>(4),
+             c.get<bool>(5), c.output(1));
+}
+template <int nd>
+void avg_pool_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  auto& bw = nd == 2 ? ops::op_avg_pool2d_backward : ops::op_avg_pool3d_backward;
+  const IValue& div = c.arg(6);
+  std::optional<int64_t> divisor;
+  if (!std::holds_alternative<std::monostate>(div)) divisor = std::get<int64_t>(div);
+  gi[0] = bw(g[0], c.input(0), c.get<Shape>(1), c.get<Shape>(2), c.get<Shape>(3), c.get<bool>(4),
+             c.get<bool>(5), divisor);
+}
+template <int nd>
+void adaptive_avg_pool_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  auto& bw = nd == 2 ? ops::op_adaptive_avg_pool2d_backward : ops::op_adaptive_avg_pool3d_backward;
+  gi[0] = bw(g[0], c.input(0));
+}
+
 // Batch, group and layer norm (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp):
 // their backward ops compute what the call needs (output_mask); save_mean/save_rstd (mean/rstd)
 // are the forward's outputs 1 and 2, and carry no gradient. Eval batch norm differentiates
@@ -739,6 +763,12 @@ const Entry kOthers[] = {
     {&ops::op_native_dropout.def, F(dropout_bw, 0, S(1))},
     {&ops::op_flash_attention.def, F(flash_attention_bw, kSaveAll, S(0) | S(1))},
     {&ops::op_convolution.def, F(convolution_bw, S(0) | S(1))},
+    {&ops::op_max_pool2d_with_indices.def, F(max_pool_bw<2>, S(0), S(1))},
+    {&ops::op_max_pool3d_with_indices.def, F(max_pool_bw<3>, S(0), S(1))},
+    {&ops::op_avg_pool2d.def, F(avg_pool_bw<2>, S(0))},
+    {&ops::op_avg_pool3d.def, F(avg_pool_bw<3>, S(0))},
+    {&ops::op_adaptive_avg_pool2d.def, F(adaptive_avg_pool_bw<2>, S(0))},
+    {&ops::op_adaptive_avg_pool3d.def, F(adaptive_avg_pool_bw<3>, S(0))},
     {&ops::op_native_batch_norm_legit.def,
      F(batch_norm_legit_bw, S(0) | S(1) | S(3) | S(4), S(1) | S(2))},
     {&ops::op_native_batch_norm_legit_no_stats.def,

@@ -241,6 +241,52 @@ namespace kiln::ops {
     "convolution_backward(Tensor grad_output, Tensor input, Tensor weight, int[] bias_sizes, "     \
     "int[] stride, int[] padding, int[] dilation, bool transposed, int[] output_padding, int "     \
     "groups, int[] output_mask) -> (Tensor grad_input, Tensor grad_weight, Tensor grad_bias)")     \
+  /* pooling (Note [Pooling] in kiln/ops/pool_meta.cpp): batched [N, C, *spatial] or unbatched     \
+     [C, *spatial]; an empty stride is the kernel size; indices are flat within a plane */         \
+  _(max_pool2d_with_indices, Functional,                                                           \
+    TensorPair(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef, bool),           \
+    "max_pool2d_with_indices(Tensor self, int[] kernel_size, int[] stride=[], int[] "              \
+    "padding=[0], int[] dilation=[1], bool ceil_mode=False) -> (Tensor out, Tensor indices)")      \
+  _(max_pool2d_with_indices_backward, Functional,                                                  \
+    Tensor(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef, bool, \
+           const Tensor&),                                                                         \
+    "max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[] kernel_size, "        \
+    "int[] stride, int[] padding, int[] dilation, bool ceil_mode, Tensor indices) -> Tensor")      \
+  _(max_pool3d_with_indices, Functional,                                                           \
+    TensorPair(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef, bool),           \
+    "max_pool3d_with_indices(Tensor self, int[] kernel_size, int[] stride=[], int[] "              \
+    "padding=[0], int[] dilation=[1], bool ceil_mode=False) -> (Tensor out, Tensor indices)")      \
+  _(max_pool3d_with_indices_backward, Functional,                                                  \
+    Tensor(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef, bool, \
+           const Tensor&),                                                                         \
+    "max_pool3d_with_indices_backward(Tensor grad_output, Tensor self, int[] kernel_size, "        \
+    "int[] stride, int[] padding, int[] dilation, bool ceil_mode, Tensor indices) -> Tensor")      \
+  _(avg_pool2d, Functional,                                                                        \
+    Tensor(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, bool, bool, const OptInt&),       \
+    "avg_pool2d(Tensor self, int[] kernel_size, int[] stride=[], int[] padding=[0], bool "         \
+    "ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor")         \
+  _(avg_pool2d_backward, Functional,                                                               \
+    Tensor(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, bool, bool,        \
+           const OptInt&),                                                                         \
+    "avg_pool2d_backward(Tensor grad_output, Tensor self, int[] kernel_size, int[] stride, "       \
+    "int[] padding, bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor")     \
+  _(avg_pool3d, Functional,                                                                        \
+    Tensor(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, bool, bool, const OptInt&),       \
+    "avg_pool3d(Tensor self, int[] kernel_size, int[] stride=[], int[] padding=[0], bool "         \
+    "ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor")         \
+  _(avg_pool3d_backward, Functional,                                                               \
+    Tensor(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, bool, bool,        \
+           const OptInt&),                                                                         \
+    "avg_pool3d_backward(Tensor grad_output, Tensor self, int[] kernel_size, int[] stride, "       \
+    "int[] padding, bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor")     \
+  _(adaptive_avg_pool2d, Functional, Tensor(const Tensor&, IntArrayRef),                           \
+    "adaptive_avg_pool2d(Tensor self, int[] output_size) -> Tensor")                               \
+  _(adaptive_avg_pool2d_backward, Functional, Tensor(const Tensor&, const Tensor&),                \
+    "adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self) -> Tensor")                     \
+  _(adaptive_avg_pool3d, Functional, Tensor(const Tensor&, IntArrayRef),                           \
+    "adaptive_avg_pool3d(Tensor self, int[] output_size) -> Tensor")                               \
+  _(adaptive_avg_pool3d_backward, Functional, Tensor(const Tensor&, const Tensor&),                \
+    "adaptive_avg_pool3d_backward(Tensor grad_output, Tensor self) -> Tensor")                     \
   /* normalization (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp): batch norm's    \
      running stats are written in place; output_mask three 0/1 flags */                            \
   _(native_batch_norm_legit, Functional,                                                           \

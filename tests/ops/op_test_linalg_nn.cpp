@@ -1083,6 +1083,7 @@ Cases linalg_nn_cases() {
   add_flash_attention(cs);
   add_addmm_gelu(cs);
   add_convolution(cs);
+  add_pooling(cs);
   add_norm(cs);
   return cs;
 }

@@ -255,6 +255,8 @@ Cases factory_foreach_cases();
 Cases sort_scan_cases();
 // convolution and its backward (op_test_conv.cpp), part of linalg_nn_cases().
 void add_convolution(Cases& cs);
+// The pooling ops and their backward ops (op_test_pool.cpp), part of linalg_nn_cases().
+void add_pooling(Cases& cs);
 // batch, group and layer norm and their backward ops (op_test_norm.cpp), part of
 // linalg_nn_cases().
 void add_norm(Cases& cs);
