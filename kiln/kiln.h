@@ -16,6 +16,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/normalization.h"
+#include "kiln/nn/pooling.h"
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
