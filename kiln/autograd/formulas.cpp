@@ -699,6 +699,7 @@ const Entry kPointwise[] = {
     {&ops::op_isinf.def, kNone},
     {&ops::op_hardtanh.def, F(hardtanh_bw, S(0))},
     {&ops::op_leaky_relu.def, F(leaky_relu_bw, S(0))},
+    {&ops::op_elu.def, F(elu_bw, S(0))},
     {&ops::op_gelu.def, F(gelu_bw, S(0))},
     {&ops::op_clamp.def, F(clamp_bw, S(0))},
     {&ops::op_where.def, F(where_bw, S(0))},
@@ -706,6 +707,8 @@ const Entry kPointwise[] = {
 
 const Entry kOthers[] = {
     {&ops::op_sum.def, F(sum_bw)},
+    {&ops::op_cumsum.def, F(cumsum_bw)},
+    {&ops::op_prod.def, F(prod_bw, S(0))},
     {&ops::op_mean.def, F(mean_bw)},
     {&ops::op_var.def, F(var_bw, S(0))},
     {&ops::op_amax.def, F(amax_amin_bw, S(0), S(0))},
@@ -723,7 +726,6 @@ const Entry kOthers[] = {
     {&ops::op_layer_norm.def, F(layer_norm_bw, S(0) | S(1))},
     {&ops::op_rms_norm.def, F(rms_norm_bw, S(0) | S(1))},
     {&ops::op_embedding.def, F(embedding_bw, S(1))},
-    {&ops::op_elu.def, F(elu_bw, S(0))},
     {&ops::op_nll_loss.def, F(nll_loss_bw, S(1))},
     {&ops::op_cat.def, F(cat_bw)},
     {&ops::op_index_select.def, F(index_select_bw, S(1))},
@@ -731,8 +733,8 @@ const Entry kOthers[] = {
     {&ops::op_scatter_add.def, F(scatter_add_bw, S(1))},
     {&ops::op_index_add.def, F(index_add_bw, S(1))},
     {&ops::op_triu.def, F(triu_bw)},
-    {&ops::op_cumsum.def, F(cumsum_bw)},
-    {&ops::op_prod.def, F(prod_bw, S(0))},
+    {&ops::op_flip.def, F(flip_bw)},
+    {&ops::op_repeat.def, F(repeat_bw)},
     {&ops::op_tril.def, F(tril_bw)},
     {&ops::op_one_hot.def, kNone},
     {&ops::op_view.def, F(reshape_bw)},
@@ -741,6 +743,8 @@ const Entry kOthers[] = {
     {&ops::op_transpose.def, F(transpose_bw)},
     {&ops::op_slice.def, F(slice_bw)},
     {&ops::op_select.def, F(select_bw)},
+    {&ops::op_diagonal.def, F(diagonal_bw)},
+    {&ops::op_squeeze_dims.def, F(reshape_bw)},
     {&ops::op_expand.def, F(identity_bw)},
     {&ops::op_squeeze.def, F(reshape_bw)},
     {&ops::op_unsqueeze.def, F(reshape_bw)},
@@ -757,28 +761,26 @@ const Entry kOthers[] = {
     {&ops::op_fill_.def, F(fill_bw)},
     {&ops::op_to_copy.def, F(identity_bw)},
     {&ops::op_max_dim.def, F(max_min_dim_bw, 0, S(1))},
-    {&ops::op_flip.def, F(flip_bw)},
-    {&ops::op_repeat.def, F(repeat_bw)},
+    {&ops::op_sort.def, F(sort_bw, 0, S(1))},
+    {&ops::op_topk.def, F(topk_bw, 0, S(1))},
     {&ops::op_min_dim.def, F(max_min_dim_bw, 0, S(1))},
     {&ops::op_native_dropout.def, F(dropout_bw, 0, S(1))},
     {&ops::op_flash_attention.def, F(flash_attention_bw, kSaveAll, S(0) | S(1))},
     {&ops::op_convolution.def, F(convolution_bw, S(0) | S(1))},
+    {&ops::op_native_batch_norm_legit.def,
+     F(batch_norm_legit_bw, S(0) | S(1) | S(3) | S(4), S(1) | S(2))},
+    {&ops::op_native_batch_norm_legit_no_stats.def,
+     F(batch_norm_no_stats_bw, S(0) | S(1), S(1) | S(2))},
+    {&ops::op_native_batch_norm_legit_no_training.def,
+     F(batch_norm_no_training_bw, S(0) | S(1) | S(3) | S(4), S(1) | S(2))},
+    {&ops::op_native_group_norm.def, F(group_norm_bw, S(0) | S(1), S(1) | S(2))},
+    {&ops::op_native_layer_norm.def, F(native_layer_norm_bw, S(0) | S(1) | S(2), S(1) | S(2))},
     {&ops::op_max_pool2d_with_indices.def, F(max_pool_bw<2>, S(0), S(1))},
     {&ops::op_max_pool3d_with_indices.def, F(max_pool_bw<3>, S(0), S(1))},
     {&ops::op_avg_pool2d.def, F(avg_pool_bw<2>, S(0))},
     {&ops::op_avg_pool3d.def, F(avg_pool_bw<3>, S(0))},
     {&ops::op_adaptive_avg_pool2d.def, F(adaptive_avg_pool_bw<2>, S(0))},
     {&ops::op_adaptive_avg_pool3d.def, F(adaptive_avg_pool_bw<3>, S(0))},
-    {&ops::op_native_batch_norm_legit.def,
-     F(batch_norm_legit_bw, S(0) | S(1) | S(3) | S(4), S(1) | S(2))},
-    {&ops::op_native_batch_norm_legit_no_stats.def,
-     F(batch_norm_no_stats_bw, S(0) | S(1), S(1) | S(2))},
-    {&ops::op_diagonal.def, F(diagonal_bw)},
-    {&ops::op_squeeze_dims.def, F(reshape_bw)},
-    {&ops::op_native_batch_norm_legit_no_training.def,
-     F(batch_norm_no_training_bw, S(0) | S(1) | S(3) | S(4), S(1) | S(2))},
-    {&ops::op_native_group_norm.def, F(group_norm_bw, S(0) | S(1), S(1) | S(2))},
-    {&ops::op_native_layer_norm.def, F(native_layer_norm_bw, S(0) | S(1) | S(2), S(1) | S(2))},
 };
 
 void set_derivative(const OpDef* op, const Derivative& d) {
@@ -794,8 +796,6 @@ const bool registered = [] {
     set_derivative(e.op->inplace_variant(), writes_bool ? kNone : e.d);
   }
   for (const Entry& e : kOthers) set_derivative(e.op, e.d);
-    {&ops::op_sort.def, F(sort_bw, 0, S(1))},
-    {&ops::op_topk.def, F(topk_bw, 0, S(1))},
   return true;
 }();
 
