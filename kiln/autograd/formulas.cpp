@@ -757,6 +757,9 @@ const Entry kOthers[] = {
     {&ops::op_rand.def, kNone},
     {&ops::op_randn.def, kNone},
     {&ops::op_randint.def, kNone},
+    // Loss scaling writes gradients and the scaler's state, never anything that needs a grad.
+    {&ops::op_amp_non_finite_check_and_unscale_.def, kNone},
+    {&ops::op_amp_update_scale_.def, kNone},
     {&ops::op_copy_.def, F(copy_bw)},
     {&ops::op_fill_.def, F(fill_bw)},
     {&ops::op_to_copy.def, F(identity_bw)},

@@ -1,5 +1,7 @@
 // Sharding rules of the foreach (multi-tensor) ops and the fused AdamW step. See Note [Foreach
 // placements].
+#include <cstdint>
+
 #include <fmt/format.h>
 
 #include "kiln/dtensor/rule_options.h"
@@ -15,7 +17,12 @@ namespace {
 // reduce-scattered into a sharded parameter's placement, or all-reduced for a replicated one),
 // and the local op runs once over all the local tensors. foreach_adamw_'s other written lists
 // (exp_avg, exp_avg_sq) must already have their parameter's placements (the layer refuses to
-// redistribute what an op writes); its step counts and lr are 0-d and replicated.
+// redistribute what an op writes); its step counts, lr and found_inf are 0-d and replicated.
+// amp_non_finite_check_and_unscale_ is a linear foreach op (a product by a scalar) whose
+// found_inf and inv_scale are 0-d and replicated: its local op sets found_inf from the local
+// shards only, so the caller all-reduces it (max) to make it whole again (GradScaler does; Note
+// [Loss scaling on the device] in kiln/amp/grad_scaler.cpp). amp_update_scale_ takes 0-d
+// tensors only, all replicated.
 // A Partial self may stay Partial only where the op is linear in its lists together
 // (foreach_add_, foreach_mul_ by a scalar, foreach_lerp_) and the reduction is sum or avg; the
 // other in-place forms raise (a Partial parameter is reduced first, by the caller), and
@@ -59,12 +66,16 @@ void foreach_rule(const ShardingCall& call, ShardingDecision& d) {
              call.op().name(), n_self, list_len, inputs_str(call));
   std::vector<Placements> self(n_self);
   for (size_t k = 0; k < n_self; ++k) self[k] = self_target(call.input(k), K, call, k);
-  const bool adamw = &call.op() == &ops::op_foreach_adamw_.def;
+  // Arguments from this position on are 0-d and replicated: foreach_adamw_'s step counts (4),
+  // lr (5) and found_inf (10); amp_non_finite_check_and_unscale_'s found_inf and inv_scale.
+  const size_t first_scalar = &call.op() == &ops::op_foreach_adamw_.def ? 4
+                              : &call.op() == &ops::op_amp_non_finite_check_and_unscale_.def
+                                  ? 1
+                                  : SIZE_MAX;
   d.inputs.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const size_t pos = call.position(i);
-    // foreach_adamw_'s step counts (position 4) and lr (position 5) are 0-d and replicated.
-    const bool scalar = adamw && pos >= 4;
+    const bool scalar = pos >= first_scalar;
     KILN_CHECK(scalar || elem[i] < n_self, "[{}] list {} is longer than self ({} tensors)",
                call.op().name(), pos, n_self);
     d.inputs[i] = scalar ? replicated(mesh_ndim) : self[elem[i]];
@@ -78,6 +89,11 @@ const ShardingRule kInPlace{"foreach (self's placements)", &foreach_rule<Kind::I
 const ShardingRule kFunctional{"foreach (self's placements, Partial reduced)",
                                &foreach_rule<Kind::Functional>};
 
+void replicated_rule(const ShardingCall& call, ShardingDecision& d) {
+  d.inputs.assign(call.num_inputs(), replicated(call.mesh_ndim()));
+}
+const ShardingRule kReplicated{"0-d tensors, replicated", &replicated_rule};
+
 const bool g_registered = [] {
   set_sharding_rule(ops::op_foreach_add_.def, &kLinear);
   set_sharding_rule(ops::op_foreach_mul_.def, &kLinear);
@@ -88,6 +104,8 @@ const bool g_registered = [] {
   set_sharding_rule(ops::op_foreach_sqrt_.def, &kInPlace);
   set_sharding_rule(ops::op_foreach_adamw_.def, &kInPlace);
   set_sharding_rule(ops::op_foreach_sqrt.def, &kFunctional);
+  set_sharding_rule(ops::op_amp_non_finite_check_and_unscale_.def, &kLinear);
+  set_sharding_rule(ops::op_amp_update_scale_.def, &kReplicated);
   return true;
 }();
 

@@ -360,7 +360,16 @@ namespace kiln::ops {
          const TensorList&, const Tensor&, double, double, double, double),                        \
     "foreach_adamw_(Tensor(a!)[] self, Tensor[] grads, Tensor(b!)[] exp_avg, "                     \
     "Tensor(c!)[] exp_avg_sq, Tensor(d!)[] steps, Tensor lr, float beta1, float beta2, "           \
-    "float eps, float weight_decay) -> ()")                                                        \
+    "float eps, float weight_decay, Tensor? found_inf=None) -> ()")                                \
+  /* loss scaling for float16 (Note [Loss scaling on the device] in kiln/amp/grad_scaler.cpp) */   \
+  _(amp_non_finite_check_and_unscale_, InPlace,                                                    \
+    void(const TensorList&, const Tensor&, const Tensor&),                                         \
+    "amp_non_finite_check_and_unscale_(Tensor(a!)[] self, Tensor(b!) found_inf, Tensor "           \
+    "inv_scale) -> ()")                                                                            \
+  _(amp_update_scale_, InPlace,                                                                    \
+    void(const Tensor&, const Tensor&, const Tensor&, double, double, int64_t),                    \
+    "amp_update_scale_(Tensor(a!) self, Tensor(b!) growth_tracker, Tensor found_inf, float "       \
+    "growth_factor, float backoff_factor, int growth_interval) -> ()")                             \
   /* collectives (kiln/distributed, Note [Collectives are ops] in collective_kernels.cpp):         \
      `group` is a process group's id; `group_size` its size, so meta functions know shapes.        \
      In-place and out= forms name their functional form (variants set in op_list.cpp) */           \

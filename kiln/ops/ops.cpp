@@ -503,8 +503,17 @@ void foreach_mul_(const TensorList& self, const TensorList& other) {
 }
 void foreach_adamw_(const TensorList& p, const TensorList& g, const TensorList& m,
                     const TensorList& v, const TensorList& steps, const Tensor& lr, double beta1,
-                    double beta2, double eps, double weight_decay) {
-  op_foreach_adamw_(p, g, m, v, steps, lr, beta1, beta2, eps, weight_decay);
+                    double beta2, double eps, double weight_decay, const Tensor& found_inf) {
+  op_foreach_adamw_(p, g, m, v, steps, lr, beta1, beta2, eps, weight_decay, found_inf);
+}
+void amp_non_finite_check_and_unscale_(const TensorList& self, const Tensor& found_inf,
+                                       const Tensor& inv_scale) {
+  op_amp_non_finite_check_and_unscale_(self, found_inf, inv_scale);
+}
+void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                       double growth_factor, double backoff_factor, int64_t growth_interval) {
+  op_amp_update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                       growth_interval);
 }
 void foreach_lerp_(const TensorList& self, const TensorList& end, const Scalar& w) {
   op_foreach_lerp_(self, end, w);

@@ -441,11 +441,22 @@ std::vector<Tensor> foreach_sqrt(const std::vector<Tensor>& self);
 // One fused AdamW step (PyTorch's AdamW arithmetic) over parameters, gradients and both
 // moment lists, in place. `steps` (0-d float64, one per parameter) count the steps taken and
 // are incremented first; `lr` is a 0-d float64 tensor. Both live on the device, so a compiled
-// step replays with the current values (PyTorch's "capturable" AdamW).
+// step replays with the current values (PyTorch's "capturable" AdamW). When `found_inf` (0-d
+// float32 beside lr) is given and nonzero on the device, nothing is written (a skipped step).
 void foreach_adamw_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                     const std::vector<Tensor>& exp_avg, const std::vector<Tensor>& exp_avg_sq,
                     const std::vector<Tensor>& steps, const Tensor& lr, double beta1, double beta2,
-                    double eps, double weight_decay);
+                    double eps, double weight_decay, const Tensor& found_inf = {});
+// Loss scaling (PyTorch's _amp_foreach_non_finite_check_and_unscale_): self[i] *= inv_scale
+// (0-d float32) and found_inf (0-d float32) set to 1 when any element of any self[i] is inf or
+// NaN (never reset to 0). Everything on found_inf's device; nothing is read on the host.
+void amp_non_finite_check_and_unscale_(const std::vector<Tensor>& self, const Tensor& found_inf,
+                                       const Tensor& inv_scale);
+// PyTorch's _amp_update_scale_ on the device: when found_inf (0-d float32) is nonzero, scale
+// (0-d float32) *= backoff_factor and growth_tracker (0-d int32) = 0; else the tracker counts
+// up and on reaching growth_interval scale *= growth_factor (kept only if finite), tracker = 0.
+void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                       double growth_factor, double backoff_factor, int64_t growth_interval);
 void foreach_sqrt_(const std::vector<Tensor>& self);
 
 // ---------------------------------------------------------------- operators

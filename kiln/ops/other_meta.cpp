@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "kiln/ops/amp_meta.h"
+
 #include "kiln/ops/structured.h"
 
 namespace kiln {
@@ -275,7 +277,7 @@ void foreach_scalar(const char* op, const TensorList& self, const Scalar& s) {
 
 void foreach_adamw(const char* op, const TensorList& p, const TensorList& g, const TensorList& m,
                    const TensorList& v, const TensorList& steps, const Tensor& lr, double beta1,
-                   double beta2, double eps, double wd) {
+                   double beta2, double eps, double wd, const Tensor& found_inf) {
   foreach_lists(op, {&p, &g, &m, &v});
   foreach_float(op, p);
   KILN_CHECK(eps >= 0 && wd >= 0, "[{}] eps and weight_decay must be >= 0, got {} and {}", op, eps,
@@ -288,6 +290,7 @@ void foreach_adamw(const char* op, const TensorList& p, const TensorList& g, con
   KILN_CHECK_TYPE(lr.dim() == 0 && lr.dtype() == kFloat64,
                   "[{}] lr must be a 0-d float64 tensor, got [{}] {}", op,
                   fmt::join(lr.sizes(), ", "), name(lr.dtype()));
+  if (found_inf.defined()) check_found_inf(op, found_inf, lr.device());
   for (size_t i = 0; i < p.size(); ++i) {
     check_defined(op, steps[i], "steps");
     KILN_CHECK_TYPE(steps[i].dim() == 0 && steps[i].dtype() == kFloat64,
@@ -424,8 +427,9 @@ void meta_foreach_sqrt_(const TensorList& a) {
 
 void meta_foreach_adamw_(const TensorList& p, const TensorList& g, const TensorList& m,
                          const TensorList& v, const TensorList& steps, const Tensor& lr,
-                         double beta1, double beta2, double eps, double wd) {
-  meta::foreach_adamw("foreach_adamw_", p, g, m, v, steps, lr, beta1, beta2, eps, wd);
+                         double beta1, double beta2, double eps, double wd,
+                         const Tensor& found_inf) {
+  meta::foreach_adamw("foreach_adamw_", p, g, m, v, steps, lr, beta1, beta2, eps, wd, found_inf);
 }
 
 template <class Sig>

@@ -45,10 +45,11 @@ void foreach_lists(const char* op, std::initializer_list<const TensorList*> list
 void foreach_float(const char* op, const TensorList& self);
 // foreach_adamw_: the lists match and are of self's float dtype; steps are 0-d float64
 // tensors and lr a 0-d float64 tensor on self's devices; the hyperparameters are in range.
+// found_inf, when defined, is a 0-d float32 tensor on lr's device.
 // (The values of lr and steps live on the device and are checked by the kernels.)
 void foreach_adamw(const char* op, const TensorList& p, const TensorList& g, const TensorList& m,
                    const TensorList& v, const TensorList& steps, const Tensor& lr, double beta1,
-                   double beta2, double eps, double wd);
+                   double beta2, double eps, double wd, const Tensor& found_inf);
 // A scalar applied to every tensor must fit each one's dtype (no float into an integer list).
 void foreach_scalar(const char* op, const TensorList& self, const Scalar& s);
 

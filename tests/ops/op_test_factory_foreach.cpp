@@ -618,6 +618,122 @@ void add_foreach(Cases& cs) {
              ps.insert(ps.end(), vs.begin(), vs.end());
              return ps;
            }});
+  // A skipped step (a GradScaler's found_inf is 1): nothing is written, steps included.
+  cs.push_back(
+      {.name = "foreach_adamw__skipped",
+       .ops = {"foreach_adamw_"},
+       .dtypes = kFloatDTypes,
+       .make = make_lists({draw_any(), draw_any(), draw_any(), draw_positive()}),
+       .kiln =
+           [](const KArgs& x) {
+             auto clones = [](TensorList l) {
+               for (Tensor& t : l) t = t.clone();
+               return l;
+             };
+             TensorList p = clones(list(x, 0, 4)), m = clones(list(x, 2, 4)),
+                        v = clones(list(x, 3, 4));
+             TensorList steps;
+             for (size_t i = 0; i < p.size(); ++i)
+               steps.push_back(full({}, 2.0, kFloat64, p[i].device()));
+             const Device d = p[0].device();
+             foreach_adamw_(p, list(x, 1, 4), m, v, steps, full({}, 0.01, kFloat64, d), 0.9, 0.99,
+                            1e-8, 0.1, ones({}, kFloat32, d));
+             for (const Tensor& s : steps)
+               KILN_CHECK(s.device().is_meta() || s.item<double>() == 2.0, "steps incremented");
+             TensorList out = p;
+             out.insert(out.end(), m.begin(), m.end());
+             out.insert(out.end(), v.begin(), v.end());
+             return out;
+           },
+       .aten =
+           [](const AArgs& a) {
+             size_t n = a.in.size() / 4;
+             ATensors out;
+             for (size_t l : {0, 2, 3})
+               for (size_t i = 0; i < n; ++i) out.push_back(a[l * n + i]);
+             return out;
+           }});
+  // Loss scaling: gradients times 1 / scale, found_inf 0 on finite values and 1 (never reset)
+  // when one tensor holds an inf or a NaN (tensor 0 below, whose values are then not compared).
+  auto unscale_row = [&](const std::string& name, float poison) {
+    cs.push_back(
+        {.name = name,
+         .ops = {"amp_non_finite_check_and_unscale_"},
+         .dtypes = kFloatDTypes,
+         .make = make_lists({draw_any()}),
+         .kiln =
+             [poison](const KArgs& x) {
+               TensorList g = x.in;
+               for (Tensor& t : g) t = t.clone();
+               const bool poisoned = poison != 0;
+               if (poisoned) g[0].fill_(poison);
+               const Device d = g[0].device();
+               Tensor found = zeros({}, kFloat32, d);
+               amp_non_finite_check_and_unscale_(g, found, full({}, 0.25, kFloat32, d));
+               KILN_CHECK(d.is_meta() || found.item<float>() == (poisoned ? 1.f : 0.f),
+                          "found_inf is {}", found.item<float>());
+               if (!poisoned) return g;
+               // Already 1: stays 1 on finite values.
+               amp_non_finite_check_and_unscale_({g[1]}, found, ones({}, kFloat32, d));
+               KILN_CHECK(d.is_meta() || found.item<float>() == 1.f, "found_inf was reset");
+               return TensorList(g.begin() + 1, g.end());
+             },
+         .aten =
+             [poison](const AArgs& a) {
+               ATensors out;
+               for (size_t i = poison != 0 ? 1 : 0; i < a.in.size(); ++i)
+                 out.push_back(at::mul(a[i], 0.25));
+               return out;
+             }});
+  };
+  unscale_row("amp_non_finite_check_and_unscale_", 0);
+  unscale_row("amp_non_finite_check_and_unscale__inf", -INFINITY);
+  unscale_row("amp_non_finite_check_and_unscale__nan", NAN);
+  // The scale's update: (found_inf, tracker before, interval) -> scale factor, tracker after.
+  struct UpdateCase {
+    const char* name;
+    float found;
+    int tracker;
+    int64_t interval;
+    double factor;
+    int tracker_after;
+  };
+  for (const UpdateCase& u : {UpdateCase{"amp_update_scale_", 0, 1, 3, 1.0, 2},
+                              UpdateCase{"amp_update_scale__grow", 0, 2, 3, 2.0, 0},
+                              UpdateCase{"amp_update_scale__backoff", 1, 2, 3, 0.5, 0}}) {
+    cs.push_back({.name = u.name,
+                  .ops = {"amp_update_scale_"},
+                  .dtypes = {kFloat32},
+                  .make = [](Gen& g) { return KTensors{g.positive({{}}, kFloat32)}; },
+                  .kiln =
+                      [u](const KArgs& x) {
+                        Tensor scale = x.in[0].clone();
+                        const Device d = scale.device();
+                        Tensor tracker = full({}, u.tracker, kInt32, d);
+                        amp_update_scale_(scale, tracker, full({}, u.found, kFloat32, d), 2.0, 0.5,
+                                          u.interval);
+                        KILN_CHECK(d.is_meta() || tracker.item<int64_t>() == u.tracker_after,
+                                   "tracker is {}", tracker.item<int64_t>());
+                        return TensorList{scale};
+                      },
+                  .aten = [u](const AArgs& a) { return ATensors{a[0] * u.factor}; }});
+  }
+  // A grown scale that would overflow float32 is not kept (the tracker still resets).
+  cs.push_back({.name = "amp_update_scale__no_overflow",
+                .ops = {"amp_update_scale_"},
+                .dtypes = {kFloat32},
+                .make = [](Gen&) { return KTensors{full({}, 3e38, kFloat32)}; },
+                .kiln =
+                    [](const KArgs& x) {
+                      Tensor scale = x.in[0].clone();
+                      const Device d = scale.device();
+                      Tensor tracker = zeros({}, kInt32, d);
+                      amp_update_scale_(scale, tracker, zeros({}, kFloat32, d), 2.0, 0.5, 1);
+                      KILN_CHECK(d.is_meta() || tracker.item<int64_t>() == 0, "tracker is {}",
+                                 tracker.item<int64_t>());
+                      return TensorList{scale};
+                    },
+                .aten = [](const AArgs& a) { return ATensors{a[0].clone()}; }});
   cs.push_back(
       {.name = "foreach_sqrt",
        .ops = {"foreach_sqrt"},
@@ -701,6 +817,61 @@ void add_foreach(Cases& cs) {
          for (const Tensor& t : p) watch(t);
          watch(step);
          foreach_adamw_(p, g, m, v, s, zeros({}, kFloat64), 0.9, 0.999, 1e-8, 0.0);
+       }},
+      {"adamw_found_inf_not_0d_float32", K::Type, "foreach_adamw_", {"found_inf", "[1] float32"},
+       [](const Watch& watch) {
+         TensorList p{f32({2})}, g{f32({2})}, m{f32({2})}, v{f32({2})},
+             s{zeros({}, kFloat64)};
+         for (const TensorList* l : {&p, &m, &v, &s}) watch((*l)[0]);
+         foreach_adamw_(p, g, m, v, s, zeros({}, kFloat64), 0.9, 0.999, 1e-8, 0.0, f32({1}));
+       }}};
+  head(cs, "amp_non_finite_check_and_unscale_").errors = {
+      {"unscale_inv_scale_float64", K::Type, "amp_non_finite_check_and_unscale_",
+       {"inv_scale", "[] float64"},
+       [](const Watch& watch) {
+         TensorList g{f32({2})};
+         Tensor found = zeros({});
+         watch(g[0]);
+         watch(found);
+         amp_non_finite_check_and_unscale_(g, found, ones({}, kFloat64));
+       }},
+      {"unscale_found_inf_not_0d", K::Type, "amp_non_finite_check_and_unscale_",
+       {"found_inf", "[1] float32"},
+       [](const Watch& watch) {
+         TensorList g{f32({2})};
+         watch(g[0]);
+         amp_non_finite_check_and_unscale_(g, zeros({1}), ones({}));
+       }},
+      {"unscale_integer_tensor", K::Type, "amp_non_finite_check_and_unscale_",
+       {"self[1]", "int64"},
+       [](const Watch& watch) {
+         TensorList g{f32({2}), i64({2})};
+         Tensor found = zeros({});
+         for (const Tensor& t : g) watch(t);
+         watch(found);
+         amp_non_finite_check_and_unscale_(g, found, ones({}));
+       }}};
+  head(cs, "amp_update_scale_").errors = {
+      {"update_scale_tracker_int64", K::Type, "amp_update_scale_", {"growth_tracker", "int64"},
+       [](const Watch& watch) {
+         Tensor scale = ones({});
+         watch(scale);
+         amp_update_scale_(scale, zeros({}, kInt64), zeros({}), 2.0, 0.5, 10);
+       }},
+      {"update_scale_interval_0", K::Value, "amp_update_scale_", {"growth_interval", "0"},
+       [](const Watch& watch) {
+         Tensor scale = ones({}), tracker = zeros({}, kInt32);
+         watch(scale);
+         watch(tracker);
+         amp_update_scale_(scale, tracker, zeros({}), 2.0, 0.5, 0);
+       }},
+      {"update_scale_negative_backoff", K::Value, "amp_update_scale_",
+       {"backoff_factor", "-0.5"},
+       [](const Watch& watch) {
+         Tensor scale = ones({}), tracker = zeros({}, kInt32);
+         watch(scale);
+         watch(tracker);
+         amp_update_scale_(scale, tracker, ones({}), 2.0, -0.5, 10);
        }}};
   // clang-format on
 }

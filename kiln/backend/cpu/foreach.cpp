@@ -195,9 +195,9 @@ void adamw_tensor(T* p, const T* g, T* m, T* v, int64_t n, const AdamWStep& s) {
 }
 void adamw_(const TensorList& p, const TensorList& g, const TensorList& m, const TensorList& v,
             const TensorList& steps, const Tensor& lr_t, double beta1, double beta2, double eps,
-            double wd) {
+            double wd, const Tensor& found_inf) {
   const char* op = "foreach_adamw_";
-  meta::foreach_adamw(op, p, g, m, v, steps, lr_t, beta1, beta2, eps, wd);
+  meta::foreach_adamw(op, p, g, m, v, steps, lr_t, beta1, beta2, eps, wd, found_inf);
   check_writable(op, p, {&g, &m, &v});
   check_writable(op, m, {&g, &v});
   check_writable(op, v, {&g});
@@ -211,6 +211,8 @@ void adamw_(const TensorList& p, const TensorList& g, const TensorList& m, const
       KILN_CHECK(steps[j].impl()->data() != steps[i].impl()->data(),
                  "[{}] steps[{}] and steps[{}] are the same tensor", op, j, i);
   }
+  // A skipped step (GradScaler found an inf or NaN): nothing is written, steps included.
+  if (found_inf.defined() && *static_cast<const float*>(found_inf.impl()->data()) != 0) return;
   for (size_t i = 0; i < p.size(); ++i) {
     double& step = *static_cast<double*>(steps[i].impl()->data());
     step += 1;

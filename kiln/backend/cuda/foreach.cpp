@@ -179,12 +179,14 @@ TensorList sqrt(const TensorList& self) {
 // step + 1 from the step as it was, skipping everything when the flag is set), then the step
 // kernels (step += 1 unless flagged). The increment runs after every update block has read
 // the old step, so no block can see a half-updated step, and a bad value anywhere writes
-// nothing at all.
+// nothing at all. A GradScaler's found_inf, when given, is read by the check kernels too: a
+// nonzero value sets the flag without an error, so a skipped step writes nothing (steps
+// included) and needs no host read.
 void adamw_(const TensorList& p, const TensorList& g, const TensorList& m, const TensorList& v,
             const TensorList& steps, const Tensor& lr_t, double beta1, double beta2, double eps,
-            double wd) {
+            double wd, const Tensor& found_inf) {
   const char* op = "foreach_adamw_";
-  meta::foreach_adamw(op, p, g, m, v, steps, lr_t, beta1, beta2, eps, wd);
+  meta::foreach_adamw(op, p, g, m, v, steps, lr_t, beta1, beta2, eps, wd, found_inf);
   check_writable(op, p, {&g, &m, &v});
   check_writable(op, m, {&g, &v});
   check_writable(op, v, {&g});
@@ -205,6 +207,8 @@ void adamw_(const TensorList& p, const TensorList& g, const TensorList& m, const
   Tensor flag = empty_cuda({1}, kInt32, device);
   int* flag_p = static_cast<int*>(flag.impl()->data());
   const auto* lr = static_cast<const double*>(lr_t.impl()->data());
+  const auto* found =
+      found_inf.defined() ? static_cast<const float*>(found_inf.impl()->data()) : nullptr;
 
   auto each_step_table = [&](auto launch) {
     StepTable st;
@@ -217,7 +221,8 @@ void adamw_(const TensorList& p, const TensorList& g, const TensorList& m, const
     }
   };
   each_step_table([&](const StepTable& st, bool first) {
-    launch_adamw_check(st, lr, flag_p, first, error_word(index), kBadLr, kBadStep, stream);
+    launch_adamw_check(st, lr, found, flag_p, first, error_word(index), kBadLr, kBadStep,
+                       stream);
   });
 
   std::vector<Tensor> keep;

@@ -242,8 +242,9 @@ void run(const ForeachTable<L>& tab, F f, cudaStream_t stream) {
 
 // Checks lr and the steps; see launch_adamw_check.
 __global__ void __launch_bounds__(kThreads)
-    adamw_check_kernel(const __grid_constant__ StepTable steps, const double* lr, int* flag,
-                       bool first, int* err, int lr_code, int step_code) {
+    adamw_check_kernel(const __grid_constant__ StepTable steps, const double* lr,
+                       const float* found_inf, int* flag, bool first, int* err, int lr_code,
+                       int step_code) {
   const double l = *lr;
   const bool lr_bad = !(l >= 0 && isfinite(l));
   bool step_bad = false;
@@ -256,6 +257,8 @@ __global__ void __launch_bounds__(kThreads)
   if (lr_bad || step_bad) {
     *flag = 1;
     atomicCAS(err, 0, lr_bad ? lr_code : step_code);
+  } else if (found_inf != nullptr && *found_inf != 0.f) {
+    *flag = 1;  // a skipped step, not an error
   } else if (first) {
     *flag = 0;
   }
@@ -318,9 +321,11 @@ template void launch_foreach<2>(ForeachOp, Dt, const ForeachTable<2>&, const For
 template void launch_foreach<3>(ForeachOp, Dt, const ForeachTable<3>&, const ForeachScalar&,
                                 cudaStream_t);
 
-void launch_adamw_check(const StepTable& steps, const double* lr, int* flag, bool first, int* err,
-                        int lr_code, int step_code, cudaStream_t stream) {
-  adamw_check_kernel<<<1, kThreads, 0, stream>>>(steps, lr, flag, first, err, lr_code, step_code);
+void launch_adamw_check(const StepTable& steps, const double* lr, const float* found_inf,
+                        int* flag, bool first, int* err, int lr_code, int step_code,
+                        cudaStream_t stream) {
+  adamw_check_kernel<<<1, kThreads, 0, stream>>>(steps, lr, found_inf, flag, first, err, lr_code,
+                                                 step_code);
 }
 
 void launch_adamw(Dt dt, const ForeachTable<5>& tab, const AdamWArgs& args, cudaStream_t stream) {
