@@ -63,6 +63,20 @@ std::vector<std::vector<size_t>> group_by_home(const TensorList& ts) {
   return groups;
 }
 
+// found_inf (a GradScaler's) beside parameter `like`: on its device, and a replicated DTensor
+// on its mesh when it is a DTensor (the multi-tensor ops take one kind per call).
+Tensor found_inf_beside(const Tensor& found_inf, const Tensor& like) {
+  KILN_CHECK_TYPE(found_inf.dim() == 0 && found_inf.dtype() == kFloat32,
+                  "[optimizer] found_inf must be a 0-d float32 tensor, got [{}] {}",
+                  fmt::join(found_inf.sizes(), ", "), name(found_inf.dtype()));
+  Tensor f = dtensor::is_dtensor(found_inf) ? dtensor::to_local(found_inf) : found_inf;
+  f = f.to(like.device());
+  if (!dtensor::is_dtensor(like)) return f;
+  const dtensor::DeviceMesh& mesh = dtensor::spec_of(like)->mesh();
+  return dtensor::from_local(
+      f, mesh, dtensor::Placements(static_cast<size_t>(mesh.ndim()), dtensor::Replicate()));
+}
+
 }  // namespace
 
 Optimizer::Optimizer(TensorList params, double lr) : params_(std::move(params)), lr_(lr) {
@@ -183,10 +197,23 @@ SGD::SGD(TensorList params, const SGDOptions& o) : Optimizer(std::move(params), 
 // are fixed when the optimizer is made (there is no setter), so they cannot differ between a
 // trace and a later call, and need no guard (See Note [Host values steer traces] in
 // kiln/compile/host_guard.cpp).
-void SGD::step() {
+//
+// Note [Skipped SGD steps]
+// SGD has no fused kernel that could read GradScaler's found_inf, so a step given one computes
+// the update as always and then selects, per tensor, the old or the new value on the device:
+// p = where(found_inf != 0, p_old, p_new), the same for momentum buffers, from clones taken
+// before the update (two extra reads and writes per tensor; only when a found_inf is given).
+// No arithmetic on the update could undo it instead: an inf gradient makes inf * 0 = NaN. A
+// momentum buffer first made on a skipped step is left at zero, so the next step gives it
+// (1 - dampening) d where PyTorch (which never ran the skipped step) starts it at d: the same
+// for the default dampening 0.
+void SGD::step(const Tensor& found_inf) {
   autograd::NoGradGuard no_grad;
   bool stepped = false;
   for (const Group& group : groups_) {  // See Note [Parameter groups].
+    Tensor skip;  // 0-d bool beside the group: found_inf != 0
+    if (found_inf.defined())
+      skip = ne(found_inf_beside(found_inf, params_[group.params.front()]), 0);
     TensorList ps, ds, bufs;
     std::vector<size_t> fresh;  // parameters whose momentum buffer starts this step
     for (size_t i : group.params) {
@@ -204,6 +231,14 @@ void SGD::step() {
     }
     if (ps.empty()) continue;
     stepped = true;
+    TensorList old_ps, old_bufs;  // See Note [Skipped SGD steps].
+    if (skip.defined()) {
+      for (const Tensor& p : ps) old_ps.push_back(p.clone());
+      for (size_t k = 0; k < bufs.size(); ++k) {
+        const bool made_now = std::find(fresh.begin(), fresh.end(), k) != fresh.end();
+        old_bufs.push_back(made_now ? zeros_like(bufs[k]) : bufs[k].clone());
+      }
+    }
     if (o_.momentum != 0) {
       // buf = momentum * buf + (1 - dampening) * d, except for buffers made this step.
       TensorList old_bufs, old_ds;
@@ -225,6 +260,11 @@ void SGD::step() {
     // p -= lr * d with lr read from the device (See Note [SGD in a compiled step]).
     for (Tensor& d : ds) d = mul(d, group.lr);
     foreach_add_(ps, ds, -1.0);
+    if (skip.defined()) {
+      for (size_t k = 0; k < ps.size(); ++k) Tensor(ps[k]).copy_(where(skip, old_ps[k], ps[k]));
+      for (size_t k = 0; k < bufs.size(); ++k)
+        Tensor(bufs[k]).copy_(where(skip, old_bufs[k], bufs[k]));
+    }
   }
   if (stepped) ++steps_;
 }
@@ -289,7 +329,7 @@ AdamW::AdamW(TensorList params, const AdamWOptions& o) : Optimizer(std::move(par
   }
 }
 
-void AdamW::step() {
+void AdamW::step(const Tensor& found_inf) {
   autograd::NoGradGuard no_grad;
   // Bias correction counts each parameter's own updates (a parameter without a gradient is
   // not stepped); the counts live on the device, so one call serves every parameter.
@@ -307,7 +347,8 @@ void AdamW::step() {
     }
     if (p.empty()) continue;
     stepped = true;
-    foreach_adamw_(p, g, m, v, steps, group.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay);
+    foreach_adamw_(p, g, m, v, steps, group.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay,
+                   found_inf.defined() ? found_inf_beside(found_inf, p.front()) : Tensor());
   }
   if (stepped) ++steps_;
 }

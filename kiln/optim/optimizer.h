@@ -18,7 +18,13 @@ class Optimizer {
  public:
   Optimizer(TensorList params, double lr);
   virtual ~Optimizer() = default;
-  virtual void step() = 0;
+  void step() { step(Tensor()); }
+  // A step that is skipped on the device when `found_inf` (0-d float32, GradScaler's; on any
+  // device, plain or a DTensor) is nonzero: parameters and state are left bitwise as they were,
+  // with no host read, so it captures into a compiled step. Undefined: an ordinary step.
+  // steps() counts the call either way (the host cannot know without a read; AdamW's device
+  // step counts, which bias correction reads, do not count a skipped step).
+  virtual void step(const Tensor& found_inf) = 0;
   // Zeroes the gradients in place (their addresses stay stable) or drops them.
   void zero_grad(bool set_to_none = false);
   double lr() const { return lr_; }
@@ -77,7 +83,9 @@ struct SGDOptions {
 class SGD : public Optimizer {
  public:
   SGD(TensorList params, const SGDOptions& options);
-  void step() override;
+  using Optimizer::step;
+  // See Note [Skipped SGD steps] in optimizer.cpp.
+  void step(const Tensor& found_inf) override;
   const TensorList& momentum_buffers() const { return buffers_; }
   // Adds "momentum_buffer.i" for each buffer made so far; loading one makes or overwrites it
   // (in place when it exists) and leaves the others unmade, as in the saved optimizer.
@@ -102,7 +110,8 @@ struct AdamWOptions {
 class AdamW : public Optimizer {
  public:
   AdamW(TensorList params, const AdamWOptions& options);
-  void step() override;
+  using Optimizer::step;
+  void step(const Tensor& found_inf) override;
   const TensorList& exp_avg() const { return m_; }
   const TensorList& exp_avg_sq() const { return v_; }
   // Per parameter: the updates taken (0-d float64 on the device; bias correction reads them).
