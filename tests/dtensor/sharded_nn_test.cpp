@@ -118,6 +118,78 @@ std::vector<Case> cases() {
          return TensorList{g({4, 6}, d, 3), g({4, 6}, d)};
        },
        one([](auto& x) { return sum(mul(x[0], layer_norm(x[1], {6})), {0}); }), false},
+      // Batch norm (Note [Native norm placements] in rules_norm.cpp): training gathers to
+      // Replicate (the statistics span the batch), so a Shard(0) batch equals the whole; the
+      // running stats (replicated, copied so every run starts alike) are updated alike.
+      {"batch_norm_train",
+       [](Device d) {
+         return TensorList{g({4, 3, 2}, d, 0, 0.1), g({3}, d, 1), g({3}, d, 2), g({3}, d, 0, 0.1),
+                           g({3}, d, 1, 0.5)};
+       },
+       [](const TensorList& x) {
+         TensorList st = mul1(x, 3, 2);
+         auto [o, m, r] = native_batch_norm_legit(x[0], x[1], x[2], st[0], st[1], true, 0.1, 1e-5);
+         return TensorList{o, m, r, st[0], st[1]};
+       },
+       true,
+       {{S0, R, R, R, R},
+        {S1, R, R, R, R},
+        {S2, R, R, R, R},
+        {P, R, R, R, R},
+        {S0, S0, R, R, R},
+        {R, R, R, R, R}}},
+      {"batch_norm_eval",
+       [](Device d) {
+         return TensorList{g({4, 3, 2}, d, 0, 0.1), g({3}, d, 1), g({3}, d, 2), g({3}, d, 0, 0.1),
+                           g({3}, d, 1, 0.5)};
+       },
+       [](const TensorList& x) {
+         auto [o, m, r] =
+             native_batch_norm_legit_no_training(x[0], x[1], x[2], x[3], x[4], 0.1, 1e-5);
+         return TensorList{o};
+       },
+       true,
+       {{S0, R, R, R, R}, {S1, R, R, R, R}, {S0, S0, R, S0, R}, {R, R, R, R, R}}},
+      {"batch_norm_backward",
+       [](Device d) {
+         return TensorList{g({4, 3, 2}, d, 3, 0.01), g({4, 3, 2}, d, 0, 0.1), g({3}, d, 1),
+                           g({3}, d, 0, 0.1), g({3}, d, 1, 0.5)};
+       },
+       [](const TensorList& x) {
+         auto [gi, gw, gb] = native_batch_norm_backward(x[0], x[1], x[2], {}, {}, x[3], x[4], true,
+                                                        1e-5, {1, 1, 1});
+         return TensorList{gi, gw, gb};
+       },
+       true,
+       {{S0, S0, R, R, R}, {S2, S0, R, R, R}, {R, R, R, R, R}}},
+      {"group_norm",
+       [](Device d) {
+         return TensorList{g({4, 6, 2}, d, 0, 0.1), g({6}, d, 1), g({6}, d, 2)};
+       },
+       one([](auto& x) { return group_norm(x[0], 3, x[1], x[2]); }),
+       true,
+       {{S0, R, R}, {S1, R, R}, {S0, S0, R}, {R, R, R}}},
+      {"native_layer_norm",
+       [](Device d) {
+         return TensorList{g({4, 6}, d, 0, 0.1), g({6}, d, 1), g({6}, d, 2)};
+       },
+       [](const TensorList& x) {
+         auto [o, m, r] = native_layer_norm(x[0], {6}, x[1], x[2], 1e-5);
+         return TensorList{o, m, r};
+       }},
+      {"native_layer_norm_backward",
+       [](Device d) {
+         Tensor x = g({4, 6}, d, 0, 0.1);
+         auto [o, m, r] = native_layer_norm(x, {6}, {}, {}, 1e-5);
+         return TensorList{g({4, 6}, d, 3, 0.01), x, m, r, g({6}, d, 1), g({6}, d, 2)};
+       },
+       [](const TensorList& x) {
+         auto [gi, gw, gb] =
+             native_layer_norm_backward(x[0], x[1], {6}, x[2], x[3], x[4], x[5], {1, 1, 1});
+         return TensorList{gi, gw, gb};
+       },
+       false,
+       {{S0, S0, S0, S0, R, R}, {S1, S1, R, R, R, R}, {S0, R, S0, R, R, R}, {R, R, R, R, R, R}}},
       {"embedding",
        [](Device d) {
          return TensorList{g({7, 4}, d), ids({6, 0, 3, 5, 6, 1}, {2, 3}, d)};
