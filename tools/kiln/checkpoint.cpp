@@ -44,11 +44,14 @@ uint64_t get_u64(const std::map<std::string, std::string>& meta, const std::stri
 // and in its metadata the steps trained, the generators' Philox (seed, offset) pairs
 // ("train.rng_seed", ...: the model's initialisation and the batches are drawn from one
 // generator, so its offset is also the position in the data) and the options the run must
-// be resumed with ("run.--batch", ...). The learning-rate schedule is a pure function of the
-// step and of options that must match, so the step is its position. Nothing in the file
-// depends on when or how often the run was stopped: a resumed run's final checkpoint is the
-// same file, byte for byte, as an uninterrupted run's (tests/tools checks this).
+// be resumed with ("run.--batch", ...). Under --amp fp16 it also holds the GradScaler's state
+// dict ("scaler.scale", ...: the loss scale and its growth tracker). The learning-rate schedule
+// is a pure function of the step and of options that must match, so the step is its position.
+// Nothing in the file depends on when or how often the run was stopped: a resumed run's final
+// checkpoint is the same file, byte for byte, as an uninterrupted run's (tests/tools checks
+// this).
 constexpr std::string_view kOptimPrefix = "optim.";
+constexpr std::string_view kScalerPrefix = "scaler.";
 constexpr std::string_view kRunPrefix = "run.";
 
 // Sizes of a stored tensor, or an empty list when it is absent.
@@ -89,6 +92,8 @@ void save_checkpoint(const nn::GPTConfig& c, const io::StateDict& model_state,
   io::StateDict tensors = model_state;
   for (const auto& [name, t] : train.optim)
     tensors.emplace_back(fmt::format("{}{}", kOptimPrefix, name), t);
+  for (const auto& [name, t] : train.scaler)
+    tensors.emplace_back(fmt::format("{}{}", kScalerPrefix, name), t);
   io::save_safetensors(tensors, path, meta);
 }
 
@@ -102,10 +107,12 @@ Checkpoint load_checkpoint(const std::string& path) {
   } catch (const Error& e) {
     KILN_THROW(Value, "[checkpoint] '{}' is not a readable safetensors file: {}", path, e.what());
   }
-  io::StateDict optim;
+  io::StateDict optim, scaler;
   for (auto& [name, t] : tensors) {
     if (name.starts_with(kOptimPrefix))
       optim.emplace_back(name.substr(kOptimPrefix.size()), std::move(t));
+    else if (name.starts_with(kScalerPrefix))
+      scaler.emplace_back(name.substr(kScalerPrefix.size()), std::move(t));
     else
       ck.state.emplace_back(name, std::move(t));
   }
@@ -118,6 +125,7 @@ Checkpoint load_checkpoint(const std::string& path) {
     for (const auto& [key, value] : meta)
       if (key.starts_with(kRunPrefix)) train.run.emplace(key.substr(kRunPrefix.size()), value);
     train.optim = std::move(optim);
+    train.scaler = std::move(scaler);
   }
   auto config_name = meta.find("config");
   if (config_name != meta.end()) ck.config_name = config_name->second;

@@ -24,6 +24,8 @@ struct TrainState {
   uint64_t default_rng_seed = 0, default_rng_offset = 0;
   // The optimizers' state dicts, each entry named "<optimizer>.<entry>" ("decay.exp_avg.0").
   io::StateDict optim;
+  // --amp fp16's GradScaler state dict ("scale", "growth_tracker", ...); empty otherwise.
+  io::StateDict scaler;
 };
 
 struct Checkpoint {

@@ -42,8 +42,8 @@ struct TrainOptions {
   // --batch and holds a Shard(0) piece of every parameter.
   bool fsdp = false;
   // Mixed precision: "bf16" runs the forward and the loss under amp::AutocastGuard (products in
-  // bfloat16, float32 master weights); "fp16" needs loss scaling, which is not done yet; empty:
-  // off.
+  // bfloat16, float32 master weights); "fp16" the same in float16 with loss scaling
+  // (amp::GradScaler, its state in the checkpoint); empty: off.
   std::string amp;
   // Test hook (hidden): end the process after this step without the final evaluation and
   // save, as a kill would, so that tests can resume from the last --save-every checkpoint.

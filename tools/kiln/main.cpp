@@ -124,7 +124,8 @@ CLI::App* add_train(CLI::App& app, TrainOptions& o) {
                 "Shard(0) piece of every parameter and trains on its share of --batch");
   cmd->add_option("--amp", o.amp,
                   "Mixed precision: bf16 (products in bfloat16 under autocast, float32 master "
-                  "weights); fp16 is not supported yet (it needs loss scaling)");
+                  "weights) or fp16 (float16, with dynamic loss scaling: a step whose gradients "
+                  "overflow is skipped)");
   // A test hook, not for users: see TrainOptions::stop_after.
   cmd->add_option("--stop-after", o.stop_after)->group("");
   add_common(cmd, o.common);

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "kiln/amp/autocast.h"
+#include "kiln/amp/grad_scaler.h"
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/compile/compile.h"
 #include "kiln/core/error.h"
@@ -110,9 +111,6 @@ void check_writable(const std::string& path, const std::string& option) {
 void validate(const TrainOptions& o, const nn::GPTConfig& cfg) {
   KILN_CHECK(o.amp.empty() || o.amp == "bf16" || o.amp == "fp16",
              "[train] --amp must be bf16 or fp16, got '{}'", o.amp);
-  KILN_CHECK(o.amp != "fp16",
-             "[train] --amp fp16 needs loss scaling (a GradScaler), which Kiln does not have yet: "
-             "use --amp bf16");
   KILN_CHECK(o.steps > 0, "[train] --steps must be positive, got {}", o.steps);
   KILN_CHECK(o.batch > 0, "[train] --batch must be positive, got {}", o.batch);
   KILN_CHECK(o.seq > 0 && o.seq <= cfg.context,
@@ -310,11 +308,13 @@ int run_train(const TrainOptions& o) {
       w = parallel::fused_rows_to_module_order(w, 3, o.tp);
     return w.detach();
   };
-  // --amp bf16: the forward and the loss under autocast; backward runs outside it, in the dtypes
-  // the forward saved (Note [Autocast] in kiln/amp/autocast.cpp).
+  // --amp bf16|fp16: the forward and the loss under autocast; backward runs outside it, in the
+  // dtypes the forward saved (Note [Autocast] in kiln/amp/autocast.cpp). fp16 adds loss scaling
+  // (Note [Loss scaling on the device] in kiln/amp/grad_scaler.cpp); otherwise the scaler is
+  // disabled, a pass-through.
   const LossFn loss_of = [&](const Tensor& x, const Tensor& y) {
     std::optional<amp::AutocastGuard> autocast;
-    if (o.amp == "bf16") autocast.emplace(device, kBFloat16);
+    if (!o.amp.empty()) autocast.emplace(device, o.amp == "fp16" ? kFloat16 : kBFloat16);
     if (o.tp == 0) return model.loss(x, y);
     Tensor logits = model.forward(x);
     return parallel::loss_parallel_cross_entropy(logits.reshape({-1, cfg.vocab_size}),
@@ -322,6 +322,7 @@ int run_train(const TrainOptions& o) {
   };
   optim::WarmupCosineLR schedule{o.lr, o.lr / 10, std::max<int64_t>(1, o.steps / 10), o.steps};
   // The inverse of `whole`: a checkpoint's tensor of parameter `name` in the layout this run's
+  amp::GradScaler scaler(device, {.enabled = o.amp == "fp16"});
   // DTensor has (the fused q, k, v rows rank-major); loading keeps each rank's piece of it.
   auto sharded_layout = [&](const std::string& name, const Tensor& w) {
     if (o.tp > 1 && w.dim() > 0 && name.find(".attn.c_attn.") != std::string::npos)
@@ -356,6 +357,7 @@ int run_train(const TrainOptions& o) {
       opt_no_decay.opt.load_state_dict(optimizer_entries(opt_no_decay, st.optim, "no_decay"));
     } catch (const Error& e) {
       KILN_THROW(Value, "[train] cannot --resume from '{}': {}", o.resume, e.what());
+      if (!st.scaler.empty()) scaler.load_state_dict(st.scaler);  // fp16's; else a new scale
     }
     gen.set_seed(st.rng_seed);
     gen.set_offset(st.rng_offset);
@@ -375,7 +377,8 @@ int run_train(const TrainOptions& o) {
                   .rng_offset = gen.offset(),
                   .default_rng_seed = default_generator().seed(),
                   .default_rng_offset = default_generator().offset(),
-                  .optim = {}};
+                  .optim = {},
+                  .scaler = {}};
     using Named = std::pair<AdamWGroup*, std::string>;
     for (const auto& [opt, prefix] :
          {Named{&opt_decay, "decay."}, Named{&opt_no_decay, "no_decay."}})
@@ -383,6 +386,7 @@ int run_train(const TrainOptions& o) {
         st.optim.emplace_back(prefix + name, name == "steps" ? scalar_tensor(done, kInt64) : t);
     return st;
   };
+    st.scaler = scaler.state_dict();  // empty unless --amp fp16
   // Every rank calls it under --tp and --fsdp (the gathers are collective); rank 0 writes.
   auto write_checkpoint = [&](int64_t done) {
     if (rank != 0 && !sharded) return;
@@ -406,7 +410,9 @@ int run_train(const TrainOptions& o) {
     fmt::print("tp: {} ranks, {} of {} heads each, the whole batch on every rank\n", ranks,
                cfg.heads / ranks, cfg.heads);
   if (o.fsdp) fmt::print("fsdp: {} ranks, {} sequences each, {} units\n", ranks, share, fsdp_units);
-  if (!o.amp.empty()) fmt::print("amp: {} autocast, float32 master weights\n", o.amp);
+  if (!o.amp.empty())
+    fmt::print("amp: {} autocast, float32 master weights{}\n", o.amp,
+               scaler.is_enabled() ? fmt::format(", loss scale {}", scaler.get_scale()) : "");
   if (resume) fmt::print("resuming from {} at step {}\n", o.resume, start);
   std::fflush(stdout);
 
@@ -414,11 +420,16 @@ int run_train(const TrainOptions& o) {
   // rates are set outside it: they live in the optimizers' lr tensors.
   auto train_step = [&](const Tensor& x, const Tensor& y) {
     model.zero_grad();
+  // Under --amp fp16 the loss is scaled, the gradients unscaled before clipping, and a step
+  // whose gradients overflowed is skipped on the device (the scaler is a pass-through otherwise).
     Tensor loss = loss_of(x, y);
-    loss.backward();
+    scaler.scale(loss).backward();
+    scaler.unscale_(opt_decay.opt);
+    scaler.unscale_(opt_no_decay.opt);
     optim::clip_grad_norm_(params, kClipNorm);
-    opt_decay.opt.step();
-    opt_no_decay.opt.step();
+    scaler.step(opt_decay.opt);
+    scaler.step(opt_no_decay.opt);
+    scaler.update();
     return plain(loss).detach();  // a DTensor under --tp: its replicated local value
   };
   std::optional<CompiledFunction> compiled;
