@@ -1,9 +1,10 @@
 // Kiln against libtorch C++ on whole training workloads of BENCHMARKS.md, in one run: the
 // `adamw` step (128 parameters, 2.88 M values), the `mlp` train step (4 x Linear 512 + GELU,
 // batch 64) and a narrow variant where host overhead dominates (3 x Linear 64), and the `gpt`
-// train step (GPTConfig::bench(); --gpt-width shrinks it for quick runs). Both sides start
-// from the same weights and inputs; each workload checks that the first losses agree before
-// timing. Both run on the same number of threads (--threads, default 1). --smoke runs each
+// train step (GPTConfig::bench(); --gpt-width shrinks it for quick runs), and the `cnn` train
+// step (kiln::nn::CNN, batch 64 of 28x28 images; issue 16's target: 1.2x libtorch's speed). Both
+// sides start from the same weights and inputs; each workload checks that the first losses agree
+// before timing. Both run on the same number of threads (--threads, default 1). --smoke runs each
 // workload's check only. --json FILE writes the numbers.
 #include <omp.h>
 #include <torch/torch.h>
@@ -271,6 +272,80 @@ Row bench_gpt(std::vector<Row>& rows, int64_t width, int iters) {
   return {key, g_gpt_eager_us, torch_us, 1.1};
 }
 
+// ---------------------------------------------------------------- cnn
+// kiln::nn::CNN (the `kiln train --model cnn` network: conv-BN-ReLU-maxpool x2, Linear 128,
+// dropout 0, Linear 10) and the same network in torch::nn, batch 64 of 28x28 images, AdamW.
+struct TorchCNN : torch::nn::Module {
+  explicit TorchCNN(const kiln::nn::CNNConfig& c) {
+    namespace tn = torch::nn;
+    tn::Sequential f, h;
+    int64_t in = c.in_channels, side = c.image_size;
+    for (int64_t out : c.channels) {
+      f->push_back(tn::Conv2d(tn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
+      f->push_back(tn::BatchNorm2d(out));
+      f->push_back(tn::ReLU());
+      f->push_back(tn::MaxPool2d(2));
+      in = out;
+      side /= 2;
+    }
+    h->push_back(tn::Flatten());
+    h->push_back(tn::Linear(in * side * side, c.hidden));
+    h->push_back(tn::ReLU());
+    h->push_back(tn::Dropout(c.dropout));
+    h->push_back(tn::Linear(c.hidden, c.classes));
+    features = register_module("features", f);
+    classifier = register_module("classifier", h);
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return classifier->forward(features->forward(x));
+  }
+  torch::nn::Sequential features{nullptr}, classifier{nullptr};
+};
+
+Row bench_cnn(std::vector<Row>& rows, int iters) {
+  kiln::nn::CNNConfig cfg;
+  cfg.dropout = 0;  // the same step on both sides (no masks to match)
+  kiln::Generator gen(3);
+  kiln::nn::CNN kmodel(cfg, {&gen});
+  auto tmodel = std::make_shared<TorchCNN>(cfg);
+  copy_params(kmodel, *tmodel);
+  kiln::Tensor kx = kiln::randn({64, 1, 28, 28}, &gen), ky = kiln::randint(0, 10, {64}, &gen);
+  torch::Tensor tx = to_torch(kx), ty = to_torch(ky);
+  kiln::optim::AdamW kopt(kmodel.parameters(), {.lr = 1e-3});
+  torch::optim::AdamW topt(tmodel->parameters(), torch::optim::AdamWOptions(1e-3));
+  auto kstep_on = [&](const kiln::Tensor& x, const kiln::Tensor& y) {
+    kopt.zero_grad();
+    kiln::Tensor loss = kiln::cross_entropy(kmodel(x), y);
+    loss.backward();
+    kopt.step();
+    return loss.detach();
+  };
+  auto kstep = [&] { return kstep_on(kx, ky); };
+  auto tstep = [&] {
+    topt.zero_grad();
+    torch::Tensor loss = torch::cross_entropy_loss(tmodel->forward(tx), ty);
+    loss.backward();
+    topt.step();
+    return loss;
+  };
+  for (int i = 0; i < 3; ++i)
+    check_close("cnn", kstep().item<double>(), tstep().item<double>(), 1e-3);
+  Compiled c{
+      kiln::compile([&](const kiln::Tensor& x, const kiln::Tensor& y) { return kstep_on(x, y); },
+                    {.name = "cnn"}),
+      {kx, ky},
+      {}};
+  for (int i = 0; i < 2; ++i) c.step([&] { return tstep().item<double>(); }, "cnn compiled");
+  if (g_smoke) {
+    rows.push_back({"cnn_step_batch64_compiled", 0, 0, 1 / 1.2});
+    return {"cnn_step_batch64", 0, 0, 1 / 1.2};
+  }
+  double torch_us = time_us(tstep, iters, 3);
+  rows.push_back({"cnn_step_batch64_compiled", time_us([&] { c.fn.call(c.in, c.out); }, iters, 3),
+                  torch_us, 1 / 1.2});
+  return {"cnn_step_batch64", time_us(kstep, iters, 3), torch_us, 1 / 1.2};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -309,6 +384,11 @@ int main(int argc, char** argv) {
   {
     std::vector<Row> c;
     Row e = bench_mlp(c, "mlp_step_width64", 64, 3, 200, 0.67, 1.0 / 3);
+    add(c, e);
+  }
+  {
+    std::vector<Row> c;
+    Row e = bench_cnn(c, 5);
     add(c, e);
   }
   if (g_smoke) gpt_width = 32;

@@ -14,6 +14,8 @@
 #include "kiln/data/loader.h"
 #include "kiln/distributed/distributed.h"
 #include "kiln/io/safetensors.h"
+#include "kiln/nn/cnn.h"
+#include "kiln/nn/conv.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/pooling.h"

@@ -141,10 +141,12 @@ void Executable::run_steps(size_t begin, size_t end) {
         break;
       case Step::Kind::Result: {
         step->call->run();
+        // Undefined results (convolution_backward's masked-off gradients) had no value in the
+        // trace either, so result_buffers lists the defined ones only.
         size_t k = 0;
         for (const IValue& r : step->call->results) {
           if (auto* t = std::get_if<Tensor>(&r)) {
-            rebind(step->result_buffers.at(k++), t->impl()->storage_ref(), 0);
+            if (t->defined()) rebind(step->result_buffers.at(k++), t->impl()->storage_ref(), 0);
           } else if (auto* l = std::get_if<TensorList>(&r)) {
             for (const Tensor& x : *l)
               rebind(step->result_buffers.at(k++), x.impl()->storage_ref(), 0);

@@ -63,10 +63,11 @@ Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, is_training(), g
 
 Tensor GELU::forward(const Tensor& x) { return gelu(x, approximate_tanh); }
 Tensor SiLU::forward(const Tensor& x) { return silu(x); }
+Tensor ReLU::forward(const Tensor& x) { return relu(x); }
 Tensor LeakyReLU::forward(const Tensor& x) { return leaky_relu(x, negative_slope); }
 Tensor Hardtanh::forward(const Tensor& x) { return hardtanh(x, min_val, max_val); }
-Tensor Flatten::forward(const Tensor& x) { return flatten(x, start_dim, end_dim); }
 Tensor ELU::forward(const Tensor& x) { return elu(x, alpha); }
+Tensor Flatten::forward(const Tensor& x) { return flatten(x, start_dim, end_dim); }
 
 Sequential::Sequential(std::vector<std::shared_ptr<UnaryModule>> modules) {
   for (auto& m : modules) push_back(std::move(m));

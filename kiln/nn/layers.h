@@ -69,6 +69,11 @@ class SiLU : public UnaryModule {
   Tensor forward(const Tensor& x) override;
 };
 
+class ReLU : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override;
+};
+
 class LeakyReLU : public UnaryModule {
  public:
   explicit LeakyReLU(double negative_slope = 0.01) : negative_slope(negative_slope) {}
@@ -83,11 +88,6 @@ class Hardtanh : public UnaryModule {
   double min_val, max_val;
 };
 
-// Merges dims start_dim..end_dim into one (PyTorch's nn.Flatten: from dim 1, so the batch stays).
-class Flatten : public UnaryModule {
- public:
-  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
-      : start_dim(start_dim), end_dim(end_dim) {}
 // scale * (x > 0 ? x : alpha * (exp(input_scale * x) - 1)); PyTorch's nn.ELU is scale and
 // input_scale 1.
 class ELU : public UnaryModule {
@@ -97,6 +97,11 @@ class ELU : public UnaryModule {
   double alpha;
 };
 
+// Merges dims start_dim..end_dim into one (PyTorch's nn.Flatten: from dim 1, so the batch stays).
+class Flatten : public UnaryModule {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : start_dim(start_dim), end_dim(end_dim) {}
   Tensor forward(const Tensor& x) override;
   int64_t start_dim, end_dim;
 };

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kiln/core/device.h"
 
@@ -17,7 +18,17 @@ struct CommonOptions {
 
 struct TrainOptions {
   CommonOptions common;
-  std::string data;  // empty: the default corpus (kDefaultCorpus in data.h)
+  // "gpt" (a byte-level GPT on a text corpus) or "cnn" (nn::CNN on Fashion-MNIST; see
+  // run_train_cnn for the options it takes).
+  std::string model = "gpt";
+  // The options named on the command line ("--steps", ...): what --model cnn checks.
+  std::vector<std::string> given;
+  // gpt: the text corpus (empty: kDefaultCorpus in data.h); cnn: the directory of the IDX
+  // files (empty: data::kFashionMnistDir).
+  std::string data;
+  // cnn: passes over the training set, and the training images used (0: all 60,000).
+  int64_t epochs = 10;
+  int64_t train_limit = 0;
   std::string config = "tiny";
   int64_t steps = 500;
   int64_t batch = 16;
@@ -70,6 +81,11 @@ struct BenchOptions {
 };
 
 int run_train(const TrainOptions& o);
+// `kiln train --model cnn` (tools/kiln/train_cnn.cpp); run_train hands it over.
+int run_train_cnn(const TrainOptions& o);
+// Checks that `path` (the value of `option`) names a file that can be written, creating and
+// removing a file beside it: an output that cannot be written fails before training, not after.
+void check_writable(const std::string& path, const std::string& option);
 int run_generate(const GenerateOptions& o);
 int run_bench(const BenchOptions& o);
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -14,6 +15,7 @@
 #include "kiln/backend/backend.h"
 #include "kiln/core/device.h"
 #include "kiln/core/error.h"
+#include "kiln/data/fashion_mnist.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/data.h"
 #include "tools/kiln/progress.h"
@@ -84,9 +86,23 @@ void add_common(CLI::App* cmd, CommonOptions& o) {
 }
 
 CLI::App* add_train(CLI::App& app, TrainOptions& o) {
-  CLI::App* cmd = app.add_subcommand("train", "Train a byte-level GPT on a text corpus");
-  cmd->add_option("--data", o.data, fmt::format("Text corpus (default: {})", kDefaultCorpus))
-      ->check(CLI::ExistingFile);
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train a byte-level GPT on a text corpus, or a CNN on Fashion-MNIST (--model cnn)");
+  cmd->add_option("--model", o.model,
+                  "gpt, or cnn: conv-batch-norm-ReLU-pool blocks on Fashion-MNIST, reporting the "
+                  "test accuracy per epoch (options: --epochs, --train-limit, --steps, --batch, "
+                  "--lr, --seed, --data, --out, --compile, --amp)")
+      ->check(CLI::IsMember({"gpt", "cnn"}))
+      ->capture_default_str();
+  cmd->add_option("--data", o.data,
+                  fmt::format("gpt: text corpus (default: {}); cnn: directory of the "
+                              "Fashion-MNIST IDX files (default: {})",
+                              kDefaultCorpus, data::kFashionMnistDir))
+      ->check(CLI::ExistingPath);
+  cmd->add_option("--epochs", o.epochs, "cnn: passes over the training set")->capture_default_str();
+  cmd->add_option("--train-limit", o.train_limit,
+                  "cnn: train on the first N images only (0: all 60,000)")
+      ->capture_default_str();
   cmd->add_option("--config", o.config, "Model size")
       ->check(CLI::IsMember({"tiny", "small"}))
       ->capture_default_str();
@@ -164,6 +180,15 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
   return cmd;
 }
 
+// --model cnn's defaults where the option was not given: batch 64, lr 2e-3, no step cap (the
+// epochs decide), and its own checkpoint name.
+void apply_cnn_defaults(const CLI::App& cmd, TrainOptions& o) {
+  if (cmd.count("--batch") == 0) o.batch = 64;
+  if (cmd.count("--lr") == 0) o.lr = 2e-3;
+  if (cmd.count("--steps") == 0) o.steps = std::numeric_limits<int64_t>::max();
+  if (cmd.count("--out") == 0) o.out = "kiln_cnn.safetensors";
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"kiln: train, sample and benchmark with the Kiln runtime", "kiln"};
   app.set_version_flag("--version", KILN_VERSION_STRING);
@@ -185,7 +210,12 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (train_cmd->parsed()) return run_train(train);
+  if (train_cmd->parsed()) {
+    for (const CLI::Option* opt : train_cmd->get_options())
+      if (opt->count() > 0) train.given.push_back(opt->get_name());
+    if (train.model == "cnn") apply_cnn_defaults(*train_cmd, train);
+    return run_train(train);
+  }
   if (generate_cmd->parsed()) return run_generate(generate);
   if (bench_cmd->parsed()) return run_bench(bench);
   KILN_THROW(Value, "a subcommand is required: train, generate or bench (see kiln --help)");

@@ -89,25 +89,6 @@ Losses evaluate(nn::GPT& model, const LossFn& loss_of, const Corpus& corpus, int
   return l;
 }
 
-// Creates and removes a file beside `path`, as save_safetensors's temporary file will be, so
-// that an output that cannot be written fails before the first step, not after the last.
-void check_writable(const std::string& path, const std::string& option) {
-  namespace fs = std::filesystem;
-  KILN_CHECK(!path.empty() && !fs::is_directory(path), "[train] {} must name a file, got '{}'",
-             option, path);
-  fs::path dir = fs::absolute(path).parent_path();
-  std::error_code ec;
-  KILN_CHECK(fs::exists(dir, ec), "[train] cannot write {} '{}': directory '{}' does not exist",
-             option, path, dir.string());
-  KILN_CHECK(fs::is_directory(dir, ec), "[train] cannot write {} '{}': '{}' is not a directory",
-             option, path, dir.string());
-  std::string probe = path + ".tmp.XXXXXX";
-  int fd = ::mkostemp(probe.data(), O_CLOEXEC);
-  KILN_CHECK(fd >= 0, "[train] cannot write {} '{}': {}", option, path, std::strerror(errno));
-  ::close(fd);
-  ::unlink(probe.c_str());
-}
-
 void validate(const TrainOptions& o, const nn::GPTConfig& cfg) {
   KILN_CHECK(o.amp.empty() || o.amp == "bf16" || o.amp == "fp16",
              "[train] --amp must be bf16 or fp16, got '{}'", o.amp);
@@ -208,6 +189,24 @@ struct AdamWGroup {
 
 }  // namespace
 
+// Creates and removes a file beside `path`, as save_safetensors's temporary file will be.
+void check_writable(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  KILN_CHECK(!path.empty() && !fs::is_directory(path), "[train] {} must name a file, got '{}'",
+             option, path);
+  fs::path dir = fs::absolute(path).parent_path();
+  std::error_code ec;
+  KILN_CHECK(fs::exists(dir, ec), "[train] cannot write {} '{}': directory '{}' does not exist",
+             option, path, dir.string());
+  KILN_CHECK(fs::is_directory(dir, ec), "[train] cannot write {} '{}': '{}' is not a directory",
+             option, path, dir.string());
+  std::string probe = path + ".tmp.XXXXXX";
+  int fd = ::mkostemp(probe.data(), O_CLOEXEC);
+  KILN_CHECK(fd >= 0, "[train] cannot write {} '{}': {}", option, path, std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 // Note [Data-parallel training]
 // With --ddp each process of `mpirun -n N kiln train --ddp` is one rank. Every rank builds the
 // same model, reads the same corpus and draws the same whole batch of --batch sequences from
@@ -233,6 +232,9 @@ struct AdamWGroup {
 // any mode: under --tp and --fsdp each rank keeps its piece of every whole tensor, with the fused
 // q, k, v rows put back rank-major, so a run may resume on another number of ranks).
 int run_train(const TrainOptions& o) {
+  KILN_CHECK(o.model == "gpt" || o.model == "cnn", "[train] --model must be gpt or cnn, got '{}'",
+             o.model);
+  if (o.model == "cnn") return run_train_cnn(o);
   int rank = 0, ranks = 1;
   CommonOptions common_options = o.common;
   KILN_CHECK(o.tp >= 0, "[train] --tp must be positive, got {}", o.tp);
@@ -320,9 +322,9 @@ int run_train(const TrainOptions& o) {
     return parallel::loss_parallel_cross_entropy(logits.reshape({-1, cfg.vocab_size}),
                                                  y.reshape({-1}));
   };
+  amp::GradScaler scaler(device, {.enabled = o.amp == "fp16"});
   optim::WarmupCosineLR schedule{o.lr, o.lr / 10, std::max<int64_t>(1, o.steps / 10), o.steps};
   // The inverse of `whole`: a checkpoint's tensor of parameter `name` in the layout this run's
-  amp::GradScaler scaler(device, {.enabled = o.amp == "fp16"});
   // DTensor has (the fused q, k, v rows rank-major); loading keeps each rank's piece of it.
   auto sharded_layout = [&](const std::string& name, const Tensor& w) {
     if (o.tp > 1 && w.dim() > 0 && name.find(".attn.c_attn.") != std::string::npos)
@@ -355,9 +357,9 @@ int run_train(const TrainOptions& o) {
       model.load_state_dict(state);
       opt_decay.opt.load_state_dict(optimizer_entries(opt_decay, st.optim, "decay"));
       opt_no_decay.opt.load_state_dict(optimizer_entries(opt_no_decay, st.optim, "no_decay"));
+      if (!st.scaler.empty()) scaler.load_state_dict(st.scaler);  // fp16's; else a new scale
     } catch (const Error& e) {
       KILN_THROW(Value, "[train] cannot --resume from '{}': {}", o.resume, e.what());
-      if (!st.scaler.empty()) scaler.load_state_dict(st.scaler);  // fp16's; else a new scale
     }
     gen.set_seed(st.rng_seed);
     gen.set_offset(st.rng_offset);
@@ -384,9 +386,9 @@ int run_train(const TrainOptions& o) {
          {Named{&opt_decay, "decay."}, Named{&opt_no_decay, "no_decay."}})
       for (auto& [name, t] : opt->state_dict(whole))
         st.optim.emplace_back(prefix + name, name == "steps" ? scalar_tensor(done, kInt64) : t);
+    st.scaler = scaler.state_dict();  // empty unless --amp fp16
     return st;
   };
-    st.scaler = scaler.state_dict();  // empty unless --amp fp16
   // Every rank calls it under --tp and --fsdp (the gathers are collective); rank 0 writes.
   auto write_checkpoint = [&](int64_t done) {
     if (rank != 0 && !sharded) return;
@@ -418,10 +420,10 @@ int run_train(const TrainOptions& o) {
 
   // One training step; compiled, it is traced once and replayed (kiln::compile). The learning
   // rates are set outside it: they live in the optimizers' lr tensors.
-  auto train_step = [&](const Tensor& x, const Tensor& y) {
-    model.zero_grad();
   // Under --amp fp16 the loss is scaled, the gradients unscaled before clipping, and a step
   // whose gradients overflowed is skipped on the device (the scaler is a pass-through otherwise).
+  auto train_step = [&](const Tensor& x, const Tensor& y) {
+    model.zero_grad();
     Tensor loss = loss_of(x, y);
     scaler.scale(loss).backward();
     scaler.unscale_(opt_decay.opt);

@@ -10,6 +10,7 @@
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
+#include "tools/kiln/cnn_workload.h"
 #include "tools/kiln/dist_workloads.h"
 #include "tools/kiln/dtensor_workload.h"
 #include "tools/kiln/fsdp_workload.h"
@@ -279,8 +280,16 @@ const std::vector<Workload>& all() {
        tp},
       {"fsdp", "the bench GPT's step under fully_shard against DDP, each rank its rows (mpirun)", 3,
        fsdp},
+      // cnn_workload.h
+      {"conv", "conv2d forward and forward+backward at ResNet-50's shapes", 5, conv},
+      {"cnn", "train step of nn::CNN (kiln train --model cnn), batch 64 of 28x28 images", 10, cnn},
   };
   return list;
+}
+
+double time_per_call(int64_t iters, int repeats, int64_t warm, const std::function<void()>& fn,
+                     Device device) {
+  return seconds_per_call(iters, repeats, warm, fn, device);
 }
 
 const Workload* find(const std::string& name) {

@@ -34,11 +34,17 @@ struct Workload {
   std::function<std::vector<Metric>(const Options&)> run;
 };
 
-// dispatch, chain, adamw, mlp, gpt (all but dispatch also on an accelerator), gpt_large, and
+// dispatch, chain, adamw, mlp, gpt (all but dispatch also on an accelerator), gpt_large, conv
+// and cnn (cnn_workload.h), and
 // the distributed allreduce and ddp (dist_workloads.h), dtensor (dtensor_workload.h) and tp
 // (tp_workload.h).
 const std::vector<Workload>& all();
 // nullptr when there is no workload of that name.
 const Workload* find(const std::string& name);
+
+// Median over `repeats` runs of the seconds per call of `iters` calls to fn, after `warm`
+// untimed calls; on an asynchronous device each run ends when the device has finished.
+double time_per_call(int64_t iters, int repeats, int64_t warm, const std::function<void()>& fn,
+                     Device device);
 
 }  // namespace kiln::workloads
