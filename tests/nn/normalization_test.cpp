@@ -130,6 +130,35 @@ TEST(NormModuleTest, CompiledTrainingStepsUpdateRunningStatsAsEager) {
   EXPECT_EQ(f.entries()[0].hits, 3) << f.explain();
 }
 
+// A whole compiled training step (forward, backward) against eager: the same loss, gradients
+// and running stats after every replay.
+TEST(NormModuleTest, CompiledBackwardStepsMatchEager) {
+  Generator gen(12);
+  nn::BatchNorm2d eager(3), compiled_bn(3);
+  auto step = [](nn::BatchNorm2d& bn, const Tensor& x) {
+    bn.zero_grad(false);  // gradients kept in place, as compiled steps need
+    Tensor loss = sum(mul(bn(x), x));
+    loss.backward();
+    return loss;
+  };
+  // One eager step on each first: the gradients exist before compiling.
+  Tensor warm = randn_like_shape({4, 3, 2, 3}, gen);
+  step(eager, warm);
+  step(compiled_bn, warm);
+  CompiledFunction f = compile(
+      [&](std::span<const Tensor> in) { return TensorList{step(compiled_bn, in[0]).detach()}; });
+  for (int i = 0; i < 3; ++i) {
+    Tensor x = randn_like_shape({4, 3, 2, 3}, gen);
+    Tensor want = step(eager, x);
+    Tensor got = f({x})[0];
+    EXPECT_TRUE(same_values(got, want)) << "step " << i;
+    EXPECT_TRUE(same_values(compiled_bn.weight.grad(), eager.weight.grad())) << "step " << i;
+    EXPECT_TRUE(same_values(compiled_bn.bias.grad(), eager.bias.grad())) << "step " << i;
+    EXPECT_TRUE(same_values(compiled_bn.running_var, eager.running_var)) << "step " << i;
+  }
+  EXPECT_EQ(f.entries()[0].hits, 2) << f.explain();
+}
+
 TEST(NormModuleTest, GroupNormMatchesTorch) {
   Generator gen(11);
   nn::GroupNorm gn(2, 6);
