@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/backend/cpu/loops.h"
@@ -50,36 +51,51 @@ A divisor(const PoolGeom& g, const Range& r0, const Range& r1, const Range& r2) 
   return static_cast<A>((r0.hi - r0.lo) * (r1.hi - r1.lo) * (r2.hi - r2.lo));
 }
 
+// Per dim j and output o: the first input position window o reads inside [0, x) (a multiple of
+// the dilation past its start) and the end of its reads; the same for every plane.
+struct Taps {
+  std::vector<int64_t> first[3], end[3];
+  explicit Taps(const PoolGeom& g) {
+    for (size_t j = 0; j < 3; ++j)
+      for (int64_t o = 0; o < g.y[j]; ++o) {
+        int64_t s = o * g.stride[j] - g.pad[j];
+        end[j].push_back(std::min(s + (g.k[j] - 1) * g.dil[j] + 1, g.x[j]));
+        while (s < 0) s += g.dil[j];
+        first[j].push_back(s);
+      }
+  }
+};
+
 // x is one plane [x0, x1, x2], y and idx one plane [y0, y1, y2].
 template <class T>
-void max_plane(const T* x, T* y, int64_t* idx, const PoolGeom& g) {
+void max_plane(const T* x, T* y, int64_t* idx, const PoolGeom& g, const Taps& t) {
   using A = acc_t<T>;
-  for (int64_t o0 = 0; o0 < g.y[0]; ++o0)
-    for (int64_t o1 = 0; o1 < g.y[1]; ++o1)
-      for (int64_t o2 = 0; o2 < g.y[2]; ++o2) {
-        int64_t s[3] = {o0 * g.stride[0] - g.pad[0], o1 * g.stride[1] - g.pad[1],
-                        o2 * g.stride[2] - g.pad[2]};
-        int64_t e[3];
-        for (size_t j = 0; j < 3; ++j) {
-          e[j] = std::min(s[j] + (g.k[j] - 1) * g.dil[j] + 1, g.x[j]);
-          while (s[j] < 0) s[j] += g.dil[j];
-        }
-        int64_t best = (s[0] * g.x[1] + s[1]) * g.x[2] + s[2];
+  const int64_t d0 = g.dil[0], d1 = g.dil[1], d2 = g.dil[2], x1 = g.x[1], x2 = g.x[2];
+  int64_t out = 0;
+  for (int64_t o0 = 0; o0 < g.y[0]; ++o0) {
+    const int64_t s0 = t.first[0][o0], e0 = t.end[0][o0];
+    for (int64_t o1 = 0; o1 < g.y[1]; ++o1) {
+      const int64_t s1 = t.first[1][o1], e1 = t.end[1][o1];
+      for (int64_t o2 = 0; o2 < g.y[2]; ++o2, ++out) {
+        const int64_t s2 = t.first[2][o2], e2 = t.end[2][o2];
+        int64_t best = (s0 * x1 + s1) * x2 + s2;
         A m = -std::numeric_limits<A>::infinity();
-        for (int64_t i0 = s[0]; i0 < e[0]; i0 += g.dil[0])
-          for (int64_t i1 = s[1]; i1 < e[1]; i1 += g.dil[1])
-            for (int64_t i2 = s[2]; i2 < e[2]; i2 += g.dil[2]) {
-              int64_t at = (i0 * g.x[1] + i1) * g.x[2] + i2;
-              A v = static_cast<A>(x[at]);
+        for (int64_t i0 = s0; i0 < e0; i0 += d0)
+          for (int64_t i1 = s1; i1 < e1; i1 += d1) {
+            const int64_t row = (i0 * x1 + i1) * x2;
+            for (int64_t i2 = s2; i2 < e2; i2 += d2) {
+              A v = static_cast<A>(x[row + i2]);
               if (v > m || std::isnan(v)) {
                 m = v;
-                best = at;
+                best = row + i2;
               }
             }
-        int64_t out = (o0 * g.y[1] + o1) * g.y[2] + o2;
+          }
         y[out] = static_cast<T>(m);
         idx[out] = best;
       }
+    }
+  }
 }
 
 template <class T>
@@ -133,10 +149,11 @@ template <class T>
 void forward_planes(const T* x, T* y, int64_t* idx, const PoolGeom& g) {
   const int64_t xp = g.x_plane(), yp = g.y_plane();
   const int64_t work = g.kind == PoolKind::Adaptive ? xp : yp * g.k[0] * g.k[1] * g.k[2];
+  const Taps taps(g);
 #pragma omp parallel for if (parallel_worth(g, work))
   for (int64_t p = 0; p < g.planes; ++p) {
     if (g.kind == PoolKind::Max)
-      max_plane<T>(x + p * xp, y + p * yp, idx + p * yp, g);
+      max_plane<T>(x + p * xp, y + p * yp, idx + p * yp, g, taps);
     else
       mean_plane<T>(x + p * xp, y + p * yp, g);
   }
@@ -150,13 +167,16 @@ template <class T>
 void backward_planes(const T* gy, const int64_t* idx, T* gx, const PoolGeom& g,
                      std::optional<int64_t>* bad) {
   using A = acc_t<T>;
+  // float32 and float64 sum in the plane of gx itself; the 16-bit floats in a float buffer.
+  constexpr bool in_place = std::is_same_v<A, T>;
   const int64_t xp = g.x_plane(), yp = g.y_plane();
 #pragma omp parallel if (parallel_worth(g, xp + yp))
   {
-    std::vector<A> acc(static_cast<size_t>(xp));
+    std::vector<A> buffer(in_place ? 0 : static_cast<size_t>(xp));
 #pragma omp for
     for (int64_t p = 0; p < g.planes; ++p) {
-      std::fill(acc.begin(), acc.end(), A(0));
+      A* acc = in_place ? reinterpret_cast<A*>(gx + p * xp) : buffer.data();
+      std::fill(acc, acc + xp, A(0));
       if (g.kind == PoolKind::Max) {
         for (int64_t o = p * yp; o < (p + 1) * yp; ++o) {
           if (idx[o] < 0 || idx[o] >= xp) {
@@ -164,12 +184,13 @@ void backward_planes(const T* gy, const int64_t* idx, T* gx, const PoolGeom& g,
             *bad = idx[o];
             continue;
           }
-          acc[static_cast<size_t>(idx[o])] += static_cast<A>(gy[o]);
+          acc[idx[o]] += static_cast<A>(gy[o]);
         }
       } else {
-        mean_backward_plane<T, A>(gy + p * yp, acc.data(), g);
+        mean_backward_plane<T, A>(gy + p * yp, acc, g);
       }
-      for (int64_t i = 0; i < xp; ++i) gx[p * xp + i] = static_cast<T>(acc[static_cast<size_t>(i)]);
+      if (!in_place)
+        for (int64_t i = 0; i < xp; ++i) gx[p * xp + i] = static_cast<T>(acc[i]);
     }
   }
 }
