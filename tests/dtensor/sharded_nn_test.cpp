@@ -166,9 +166,25 @@ std::vector<Case> cases() {
        [](Device d) {
          return TensorList{g({4, 6, 2}, d, 0, 0.1), g({6}, d, 1), g({6}, d, 2)};
        },
-       one([](auto& x) { return group_norm(x[0], 3, x[1], x[2]); }),
+       [](const TensorList& x) {
+         auto [o, m, r] = native_group_norm(x[0], x[1], x[2], 4, 6, 2, 3, 1e-5);
+         return TensorList{o, m, r};
+       },
        true,
-       {{S0, R, R}, {S1, R, R}, {S0, S0, R}, {R, R, R}}},
+       {{S0, R, R}, {S1, R, R}, {S0, S0, R}, {R, R, R}, {S2, R, R}}},
+      {"group_norm_backward",
+       [](Device d) {
+         Tensor x = g({4, 6, 2}, d, 0, 0.1);
+         auto [o, m, r] = native_group_norm(x, {}, {}, 4, 6, 2, 3, 1e-5);
+         return TensorList{g({4, 6, 2}, d, 3, 0.01), x, m, r, g({6}, d, 1)};
+       },
+       [](const TensorList& x) {
+         auto [gi, gw, gb] =
+             native_group_norm_backward(x[0], x[1], x[2], x[3], x[4], 4, 6, 2, 3, {1, 1, 1});
+         return TensorList{gi, gw, gb};
+       },
+       false,
+       {{S0, S0, S0, S0, R}, {S0, R, R, R, R}, {S1, S1, R, R, R}, {R, R, R, R, R}}},
       {"native_layer_norm",
        [](Device d) {
          return TensorList{g({4, 6}, d, 0, 0.1), g({6}, d, 1), g({6}, d, 2)};
@@ -420,6 +436,26 @@ TEST_P(ShardedNn, RulesKeepShardsAndPartialsWithoutCommunication) {
   EXPECT_EQ(placement_of(gw), Placement(Partial()));
   EXPECT_EQ(placement_of(layer_norm_backward(dist(x, Partial()), dist(x, Replicate()), {6}, {})),
             Placement(Partial()));
+  // Batch shards of group norm, eval batch norm and native_layer_norm stay local; training
+  // batch norm is gathered.
+  Tensor img = g({4, 6, 2}, d, 0, 0.1), ch = g({6}, d, 1);
+  auto [gn, gm, gr] = native_group_norm(dist(img, Shard(0)), {}, {}, 4, 6, 2, 3, 1e-5);
+  EXPECT_EQ(placement_of(gn), Placement(Shard(0)));
+  EXPECT_EQ(placement_of(gr), Placement(Shard(0)));
+  auto [ggi, ggw, ggb] =
+      native_group_norm_backward(dist(img, Shard(0)), dist(img, Shard(0)), gm, gr,
+                                 dist(ch, Replicate()), 4, 6, 2, 3, {1, 1, 1});
+  EXPECT_EQ(placement_of(ggi), Placement(Shard(0)));
+  EXPECT_EQ(placement_of(ggw), Placement(Partial()));
+  const Tensor rs = dist(ch, Replicate());
+  EXPECT_EQ(placement_of(std::get<0>(native_batch_norm_legit_no_training(dist(img, Shard(0)), {},
+                                                                         {}, rs, rs, 0.1, 1e-5))),
+            Placement(Shard(0)));
+  EXPECT_EQ(placement_of(
+                std::get<0>(native_batch_norm_legit(dist(img, Shard(0)), {}, {}, true, 0.1, 1e-5))),
+            Placement(Replicate()));
+  auto [ln, lm, lr] = native_layer_norm(dist(x, Shard(0)), {6}, {}, {}, 1e-5);
+  EXPECT_EQ(placement_of(lr), Placement(Shard(0)));
   // Vocab-parallel embedding and loss parallel.
   Tensor table = g({7, 4}, d), idx = ids({6, 0, 3}, {3}, d);
   EXPECT_EQ(placement_of(embedding(dist(table, Shard(0)), dist(idx, Replicate()))),
