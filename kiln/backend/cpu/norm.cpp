@@ -1,5 +1,7 @@
 // CPU kernels of batch, group and layer norm (Note [Batch, group and layer norm] in
 // kiln/ops/norm_meta.cpp): the three NormKernels, OpenMP loops over the groups.
+#include <algorithm>
+
 #include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/norm_meta.h"
 
@@ -15,9 +17,12 @@ T* mptr(const Tensor& t) {
   return static_cast<T*>(t.impl()->data());
 }
 
-// Two passes per channel in double (the mean, then the squared deviations from it): no
-// cancellation, whatever the data's offset. The inner loops are `omp simd` reductions: lanes of
-// partial sums, vectorised (a sum order of the compiler's choosing, in double).
+// Two passes per channel (the mean, then the squared deviations from it): no cancellation,
+// whatever the data's offset. Blocks of kBlock elements are summed in acc_t lanes (`omp simd`
+// reductions: float for float32 and the 16-bit floats, 8 lanes of at most kBlock / 8 terms)
+// and the blocks' sums in double, so the error stays that of a short float sum.
+constexpr int64_t kBlock = 1024;
+
 template <class T>
 void moments_loop(const T* px, int64_t n, int64_t c, int64_t hw, acc_t<T>* pm, acc_t<T>* pv) {
   using S = acc_t<T>;
@@ -27,17 +32,28 @@ void moments_loop(const T* px, int64_t n, int64_t c, int64_t hw, acc_t<T>* pm, a
     double s = 0;
     for (int64_t i = 0; i < n; ++i) {
       const T* row = px + (i * c + j) * hw;
-#pragma omp simd reduction(+ : s)
-      for (int64_t k = 0; k < hw; ++k) s += static_cast<double>(row[k]);
+      for (int64_t k0 = 0; k0 < hw; k0 += kBlock) {
+        const int64_t k1 = std::min(hw, k0 + kBlock);
+        S b = 0;
+#pragma omp simd reduction(+ : b)
+        for (int64_t k = k0; k < k1; ++k) b += static_cast<S>(row[k]);
+        s += static_cast<double>(b);
+      }
     }
     const double m = s / count;
+    const S ms = static_cast<S>(m);
     double sq = 0;
     for (int64_t i = 0; i < n; ++i) {
       const T* row = px + (i * c + j) * hw;
-#pragma omp simd reduction(+ : sq)
-      for (int64_t k = 0; k < hw; ++k) {
-        const double d = static_cast<double>(row[k]) - m;
-        sq += d * d;
+      for (int64_t k0 = 0; k0 < hw; k0 += kBlock) {
+        const int64_t k1 = std::min(hw, k0 + kBlock);
+        S b = 0;
+#pragma omp simd reduction(+ : b)
+        for (int64_t k = k0; k < k1; ++k) {
+          const S d = static_cast<S>(row[k]) - ms;
+          b += d * d;
+        }
+        sq += static_cast<double>(b);
       }
     }
     pm[j] = static_cast<S>(m);
@@ -51,15 +67,21 @@ void dot_loop(const T* pg, const T* px, const acc_t<T>* pm, int64_t n, int64_t c
   using S = acc_t<T>;
 #pragma omp parallel for if (n * c * hw > kGrainSize && c > 1)
   for (int64_t j = 0; j < c; ++j) {
-    const double m = pm ? static_cast<double>(pm[j]) : 0.0;
+    const S m = pm ? pm[j] : S(0);
     double s = 0, d = 0;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t off = (i * c + j) * hw;
-#pragma omp simd reduction(+ : s, d)
-      for (int64_t k = 0; k < hw; ++k) {
-        const double g = static_cast<double>(pg[off + k]);
-        s += g;
-        d += g * (static_cast<double>(px[off + k]) - m);
+      for (int64_t k0 = 0; k0 < hw; k0 += kBlock) {
+        const int64_t k1 = std::min(hw, k0 + kBlock);
+        S bs = 0, bd = 0;
+#pragma omp simd reduction(+ : bs, bd)
+        for (int64_t k = off + k0; k < off + k1; ++k) {
+          const S g = static_cast<S>(pg[k]);
+          bs += g;
+          bd += g * (static_cast<S>(px[k]) - m);
+        }
+        s += static_cast<double>(bs);
+        d += static_cast<double>(bd);
       }
     }
     ps[j] = static_cast<S>(s);
