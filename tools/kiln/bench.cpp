@@ -24,11 +24,13 @@ int run_bench(const BenchOptions& o) {
   KILN_CHECK(w, "[bench] unknown workload '{}'", o.workload);
   KILN_CHECK(o.iters >= 0, "[bench] --iters must be positive, got {}", o.iters);
   KILN_CHECK(!o.small || w->name == "gpt", "[bench] --small applies only to the gpt workload");
+  KILN_CHECK(o.amp.empty() || w->name == "gpt" || w->name == "gpt_large",
+             "[bench] --amp applies only to the gpt and gpt_large workloads");
   int64_t iters = o.iters > 0 ? o.iters : w->default_iters;
   if (!common.device.is_cpu()) set_allow_tf32(true);  // as torch_anchor.py sets it
   if (o.math_attention) set_fused_attention(false);
   std::vector<workloads::Metric> metrics =
-      w->run({.iters = iters, .small = o.small, .device = common.device});
+      w->run({.iters = iters, .small = o.small, .device = common.device, .amp = o.amp});
   // Under mpirun (the distributed workloads) every rank times and rank 0 reports.
   if (distributed::is_initialized() && distributed::rank() != 0) return 0;
 

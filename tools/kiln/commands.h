@@ -78,6 +78,9 @@ struct BenchOptions {
   bool json = false;
   bool small = false;
   bool math_attention = false;  // set_fused_attention(false)
+  // gpt and gpt_large: "bf16" times the step with the forward and loss under bfloat16
+  // autocast (keys gpt_bf16_*, gpt_large_bf16_*); empty: float32.
+  std::string amp;
 };
 
 int run_train(const TrainOptions& o);

@@ -176,6 +176,10 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
   cmd->add_flag("--small", o.small, "gpt: width 128 (reported as gpt_small_eager_us)");
   cmd->add_flag("--math-attention", o.math_attention,
                 "Attention on the math path, not the fused kernels (for comparison)");
+  cmd->add_option("--amp", o.amp,
+                  "gpt, gpt_large: bf16 runs the forward and loss under bfloat16 autocast (keys "
+                  "gpt_bf16_*, gpt_large_bf16_*, as anchors/torch_gpt_large_bf16.py's)")
+      ->check(CLI::IsMember({"bf16"}));
   add_common(cmd, o.common);
   return cmd;
 }

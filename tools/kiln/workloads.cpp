@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
+#include "kiln/amp/autocast.h"
 #include "kiln/compile/compile.h"
 #include "kiln/core/error.h"
 #include "kiln/nn/transformer.h"
@@ -207,8 +209,10 @@ std::vector<Metric> mlp(const Options& o) {
 // A GPT training step of `cfg` on batch x cfg.context tokens, eager and (on a device with
 // graphs) compiled; keys start with `name`.
 std::vector<Metric> gpt_step(const Options& o, const nn::GPTConfig& cfg, int64_t batch,
-                             const std::string& name, int64_t default_iters) {
+                             const std::string& base_name, int64_t default_iters) {
   int64_t iters = iters_or(o, default_iters);
+  KILN_CHECK(o.amp.empty() || o.amp == "bf16", "[bench] --amp must be bf16, got '{}'", o.amp);
+  const std::string name = o.amp.empty() ? base_name : base_name + "_" + o.amp;
   const int64_t T = cfg.context;
   Generator gen(0);
   nn::GPT model(cfg, nn::Init{.gen = &gen});
@@ -218,7 +222,12 @@ std::vector<Metric> gpt_step(const Options& o, const nn::GPTConfig& cfg, int64_t
   Tensor tgt = randint(0, cfg.vocab_size, {batch, T}, &gen).to(o.device);
   auto step = [&] {
     opt.zero_grad();
-    Tensor loss = model.loss(idx, tgt);
+    Tensor loss;
+    {
+      std::optional<amp::AutocastGuard> autocast;
+      if (!o.amp.empty()) autocast.emplace(o.device, kBFloat16);
+      loss = model.loss(idx, tgt);
+    }
     loss.backward();
     opt.step();
     return loss;

@@ -25,6 +25,9 @@ struct Options {
   // Where the work runs. On a device with graphs (cuda) chain, adamw, mlp and gpt are also
   // timed compiled, replaying captured device graphs (keys ending in _graph_us).
   Device device = Device(kCPU);
+  // gpt and gpt_large: "bf16" runs the forward and the loss under bfloat16 autocast (float32
+  // master weights), reported under keys with _bf16 after the workload's name.
+  std::string amp;
 };
 
 struct Workload {
