@@ -1,4 +1,7 @@
 // Sharding rules of the pooling ops (Note [Pooling placements]).
+#include <algorithm>
+#include <vector>
+
 #include "kiln/dtensor/dtensor.h"
 #include "kiln/dtensor/rule_options.h"
 #include "kiln/ops/op_list.h"
@@ -11,8 +14,27 @@ namespace {
 // pooling's indices are flat within a plane, so a shard of a batch or channel dim runs locally:
 // every tensor input sharded alike along such a dim d (Shard(d)) gives every result Shard(d).
 // The backward ops take grad_output, self (and the indices) sharded alike and give grad_input
-// Shard(d). Every other placement (a shard of a spatial dim, whose windows would cross shards; a
-// Partial input, which max pooling does not commute with) is gathered to Replicate first.
+// Shard(d). A channel dim whose shards would be empty on some rank is gathered (a local op
+// refuses an input without channels, as ATen's does; an empty batch shard is fine). Every other
+// placement (a shard of a spatial dim, whose windows would cross shards; a Partial input, which max
+// pooling does not commute with) is gathered to Replicate first.
+
+// Whether chunking `size` along each mesh dim in `dims` (nested in mesh order, chunk's rule: See
+// Note [Nested shards] in spec.cpp) leaves every rank a non-empty part.
+bool no_empty_part(int64_t size, const DeviceMesh& mesh, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> parts{size};
+  for (int64_t k : dims) {
+    std::vector<int64_t> next;
+    const int64_t n = mesh.size(k);
+    for (int64_t s : parts) {
+      const int64_t c = (s + n - 1) / n;
+      for (int64_t i = 0; i < n; ++i) next.push_back(std::clamp<int64_t>(s - i * c, 0, c));
+    }
+    parts = std::move(next);
+  }
+  return std::all_of(parts.begin(), parts.end(), [](int64_t p) { return p > 0; });
+}
+
 template <int64_t nd, size_t n_out>
 void pool_rule(const ShardingCall& call, ShardingDecision& d) {
   // self is the first tensor of a forward op, the second of a backward op (after grad_output).
@@ -21,12 +43,22 @@ void pool_rule(const ShardingCall& call, ShardingDecision& d) {
   decide_by_options(call, d, n_out, [&](int64_t m) {
     RuleOptions opts;
     for (int64_t dim = 0; dim < plane_dims; ++dim) {
+      // The mesh dims that shard `dim` in some input, and m: the channel dim stays sharded only
+      // if chunking it over all of them leaves no rank empty.
       bool any = false;
-      for (size_t i = 0; i < call.num_inputs(); ++i) {
-        const Placement& p = call.input(i).placement(m);
-        any = any || (p.is_shard() && p.dim() == dim);
+      std::vector<int64_t> along;
+      for (int64_t k = 0; k < call.mesh_ndim(); ++k) {
+        bool here = false;
+        for (size_t i = 0; i < call.num_inputs(); ++i) {
+          const Placement& p = call.input(i).placement(k);
+          here = here || (p.is_shard() && p.dim() == dim);
+        }
+        if (here || k == m) along.push_back(k);
+        if (k == m) any = here;
       }
-      if (any) opts.push_back(uniform_option(call, n_out, Shard(dim)));
+      const bool channels = dim == plane_dims - 1;
+      if (any && (!channels || no_empty_part(call.input(0).shape()[dim], call.mesh(), along)))
+        opts.push_back(uniform_option(call, n_out, Shard(dim)));
     }
     opts.push_back(uniform_option(call, n_out, Replicate()));
     return opts;

@@ -95,6 +95,28 @@ std::vector<Case> cases() {
       {"addmm", {{4, 6}, {6, 8}, {8}}, one([](auto& x) {
          return addmm(bias_of(x), x[0], x[1], 0.5, 2.0);
        })},
+      // Pooling (Note [Pooling placements]): planes of [N, C, H, W]; the backward ops take the
+      // indices of their own forward on self.
+      {"max_pool2d_with_indices",
+       {{4, 2, 6, 6}},
+       [](auto& x) {
+         auto [v, i] = max_pool2d_with_indices(x[0], {2});
+         return TensorList{v, i};
+       }},
+      {"max_pool2d_backward", {{4, 2, 3, 3}, {4, 2, 6, 6}}, one([](auto& x) {
+         Tensor i = std::get<1>(max_pool2d_with_indices(x[1], {2}));
+         return max_pool2d_with_indices_backward(x[0], x[1], {2}, {}, {0}, {1}, false, i);
+       })},
+      {"avg_pool2d", {{4, 2, 6, 6}}, one([](auto& x) { return avg_pool2d(x[0], {3}, {2}, {1}); })},
+      {"avg_pool2d_backward", {{4, 2, 3, 3}, {4, 2, 6, 6}}, one([](auto& x) {
+         return avg_pool2d_backward(x[0], x[1], {3}, {2}, {1}, false, true, std::nullopt);
+       })},
+      {"adaptive_avg_pool2d", {{4, 2, 6, 6}}, one([](auto& x) {
+         return adaptive_avg_pool2d(x[0], {4, 3});
+       })},
+      {"adaptive_avg_pool2d_backward", {{4, 2, 4, 3}, {4, 2, 6, 6}}, one([](auto& x) {
+         return adaptive_avg_pool2d_backward(x[0], x[1]);
+       })},
   };
 }
 
@@ -180,6 +202,28 @@ TEST_P(ShardedOps, SampleOfPlacementPairsOnTwoMeshDims) {
           EXPECT_TRUE(all_close(dt::full_tensor(got[k]), want[k])) << label << " result " << k;
       }
     }
+  }
+}
+
+// Pooling runs each (n, c) plane locally, so batch and channel shards stay where they are; a
+// spatial shard, and a channel dim with an empty shard, are gathered first (Note [Pooling
+// placements]).
+TEST_P(ShardedOps, PoolingKeepsBatchAndChannelShards) {
+  const Device d = dev();
+  const dt::DeviceMesh& mesh = mesh_1d(d);
+  const dt::Placement R = dt::Replicate(), S0 = dt::Shard(0), S1 = dt::Shard(1), S2 = dt::Shard(2);
+  struct Case {
+    Shape shape;
+    dt::Placement in, out;
+  };
+  // 12 channels split without an empty shard on up to 4 ranks; 1 channel leaves ranks empty.
+  for (const Case& c :
+       {Case{{4, 12, 6, 6}, S0, S0}, Case{{4, 12, 6, 6}, S1, S1}, Case{{4, 12, 6, 6}, S2, R},
+        Case{{4, 1, 6, 6}, S1, mesh.size(0) > 1 ? R : S1}}) {
+    Tensor x = dt::distribute_tensor(global_tensor(c.shape, kFloat32, d), mesh, {c.in});
+    auto [v, i] = max_pool2d_with_indices(x, {2});
+    for (const Tensor& r : {v, i, avg_pool2d(x, {2}), adaptive_avg_pool2d(x, {3, 3})})
+      EXPECT_EQ(dt::spec_of(r)->placements()[0], c.out) << c.in.str() << " " << c.shape.size();
   }
 }
 
