@@ -4,6 +4,8 @@
 // count_include_pad and divisor_override variants, batched and unbatched, 2-D and 3-D,
 // non-contiguous inputs; the 1-D composites; gradchecks in float64; error rows. Means sum in
 // another order than ATen's: Tol::Accum; max values and indices are exact.
+#include <limits>
+
 #include "tests/ops/op_test_util.h"
 
 namespace kiln::test {
@@ -166,6 +168,27 @@ void add_max(Cases& cs, GradSamples& grads) {
                        {op_name("max_pool", c, false)},
                        [fc](GradGen& d) { return KTensors{d.var(fc.x)}; },
                        [fc](const KTensors& x) { return KTensors{kmax(fc, x[0])[0]}; }});
+  }
+}
+
+// NaN wins a window (the last one when several), ties go to the first, and -inf is a value.
+void add_max_special(Cases& cs) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> v = {1, nan, 3, 3, nan, 2, nan, 0, -inf, -inf, 5, 5, 1, 1, 5, 7};
+  for (const PoolConfig& c : {PoolConfig{"nan_k2", {1, 1, 4, 4}, {2}, {}, {0}, {1}},
+                              PoolConfig{"nan_k3_overlapping", {1, 1, 4, 4}, {3}, {1}, {1}, {1}}}) {
+    PoolConfig fc = c;
+    cs.push_back({.name = "max_pool_" + std::string(c.label),
+                  .ops = {"max_pool2d_with_indices"},
+                  .dtypes = kFloatDTypes,
+                  .make =
+                      [v](Gen& g) {
+                        return KTensors{g.values(v, {1, 1, 4, 4})};
+                      },
+                  .kiln = [fc](const KArgs& x) { return kmax(fc, x[0]); },
+                  .aten = [fc](const AArgs& a) { return amax(fc, a[0]); },
+                  .tol = Tol::Exact});
   }
 }
 
@@ -334,6 +357,7 @@ void add_wrappers(Cases& cs, GradSamples& grads) {
 void add_pooling(Cases& cs) {
   GradSamples max_grads, avg_grads, adaptive_grads, wrapper_grads;
   add_max(cs, max_grads);
+  add_max_special(cs);
   add_avg(cs, avg_grads);
   add_adaptive(cs, adaptive_grads);
   add_wrappers(cs, wrapper_grads);
