@@ -357,7 +357,7 @@ namespace kiln::ops {
   _(foreach_sqrt_, InPlace, void(const TensorList&), "foreach_sqrt_(Tensor(a!)[] self) -> ()")     \
   _(foreach_adamw_, InPlace,                                                                       \
     void(const TensorList&, const TensorList&, const TensorList&, const TensorList&,               \
-         const TensorList&, const Tensor&, double, double, double, double),                        \
+         const TensorList&, const Tensor&, double, double, double, double, const Tensor&),         \
     "foreach_adamw_(Tensor(a!)[] self, Tensor[] grads, Tensor(b!)[] exp_avg, "                     \
     "Tensor(c!)[] exp_avg_sq, Tensor(d!)[] steps, Tensor lr, float beta1, float beta2, "           \
     "float eps, float weight_decay, Tensor? found_inf=None) -> ()")                                \
