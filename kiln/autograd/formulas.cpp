@@ -574,6 +574,36 @@ void adaptive_avg_pool_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   gi[0] = bw(g[0], c.input(0));
 }
 
+// Padding and upsampling (Note [Padding and upsampling] in kiln/ops/pad_meta.cpp): constant
+// padding's gradient crops (the pads negated); the others call their backward ops.
+void constant_pad_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Shape pad = c.get<Shape>(1);
+  for (int64_t& p : pad) p = -p;
+  gi[0] = ops::op_constant_pad_nd(g[0], pad, 0);
+}
+template <int mode, int nd>
+void pad_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  using Op = decltype(ops::op_reflection_pad1d_backward);
+  static Op* const bw[2][3] = {
+      {&ops::op_reflection_pad1d_backward, &ops::op_reflection_pad2d_backward,
+       &ops::op_reflection_pad3d_backward},
+      {&ops::op_replication_pad1d_backward, &ops::op_replication_pad2d_backward,
+       &ops::op_replication_pad3d_backward}};
+  gi[0] = (*bw[mode][nd - 1])(g[0], c.input(0), c.get<Shape>(1));
+}
+std::optional<double> opt_double(const IValue& v) {
+  if (std::holds_alternative<std::monostate>(v)) return std::nullopt;
+  return std::get<double>(v);
+}
+void upsample_nearest_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = ops::op_upsample_nearest2d_backward(g[0], c.get<Shape>(1), c.sizes(0),
+                                              opt_double(c.arg(2)), opt_double(c.arg(3)));
+}
+void upsample_bilinear_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = ops::op_upsample_bilinear2d_backward(g[0], c.get<Shape>(1), c.sizes(0), c.get<bool>(2),
+                                               opt_double(c.arg(3)), opt_double(c.arg(4)));
+}
+
 // Batch, group and layer norm (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp):
 // their backward ops compute what the call needs (output_mask); save_mean/save_rstd (mean/rstd)
 // are the forward's outputs 1 and 2, and carry no gradient. Eval batch norm differentiates
@@ -784,6 +814,17 @@ const Entry kOthers[] = {
     {&ops::op_avg_pool3d.def, F(avg_pool_bw<3>, S(0))},
     {&ops::op_adaptive_avg_pool2d.def, F(adaptive_avg_pool_bw<2>, S(0))},
     {&ops::op_adaptive_avg_pool3d.def, F(adaptive_avg_pool_bw<3>, S(0))},
+    {&ops::op_constant_pad_nd.def, F(constant_pad_bw)},
+    {&ops::op_reflection_pad1d.def, F(pad_bw<0, 1>, S(0))},
+    {&ops::op_reflection_pad2d.def, F(pad_bw<0, 2>, S(0))},
+    {&ops::op_reflection_pad3d.def, F(pad_bw<0, 3>, S(0))},
+    {&ops::op_replication_pad1d.def, F(pad_bw<1, 1>, S(0))},
+    {&ops::op_replication_pad2d.def, F(pad_bw<1, 2>, S(0))},
+    {&ops::op_replication_pad3d.def, F(pad_bw<1, 3>, S(0))},
+    {&ops::op_upsample_nearest2d.def, F(upsample_nearest_bw)},
+    {&ops::op_upsample_bilinear2d.def, F(upsample_bilinear_bw)},
+    {&ops::op_cdist_forward.def, F(cdist_bw, S(0) | S(1), S(0))},
+    {&ops::op_pdist_forward.def, F(pdist_bw, S(0), S(0))},
 };
 
 void set_derivative(const OpDef* op, const Derivative& d) {

@@ -17,6 +17,7 @@ using TensorPair = std::tuple<Tensor, Tensor>;
 using TensorTriple = std::tuple<Tensor, Tensor, Tensor>;
 using OptScalar = std::optional<Scalar>;
 using OptInt = std::optional<int64_t>;
+using OptDouble = std::optional<double>;
 using OptDType = std::optional<DType>;
 }  // namespace kiln
 
@@ -287,6 +288,51 @@ namespace kiln::ops {
     "adaptive_avg_pool3d(Tensor self, int[] output_size) -> Tensor")                               \
   _(adaptive_avg_pool3d_backward, Functional, Tensor(const Tensor&, const Tensor&),                \
     "adaptive_avg_pool3d_backward(Tensor grad_output, Tensor self) -> Tensor")                     \
+  /* padding and upsampling (Note [Padding and upsampling] in kiln/ops/pad_meta.cpp): pads are     \
+   * (left, right) pairs from the last dim; batched [N, C, *spatial] or unbatched [C, *spatial]    \
+   * (upsampling: [N, C, H, W]) */                                                                 \
+  _(constant_pad_nd, Functional, Tensor(const Tensor&, IntArrayRef, const Scalar&),                \
+    "constant_pad_nd(Tensor self, int[] pad, Scalar value=0) -> Tensor")                           \
+  _(reflection_pad1d, Functional, Tensor(const Tensor&, IntArrayRef),                              \
+    "reflection_pad1d(Tensor self, int[] padding) -> Tensor")                                      \
+  _(reflection_pad1d_backward, Functional, Tensor(const Tensor&, const Tensor&, IntArrayRef),      \
+    "reflection_pad1d_backward(Tensor grad_output, Tensor self, int[] padding) -> Tensor")         \
+  _(reflection_pad2d, Functional, Tensor(const Tensor&, IntArrayRef),                              \
+    "reflection_pad2d(Tensor self, int[] padding) -> Tensor")                                      \
+  _(reflection_pad2d_backward, Functional, Tensor(const Tensor&, const Tensor&, IntArrayRef),      \
+    "reflection_pad2d_backward(Tensor grad_output, Tensor self, int[] padding) -> Tensor")         \
+  _(reflection_pad3d, Functional, Tensor(const Tensor&, IntArrayRef),                              \
+    "reflection_pad3d(Tensor self, int[] padding) -> Tensor")                                      \
+  _(reflection_pad3d_backward, Functional, Tensor(const Tensor&, const Tensor&, IntArrayRef),      \
+    "reflection_pad3d_backward(Tensor grad_output, Tensor self, int[] padding) -> Tensor")         \
+  _(replication_pad1d, Functional, Tensor(const Tensor&, IntArrayRef),                             \
+    "replication_pad1d(Tensor self, int[] padding) -> Tensor")                                     \
+  _(replication_pad1d_backward, Functional, Tensor(const Tensor&, const Tensor&, IntArrayRef),     \
+    "replication_pad1d_backward(Tensor grad_output, Tensor self, int[] padding) -> Tensor")        \
+  _(replication_pad2d, Functional, Tensor(const Tensor&, IntArrayRef),                             \
+    "replication_pad2d(Tensor self, int[] padding) -> Tensor")                                     \
+  _(replication_pad2d_backward, Functional, Tensor(const Tensor&, const Tensor&, IntArrayRef),     \
+    "replication_pad2d_backward(Tensor grad_output, Tensor self, int[] padding) -> Tensor")        \
+  _(replication_pad3d, Functional, Tensor(const Tensor&, IntArrayRef),                             \
+    "replication_pad3d(Tensor self, int[] padding) -> Tensor")                                     \
+  _(replication_pad3d_backward, Functional, Tensor(const Tensor&, const Tensor&, IntArrayRef),     \
+    "replication_pad3d_backward(Tensor grad_output, Tensor self, int[] padding) -> Tensor")        \
+  _(upsample_nearest2d, Functional,                                                                \
+    Tensor(const Tensor&, IntArrayRef, const OptDouble&, const OptDouble&),                        \
+    "upsample_nearest2d(Tensor self, int[] output_size, float? scales_h=None, float? "             \
+    "scales_w=None) -> Tensor")                                                                    \
+  _(upsample_nearest2d_backward, Functional,                                                       \
+    Tensor(const Tensor&, IntArrayRef, IntArrayRef, const OptDouble&, const OptDouble&),           \
+    "upsample_nearest2d_backward(Tensor grad_output, int[] output_size, int[] input_size, float? " \
+    "scales_h=None, float? scales_w=None) -> Tensor")                                              \
+  _(upsample_bilinear2d, Functional,                                                               \
+    Tensor(const Tensor&, IntArrayRef, bool, const OptDouble&, const OptDouble&),                  \
+    "upsample_bilinear2d(Tensor self, int[] output_size, bool align_corners, float? "              \
+    "scales_h=None, float? scales_w=None) -> Tensor")                                              \
+  _(upsample_bilinear2d_backward, Functional,                                                      \
+    Tensor(const Tensor&, IntArrayRef, IntArrayRef, bool, const OptDouble&, const OptDouble&),     \
+    "upsample_bilinear2d_backward(Tensor grad_output, int[] output_size, int[] input_size, bool "  \
+    "align_corners, float? scales_h=None, float? scales_w=None) -> Tensor")                        \
   /* normalization (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp): batch norm's    \
      running stats are written in place; output_mask three 0/1 flags */                            \
   _(native_batch_norm_legit, Functional,                                                           \

@@ -1084,6 +1084,7 @@ Cases linalg_nn_cases() {
   add_addmm_gelu(cs);
   add_convolution(cs);
   add_pooling(cs);
+  add_pad_upsample(cs);
   add_norm(cs);
   return cs;
 }

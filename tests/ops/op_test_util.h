@@ -257,6 +257,9 @@ Cases sort_scan_cases();
 void add_convolution(Cases& cs);
 // The pooling ops and their backward ops (op_test_pool.cpp), part of linalg_nn_cases().
 void add_pooling(Cases& cs);
+// The padding and upsampling ops and their backward ops (op_test_pad_upsample.cpp), part of
+// linalg_nn_cases().
+void add_pad_upsample(Cases& cs);
 // batch, group and layer norm and their backward ops (op_test_norm.cpp), part of
 // linalg_nn_cases().
 void add_norm(Cases& cs);
