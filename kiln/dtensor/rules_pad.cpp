@@ -11,20 +11,27 @@ namespace {
 // pad list names; reflection/replication_pad{nd}d: nd; upsample_*2d: H and W) and copy or
 // interpolate every slice of the leading dims on its own, so a Shard of a leading dim runs
 // locally: every tensor input sharded alike along such a dim d gives the result Shard(d). The
-// backward ops of the pads take grad_output and self sharded alike. Every other placement (a
+// backward ops of the pads take grad_output and self sharded alike. A channel dim (the last
+// leading dim of the reflection/replication pads and upsampling) whose shards are empty on some
+// rank is gathered: the local op refuses an input without channels, as ATen's does (an empty
+// batch shard is fine, and constant_pad_nd takes any empty shard). Every other placement (a
 // shard of a padded or resized dim, whose sources cross shards; a Partial input) is gathered to
 // Replicate first. upsample_*2d_backward carries the input's full size as an argument (its N
 // and C too), so it always runs on Replicate.
-void leading_shards_rule(const ShardingCall& call, ShardingDecision& d, int64_t local_dims) {
+void leading_shards_rule(const ShardingCall& call, ShardingDecision& d, int64_t local_dims,
+                         bool channels_last) {
   decide_by_options(call, d, 1, [&](int64_t m) {
     RuleOptions opts;
     for (int64_t dim = 0; dim < local_dims; ++dim) {
-      bool any = false;
+      bool any = false, empty = false;
       for (size_t i = 0; i < call.num_inputs(); ++i) {
         const Placement& p = call.input(i).placement(m);
-        any = any || (p.is_shard() && p.dim() == dim);
+        const bool here = p.is_shard() && p.dim() == dim;
+        any = any || here;
+        empty = empty || (here && !no_empty_chunk(call.input(i), dim));
       }
-      if (any) opts.push_back(uniform_option(call, 1, Shard(dim)));
+      if (any && !(channels_last && dim == local_dims - 1 && empty))
+        opts.push_back(uniform_option(call, 1, Shard(dim)));
     }
     opts.push_back(uniform_option(call, 1, Replicate()));
     return opts;
@@ -32,20 +39,20 @@ void leading_shards_rule(const ShardingCall& call, ShardingDecision& d, int64_t 
 }
 
 void constant_pad_rule(const ShardingCall& call, ShardingDecision& d) {
-  leading_shards_rule(call, d,
-                      call.tensor_ndim(0) - static_cast<int64_t>(call.ints_arg(1).size()) / 2);
+  leading_shards_rule(
+      call, d, call.tensor_ndim(0) - static_cast<int64_t>(call.ints_arg(1).size()) / 2, false);
 }
 template <int64_t nd>
 void pad_rule(const ShardingCall& call, ShardingDecision& d) {
   // self is the first tensor of a forward op, the second of a backward op (after grad_output).
   const size_t self_pos = call.op().name().ends_with("_backward") ? 1 : 0;
-  leading_shards_rule(call, d, call.tensor_ndim(self_pos) - nd);
+  leading_shards_rule(call, d, call.tensor_ndim(self_pos) - nd, true);
 }
 void upsample_rule(const ShardingCall& call, ShardingDecision& d) {
-  leading_shards_rule(call, d, 2);
+  leading_shards_rule(call, d, 2, true);
 }
 void upsample_backward_rule(const ShardingCall& call, ShardingDecision& d) {
-  leading_shards_rule(call, d, 0);
+  leading_shards_rule(call, d, 0, false);
 }
 
 const ShardingRule kConstantPad{"constant padding (shards of unpadded dims stay local)",

@@ -227,6 +227,39 @@ TEST_P(ShardedOps, PoolingKeepsBatchAndChannelShards) {
   }
 }
 
+// Note [Padding and upsampling placements]: batch and channel shards stay local (a channel
+// shard that leaves a rank empty, and a spatial shard, are gathered); constant_pad_nd keeps a
+// shard of any dim it does not pad; every result equals the unsharded op.
+TEST_P(ShardedOps, PaddingAndUpsamplingKeepLeadingShards) {
+  const Device d = dev();
+  const dt::DeviceMesh& mesh = mesh_1d(d);
+  const dt::Placement R = dt::Replicate(), S0 = dt::Shard(0), S1 = dt::Shard(1), S2 = dt::Shard(2);
+  struct Case {
+    Shape shape;
+    dt::Placement in, out;
+  };
+  for (const Case& c :
+       {Case{{4, 12, 6, 6}, S0, S0}, Case{{4, 12, 6, 6}, S1, S1}, Case{{4, 12, 6, 6}, S2, R},
+        Case{{4, 1, 6, 6}, S1, mesh.size(0) > 1 ? R : S1}}) {
+    Tensor whole = global_tensor(c.shape, kFloat32, d);
+    Tensor x = dt::distribute_tensor(whole, mesh, {c.in});
+    const std::vector<std::pair<Tensor, Tensor>> results = {
+        {reflection_pad2d(x, {1, 2, 2, 1}), reflection_pad2d(whole, {1, 2, 2, 1})},
+        {replication_pad2d(x, {3, 0, 1, 2}), replication_pad2d(whole, {3, 0, 1, 2})},
+        {upsample_nearest2d(x, {9, 12}), upsample_nearest2d(whole, {9, 12})},
+        {upsample_bilinear2d(x, {9, 4}, true), upsample_bilinear2d(whole, {9, 4}, true)}};
+    for (const auto& [got, want] : results) {
+      EXPECT_EQ(dt::spec_of(got)->placements()[0], c.out) << c.in.str() << " " << c.shape[1];
+      EXPECT_TRUE(all_close(dt::full_tensor(got), want)) << c.in.str();
+    }
+  }
+  Tensor whole = global_tensor({4, 12, 6, 6}, kFloat32, d);
+  Tensor x = dt::distribute_tensor(whole, mesh, {S2});
+  Tensor y = constant_pad_nd(x, {1, 2}, 0.5);
+  EXPECT_EQ(dt::spec_of(y)->placements()[0], S2);
+  EXPECT_TRUE(all_close(dt::full_tensor(y), constant_pad_nd(whole, {1, 2}, 0.5)));
+}
+
 TEST_P(ShardedOps, RepeatedCallsHitTheDecisionCache) {
   const Device d = dev();
   const dt::DeviceMesh& mesh = mesh_1d(d);
