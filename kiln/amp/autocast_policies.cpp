@@ -40,6 +40,8 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     {"rms_norm", P::Float32},
     {"native_layer_norm", P::Float32},
     {"native_group_norm", P::Float32},
+    {"cdist_forward", P::Float32},  // cdist and pdist: PyTorch's CUDA float32 list
+    {"pdist_forward", P::Float32},
     // Batch norm runs in the input's dtype: a 16-bit input with float32 weight and running
     // stats is the mixed-dtype kernel (float32 statistics), as PyTorch's autocast leaves
     // batch_norm off its lists; casting would also copy the running stats it writes.
@@ -144,6 +146,8 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     {"layer_norm_backward", P::Passthrough},
     {"flash_attention_backward", P::Passthrough},
     {"convolution_backward", P::Passthrough},
+    {"cdist_backward", P::Passthrough},
+    {"pdist_backward", P::Passthrough},
     // Pooling runs in the input's dtype (PyTorch's CUDA lists leave it out; a max is exact in
     // any dtype, and the means sum in float32 inside the kernels).
     {"max_pool2d_with_indices", P::Passthrough},

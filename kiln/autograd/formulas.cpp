@@ -604,6 +604,21 @@ void upsample_bilinear_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
                                                opt_double(c.arg(3)), opt_double(c.arg(4)));
 }
 
+// cdist and pdist (Note [cdist and pdist] in kiln/ops/distance_meta.cpp) through their backward
+// ops, from the saved inputs and result: x2's gradient is cdist_backward with x1 and x2 swapped
+// and grad and the result transposed, as ATen's; a batch-broadcast gradient is summed back to
+// the input's shape by the node.
+void cdist_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  const double p = c.get<double>(2);
+  Tensor x1 = c.input(0), x2 = c.input(1), out = c.output(0);
+  if (c.needs(0)) gi[0] = ops::op_cdist_backward(g[0], x1, x2, p, out);
+  if (c.needs(1))
+    gi[1] = ops::op_cdist_backward(transpose(g[0], -1, -2), x2, x1, p, transpose(out, -1, -2));
+}
+void pdist_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = ops::op_pdist_backward(g[0], c.input(0), c.get<double>(1), c.output(0));
+}
+
 // Batch, group and layer norm (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp):
 // their backward ops compute what the call needs (output_mask); save_mean/save_rstd (mean/rstd)
 // are the forward's outputs 1 and 2, and carry no gradient. Eval batch norm differentiates
@@ -787,6 +802,8 @@ const Entry kOthers[] = {
     {&ops::op_rand.def, kNone},
     {&ops::op_randn.def, kNone},
     {&ops::op_randint.def, kNone},
+    {&ops::op_randperm.def, kNone},
+    {&ops::op_empty_strided.def, kNone},
     // Loss scaling writes gradients and the scaler's state, never anything that needs a grad.
     {&ops::op_amp_non_finite_check_and_unscale_.def, kNone},
     {&ops::op_amp_update_scale_.def, kNone},
@@ -814,6 +831,8 @@ const Entry kOthers[] = {
     {&ops::op_avg_pool3d.def, F(avg_pool_bw<3>, S(0))},
     {&ops::op_adaptive_avg_pool2d.def, F(adaptive_avg_pool_bw<2>, S(0))},
     {&ops::op_adaptive_avg_pool3d.def, F(adaptive_avg_pool_bw<3>, S(0))},
+    {&ops::op_cdist_forward.def, F(cdist_bw, S(0) | S(1), S(0))},
+    {&ops::op_pdist_forward.def, F(pdist_bw, S(0), S(0))},
     {&ops::op_constant_pad_nd.def, F(constant_pad_bw)},
     {&ops::op_reflection_pad1d.def, F(pad_bw<0, 1>, S(0))},
     {&ops::op_reflection_pad2d.def, F(pad_bw<0, 2>, S(0))},

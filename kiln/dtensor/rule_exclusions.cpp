@@ -17,9 +17,9 @@ constexpr std::string_view kCollective =
     "collectives are redistribute (kiln::dtensor::redistribute, full_tensor)";
 
 const bool g_registered = [] {
-  for (const OpDef* op :
-       {&ops::op_empty.def, &ops::op_full.def, &ops::op_arange.def, &ops::op_linspace.def,
-        &ops::op_rand.def, &ops::op_randn.def, &ops::op_randint.def})
+  for (const OpDef* op : {&ops::op_empty.def, &ops::op_full.def, &ops::op_arange.def,
+                          &ops::op_linspace.def, &ops::op_rand.def, &ops::op_randn.def,
+                          &ops::op_randint.def, &ops::op_randperm.def, &ops::op_empty_strided.def})
     set_sharding_exclusion(*op, kFactory);
   for (const OpDef* op :
        {&ops::op_all_reduce.def, &ops::op_all_reduce_.def, &ops::op_all_gather_into_tensor.def,

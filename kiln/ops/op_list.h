@@ -199,6 +199,10 @@ namespace kiln::ops {
   _(randint, Factory, Tensor(int64_t, int64_t, IntArrayRef, Generator*, DType, Device),            \
     "randint(int low, int high, int[] size, Generator? generator, DType dtype, Device device) -> " \
     "Tensor")                                                                                      \
+  _(randperm, Factory, Tensor(int64_t, Generator*, DType, Device),                                 \
+    "randperm(int n, Generator? generator, DType dtype, Device device) -> Tensor")                 \
+  _(empty_strided, Factory, Tensor(IntArrayRef, IntArrayRef, DType, Device),                       \
+    "empty_strided(int[] size, int[] stride, DType dtype, Device device) -> Tensor")               \
   /* copies and fills */                                                                           \
   _(copy_, InPlace, void(const Tensor&, const Tensor&),                                            \
     "copy_(Tensor(a!) self, Tensor src) -> ()")                                                    \
@@ -333,6 +337,17 @@ namespace kiln::ops {
     Tensor(const Tensor&, IntArrayRef, IntArrayRef, bool, const OptDouble&, const OptDouble&),     \
     "upsample_bilinear2d_backward(Tensor grad_output, int[] output_size, int[] input_size, bool "  \
     "align_corners, float? scales_h=None, float? scales_w=None) -> Tensor")                        \
+  /* p-norm distances (Note [cdist and pdist] in kiln/ops/distance_meta.cpp): x1 [*, P, M] and     \
+     x2 [*, R, M] give [*, P, R]; pdist's self [N, M] gives the N (N - 1) / 2 pairs i < j */       \
+  _(cdist_forward, Functional, Tensor(const Tensor&, const Tensor&, double, const OptInt&),        \
+    "cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor")                   \
+  _(cdist_backward, Functional,                                                                    \
+    Tensor(const Tensor&, const Tensor&, const Tensor&, double, const Tensor&),                    \
+    "cdist_backward(Tensor grad, Tensor x1, Tensor x2, float p, Tensor cdist) -> Tensor")          \
+  _(pdist_forward, Functional, Tensor(const Tensor&, double),                                      \
+    "pdist_forward(Tensor self, float p=2) -> Tensor")                                             \
+  _(pdist_backward, Functional, Tensor(const Tensor&, const Tensor&, double, const Tensor&),       \
+    "pdist_backward(Tensor grad, Tensor self, float p, Tensor pdist) -> Tensor")                   \
   /* normalization (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp): batch norm's    \
      running stats are written in place; output_mask three 0/1 flags */                            \
   _(native_batch_norm_legit, Functional,                                                           \

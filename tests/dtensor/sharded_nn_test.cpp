@@ -315,6 +315,32 @@ std::vector<Case> cases() {
         {S0, R, P, P, R, S0},
         {S1, S0, R, S0, P, R}}},
       {"foreach_sqrt", foreach_in(1), [](auto& x) { return foreach_sqrt(sl(x, 0, 2)); }},
+      // cdist and pdist (Note [Distance placements] in kiln/dtensor/rules_distance.cpp).
+      {"cdist_p2",
+       [](Device d) {
+         return TensorList{g({5, 3}, d), g({4, 3}, d, 3, 0.5)};
+       },
+       one([](auto& x) { return cdist(x[0], x[1], 2); })},
+      {"cdist_p1_batched",
+       [](Device d) {
+         return TensorList{g({2, 5, 3}, d), g({2, 4, 3}, d, 3, 0.5)};
+       },
+       one([](auto& x) { return cdist(x[0], x[1], 1); })},
+      {"cdist_backward",
+       [](Device d) {
+         return TensorList{g({5, 4}, d, 1, 0.1), g({5, 3}, d), g({4, 3}, d, 3, 0.5)};
+       },
+       one([](auto& x) {
+         return ops::op_cdist_backward(x[0], x[1], x[2], 2, cdist(x[1], x[2], 2));
+       })},
+      {"pdist_and_backward",
+       [](Device d) {
+         return TensorList{g({5, 3}, d), g({10}, d, 1, 0.1)};
+       },
+       [](auto& x) {
+         Tensor y = pdist(x[0], 3);
+         return TensorList{y, ops::op_pdist_backward(x[1], x[0], 3, y)};
+       }},
       {"foreach_adamw_",
        [](Device d) {
          return TensorList{g({4, 6}, d),
@@ -469,6 +495,18 @@ TEST_P(ShardedNn, RulesKeepShardsAndPartialsWithoutCommunication) {
   auto [o, l] = flash_attention(q, q, q);
   EXPECT_EQ(placement_of(o), Placement(Shard(1)));
   EXPECT_EQ(placement_of(l), Placement(Shard(1)));
+  // Row shards of cdist's operands stay local (rows of x1: the result's rows; rows of x2: its
+  // columns); pdist is gathered.
+  Tensor pts = g({5, 3}, d), other = g({4, 3}, d, 2);
+  EXPECT_EQ(placement_of(cdist(dist(pts, Shard(0)), dist(other, Replicate()))),
+            Placement(Shard(0)));
+  EXPECT_EQ(placement_of(cdist(dist(pts, Replicate()), dist(other, Shard(0)))),
+            Placement(Shard(1)));
+  EXPECT_EQ(placement_of(ops::op_cdist_backward(dist(g({5, 4}, d), Shard(0)), dist(pts, Shard(0)),
+                                                dist(other, Replicate()), 2,
+                                                dist(cdist(pts, other), Shard(0)))),
+            Placement(Shard(0)));
+  EXPECT_EQ(placement_of(pdist(dist(pts, Shard(0)))), Placement(Replicate()));
   // A Partial gradient is reduce-scattered into a sharded parameter's placement.
   TensorList p{dist(x, Shard(0))};
   foreach_add_(p, {dist(x, Partial())});

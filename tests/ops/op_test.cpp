@@ -77,8 +77,13 @@ const Cases& sort_scan() {
   static const Cases c = sort_scan_cases();
   return c;
 }
+const Cases& misc_core() {
+  static const Cases c = misc_core_cases();
+  return c;
+}
 std::vector<const Cases*> all_tables() {
-  return {&pointwise(), &reduce(), &linalg_nn(), &shape_index(), &factory_foreach(), &sort_scan()};
+  return {&pointwise(),       &reduce(),    &linalg_nn(), &shape_index(),
+          &factory_foreach(), &sort_scan(), &misc_core()};
 }
 
 uint64_t seed_of(const std::string& s, std::optional<DType> d) {
@@ -411,6 +416,7 @@ KILN_INSTANTIATE_TABLE(LinalgNN, linalg_nn);
 KILN_INSTANTIATE_TABLE(ShapeIndex, shape_index);
 KILN_INSTANTIATE_TABLE(FactoryForeach, factory_foreach);
 KILN_INSTANTIATE_TABLE(SortScan, sort_scan);
+KILN_INSTANTIATE_TABLE(MiscCore, misc_core);
 #undef KILN_INSTANTIATE_TABLE
 
 // ---------------------------------------------------------------- gradcheck

@@ -1,0 +1,363 @@
+// Op table: issue 16's remaining Core ATen ops: randperm and empty_strided (property checks: no
+// oracle draws Kiln's numbers or owns its memory), and cdist/pdist with their backward ops
+// against at::_cdist_forward, at::_cdist_backward, at::_pdist_forward and at::_pdist_backward
+// (every p kind, batch broadcasting, non-contiguous inputs); gradchecks in float64; error rows.
+#include <cmath>
+#include <limits>
+
+#include "tests/ops/op_test_util.h"
+
+namespace kiln::test {
+namespace {
+
+constexpr auto C = Layout::Contig;
+constexpr auto T = Layout::Transposed;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string p_label(double p) {
+  if (std::isinf(p)) return "inf";
+  if (p == 0.5) return "half";
+  if (p == 1.5) return "1_5";
+  return std::to_string(static_cast<int>(p));
+}
+at::IntArrayRef ar(const Dims& d) { return at::IntArrayRef(d.data(), d.size()); }
+
+// ---------------------------------------------------------------- randperm
+
+void add_randperm(Cases& cs) {
+  // A permutation of 0..n-1 in the dtype, the same as the CPU's for the same generator state.
+  struct Row {
+    const char* name;
+    int64_t n;
+    std::vector<DType> dtypes;
+  };
+  for (const Row& r : std::vector<Row>{{"randperm", 200, kNumericDTypes},
+                                       {"randperm_large", 100000, {kInt64, kInt32, kFloat32}},
+                                       {"randperm_one", 1, {kInt64}},
+                                       {"randperm_empty", 0, {kInt64}}}) {
+    const int64_t n = r.n;
+    cs.push_back({.name = r.name,
+                  .ops = {"randperm"},
+                  .dtypes = r.dtypes,
+                  .make = [](Gen&) { return KTensors{}; },
+                  .kiln =
+                      [n](const KArgs& x) {
+                        Generator g(21);
+                        return KTensors{randperm(n, &g, x.dtype, x.device)};
+                      },
+                  .check =
+                      [n](const KArgs& x, const KTensors& got) {
+                        EXPECT_EQ(got[0].dtype(), x.dtype);
+                        EXPECT_EQ(vec(got[0].sizes()), Dims{n});
+                        at::Tensor a = to_aten(got[0]).to(at::kLong);
+                        EXPECT_TRUE(at::equal(std::get<0>(a.sort()), at::arange(n, at::kLong)))
+                            << "not a permutation";
+                        if (n > 10) {
+                          EXPECT_FALSE(at::equal(a, at::arange(n, at::kLong))) << "identity";
+                        }
+                        Generator g(21);
+                        EXPECT_TRUE(at::equal(a, to_aten(randperm(n, &g, kInt64, Device(kCPU)))))
+                            << "differs from the CPU's permutation for the same generator";
+                      }});
+  }
+  // (seed, offset) determines a permutation; the generator advances by randint's ceil(n / 2)
+  // blocks; the default generator obeys manual_seed.
+  cs.push_back(
+      {.name = "randperm_determinism",
+       .ops = {"randperm"},
+       .make = [](Gen&) { return KTensors{}; },
+       .kiln =
+           [](const KArgs& x) {
+             Generator a(42), b(42), c(42), d(43);
+             c.set_offset(1000);
+             KTensors r{randperm(1001, &a, {}, x.device), randperm(1001, &b, {}, x.device),
+                        randperm(1001, &c, {}, x.device), randperm(1001, &d, {}, x.device)};
+             manual_seed(7);
+             r.push_back(randperm(1001, nullptr, {}, x.device));
+             manual_seed(7);
+             r.push_back(randperm(1001, nullptr, {}, x.device));
+             r.push_back(randperm(1001, nullptr, {}, x.device));
+             const int64_t offset = static_cast<int64_t>(a.offset());
+             r.push_back(to_device(from_vector(std::vector<int64_t>{offset}, {}), x.device));
+             return r;
+           },
+       .check =
+           [](const KArgs&, const KTensors& got) {
+             ASSERT_EQ(got.size(), 8u);
+             auto same = [&](size_t i, size_t j) {
+               return at::equal(to_aten(got[i]), to_aten(got[j]));
+             };
+             EXPECT_TRUE(same(0, 1)) << "same seed and offset";
+             EXPECT_FALSE(same(0, 2)) << "another offset";
+             EXPECT_FALSE(same(0, 3)) << "another seed";
+             EXPECT_TRUE(same(4, 5)) << "manual_seed";
+             EXPECT_FALSE(same(5, 6)) << "the default generator advances";
+             EXPECT_EQ(to_aten(got[7]).item<int64_t>(), 501) << "blocks drawn";
+           }});
+  // clang-format off
+  head(cs, "randperm").errors = {
+      {"randperm_negative", K::Value, "randperm", {"non-negative", "-1"},
+       [](const Watch&) { randperm(-1); }},
+      {"randperm_bool", K::Type, "randperm", {"bool"},
+       [](const Watch&) { randperm(3, nullptr, kBool); }},
+      {"randperm_float16_too_large", K::Value, "randperm", {"3000", "float16", "2048"},
+       [](const Watch&) { randperm(3000, nullptr, kFloat16); }},
+      {"randperm_uint8_too_large", K::Value, "randperm", {"257", "uint8"},
+       [](const Watch&) { randperm(257, nullptr, kUInt8); }}};
+  // clang-format on
+}
+
+// ---------------------------------------------------------------- empty_strided
+
+void add_empty_strided(Cases& cs) {
+  struct Row {
+    const char* name;
+    Dims sizes, strides;
+  };
+  for (const Row& r : std::vector<Row>{{"empty_strided_contig", {2, 3}, {3, 1}},
+                                       {"empty_strided_column_major", {2, 3}, {1, 2}},
+                                       {"empty_strided_gaps", {3, 4}, {8, 2}},
+                                       {"empty_strided_stride0", {2, 3}, {0, 1}},
+                                       {"empty_strided_empty", {0, 5}, {5, 1}},
+                                       {"empty_strided_0d", {}, {}},
+                                       {"empty_strided_3d", {2, 1, 4}, {1, 7, 2}}}) {
+    Dims sizes = r.sizes, strides = r.strides;
+    cs.push_back(
+        {.name = r.name,
+         .ops = {"empty_strided"},
+         .dtypes = kAllDTypes,
+         .make = [](Gen&) { return KTensors{}; },
+         .kiln =
+             [sizes, strides](const KArgs& x) {
+               Tensor t = empty_strided(sizes, strides, x.dtype, x.device);
+               // The geometry: storage elements, then the strides and the offset.
+               std::vector<int64_t> geo{
+                   static_cast<int64_t>(t.impl()->storage()->nbytes() / itemsize(t.dtype()))};
+               for (int64_t s : t.strides()) geo.push_back(s);
+               geo.push_back(t.impl()->storage_offset());
+               return KTensors{t, to_device(from_vector(geo, {}), x.device)};
+             },
+         .check =
+             [sizes, strides](const KArgs& x, const KTensors& got) {
+               at::Tensor want = at::empty_strided(ar(sizes), ar(strides), to_aten(x.dtype));
+               EXPECT_EQ(got[0].dtype(), x.dtype);
+               EXPECT_EQ(vec(got[0].sizes()), sizes);
+               std::vector<int64_t> geo{
+                   static_cast<int64_t>(want.storage().nbytes() / want.element_size())};
+               for (int64_t s : want.strides()) geo.push_back(s);
+               geo.push_back(0);
+               at::Tensor g = to_aten(got[1]);
+               EXPECT_EQ(
+                   std::vector<int64_t>(g.data_ptr<int64_t>(), g.data_ptr<int64_t>() + g.numel()),
+                   geo)
+                   << "storage elements, strides, offset";
+             },
+         .tol = Tol::ShapeOnly});
+  }
+  // clang-format off
+  head(cs, "empty_strided").errors = {
+      {"empty_strided_negative_size", K::Value, "empty_strided", {"negative dimension", "[2, -1]"},
+       [](const Watch&) { empty_strided({2, -1}, {1, 1}); }},
+      {"empty_strided_negative_stride", K::Value, "empty_strided", {"negative stride", "[-1, 1]"},
+       [](const Watch&) { empty_strided({2, 3}, {-1, 1}); }},
+      {"empty_strided_length", K::Value, "empty_strided", {"2 sizes", "1 strides"},
+       [](const Watch&) { empty_strided({2, 3}, {1}); }},
+      {"empty_strided_overflow", K::Value, "empty_strided", {"overflows"},
+       [](const Watch&) { empty_strided({3, 3}, {int64_t{1} << 62, 1}); }}};
+  // clang-format on
+}
+
+// ---------------------------------------------------------------- cdist and pdist
+
+const std::vector<double>& all_p() {
+  static const std::vector<double> p = {0, 1, 2, kInf, 0.5, 1.5, 3};
+  return p;
+}
+// The p whose gradients gradcheck can take (0.5's derivative blows up near a zero difference).
+bool smooth(double p) { return p != 0.5; }
+
+struct DistConfig {
+  const char* label;
+  Spec x1, x2;
+};
+
+void add_cdist(Cases& cs) {
+  const std::vector<DistConfig> configs = {
+      {"2d", {{5, 4}}, {{6, 4}}},
+      {"batched", {{2, 4, 3}}, {{2, 5, 3}}},
+      {"broadcast", {{2, 1, 4, 3}}, {{3, 5, 3}}},
+      {"noncontig", {{5, 4}, T}, {{3, 4}, T}},
+  };
+  for (double p : all_p()) {
+    for (const DistConfig& c : configs) {
+      const bool grad = smooth(p) && std::string(c.label) != "noncontig";
+      cs.push_back({.name = "cdist_forward_" + std::string(c.label) + "_p" + p_label(p),
+                    .ops = {"cdist_forward"},
+                    .dtypes = kFloatDTypes,
+                    .make = make_from({draw_any(), draw_any()}, {c.x1, c.x2}),
+                    .kiln = [p](const KArgs& x) { return KTensors{cdist(x[0], x[1], p)}; },
+                    .aten =
+                        [p](const AArgs& a) {
+                          return ATensors{at::_cdist_forward(a[0].contiguous(), a[1].contiguous(),
+                                                             p, c10::nullopt)};
+                        },
+                    .tol = Tol::Accum,
+                    .grad = grad});
+      cs.push_back({.name = "cdist_backward_" + std::string(c.label) + "_p" + p_label(p),
+                    .ops = {"cdist_backward", "cdist_forward"},
+                    .dtypes = {kFloat32, kFloat64},
+                    .make =
+                        [c](Gen& g) {
+                          Tensor x1 = g.any(c.x1), x2 = g.any(c.x2);
+                          Tensor d = cdist(x1, x2);
+                          return KTensors{g.any({vec(d.sizes())}), x1, x2};
+                        },
+                    .kiln =
+                        [p](const KArgs& x) {
+                          Tensor d = cdist(x[1], x[2], p);
+                          return KTensors{ops::op_cdist_backward(x[0], x[1], x[2], p, d)};
+                        },
+                    .aten =
+                        [p](const AArgs& a) {
+                          at::Tensor x1 = a[1].contiguous(), x2 = a[2].contiguous();
+                          at::Tensor d = at::_cdist_forward(x1, x2, p, c10::nullopt);
+                          return ATensors{at::_cdist_backward(a[0].contiguous(), x1, x2, p, d)};
+                        },
+                    .tol = Tol::Accum});
+    }
+  }
+  // p = 2 with more than 25 rows: ATen's default takes the matrix-product form; Kiln sums the
+  // differences directly (Note [cdist and pdist]), within the product form's rounding.
+  for (auto [label, mode] : std::vector<std::pair<const char*, c10::optional<int64_t>>>{
+           {"default", c10::nullopt}, {"mm", 1}, {"direct", 2}}) {
+    c10::optional<int64_t> m = mode;
+    cs.push_back(
+        {.name = "cdist_forward_many_rows_" + std::string(label),
+         .ops = {"cdist_forward"},
+         .dtypes = {kFloat32, kFloat64},
+         .make = make_from({draw_any(), draw_any()}, {Spec{{40, 6}}, Spec{{30, 6}}}),
+         .kiln =
+             [m](const KArgs& x) {
+               std::optional<int64_t> km;
+               if (m) km = *m;
+               return KTensors{cdist(x[0], x[1], 2, km)};
+             },
+         .aten = [m](const AArgs& a) { return ATensors{at::_cdist_forward(a[0], a[1], 2, m)}; },
+         .tol = Tol::Intermediate16});
+  }
+  cs.push_back(
+      {.name = "cdist_forward_empty",
+       .ops = {"cdist_forward"},
+       .dtypes = {kFloat32},
+       .make = make_from({draw_any(), draw_any()}, {Spec{{0, 3}}, Spec{{4, 3}}}),
+       .kiln = [](const KArgs& x) { return KTensors{cdist(x[0], x[1], 2)}; },
+       .aten =
+           [](const AArgs& a) { return ATensors{at::_cdist_forward(a[0], a[1], 2, c10::nullopt)}; },
+       .tol = Tol::Accum});
+  cs.push_back(
+      {.name = "cdist_forward_ties_p0",
+       .ops = {"cdist_forward"},
+       .dtypes = kFloatDTypes,
+       .make = make_from({draw_uniform(-2, 2), draw_uniform(-2, 2)}, {Spec{{6, 5}}, Spec{{7, 5}}}),
+       .kiln =
+           [](const KArgs& x) {
+             // Rounded to integers, so differences are often exactly zero.
+             return KTensors{cdist(round(x[0]), round(x[1]), 0)};
+           },
+       .aten =
+           [](const AArgs& a) {
+             return ATensors{at::_cdist_forward(a[0].round(), a[1].round(), 0, c10::nullopt)};
+           },
+       .tol = Tol::Exact});
+  // clang-format off
+  head(cs, "cdist_forward").errors = {
+      {"cdist_1d", K::Value, "cdist_forward", {"at least 2 dimensions", "[4]"},
+       [](const Watch&) { cdist(f32({4}), f32({3, 4})); }},
+      {"cdist_columns", K::Value, "cdist_forward", {"same number of columns", "3", "4"},
+       [](const Watch&) { cdist(f32({2, 3}), f32({3, 4})); }},
+      {"cdist_int", K::Type, "cdist_forward", {"floating-point", "int64"},
+       [](const Watch&) { cdist(i64({2, 3}), i64({3, 3})); }},
+      {"cdist_dtypes", K::Type, "cdist_forward", {"same dtype", "float32", "float64"},
+       [](const Watch&) { cdist(f32({2, 3}), ones({3, 3}, kFloat64)); }},
+      {"cdist_negative_p", K::Value, "cdist_forward", {"non-negative p", "-1"},
+       [](const Watch&) { cdist(f32({2, 3}), f32({3, 3}), -1); }},
+      {"cdist_mode", K::Value, "cdist_forward", {"possible modes", "3"},
+       [](const Watch&) { cdist(f32({2, 3}), f32({3, 3}), 2, 3); }},
+      {"cdist_batch", K::Value, "cdist_forward", {"[2]", "[3]"},
+       [](const Watch&) { cdist(f32({2, 2, 3}), f32({3, 3, 3})); }}};
+  head(cs, "cdist_backward").errors = {
+      {"cdist_backward_grad_shape", K::Value, "cdist_backward", {"grad", "[2, 3]", "[3, 2]"},
+       [](const Watch&) {
+         ops::op_cdist_backward(f32({3, 2}), f32({2, 4}), f32({3, 4}), 2, f32({2, 3}));
+       }},
+      {"cdist_backward_cdist_dtype", K::Type, "cdist_backward", {"cdist", "float32", "float64"},
+       [](const Watch&) {
+         ops::op_cdist_backward(f32({2, 3}), f32({2, 4}), f32({3, 4}), 2, ones({2, 3}, kFloat64));
+       }}};
+  // clang-format on
+}
+
+void add_pdist(Cases& cs) {
+  const std::vector<std::pair<const char*, Spec>> configs = {
+      {"7x5", Spec{{7, 5}}}, {"noncontig", Spec{{6, 4}, T}}, {"one_row", Spec{{1, 3}}}};
+  for (double p : all_p()) {
+    for (const auto& [label, spec] : configs) {
+      Spec s = spec;
+      const bool grad = smooth(p) && std::string(label) == "7x5";
+      cs.push_back(
+          {.name = "pdist_forward_" + std::string(label) + "_p" + p_label(p),
+           .ops = {"pdist_forward"},
+           .dtypes = kFloatDTypes,
+           .make = make_from({draw_any()}, {s}),
+           .kiln = [p](const KArgs& x) { return KTensors{pdist(x[0], p)}; },
+           .aten =
+               [p](const AArgs& a) { return ATensors{at::_pdist_forward(a[0].contiguous(), p)}; },
+           .tol = Tol::Accum,
+           .grad = grad});
+      cs.push_back({.name = "pdist_backward_" + std::string(label) + "_p" + p_label(p),
+                    .ops = {"pdist_backward", "pdist_forward"},
+                    .dtypes = {kFloat32, kFloat64},
+                    .make =
+                        [s](Gen& g) {
+                          Tensor x = g.any(s);
+                          return KTensors{g.any({vec(pdist(x).sizes())}), x};
+                        },
+                    .kiln =
+                        [p](const KArgs& x) {
+                          return KTensors{ops::op_pdist_backward(x[0], x[1], p, pdist(x[1], p))};
+                        },
+                    .aten =
+                        [p](const AArgs& a) {
+                          at::Tensor x = a[1].contiguous();
+                          return ATensors{at::_pdist_backward(a[0].contiguous(), x, p,
+                                                              at::_pdist_forward(x, p))};
+                        },
+                    .tol = Tol::Accum});
+    }
+  }
+  // clang-format off
+  head(cs, "pdist_forward").errors = {
+      {"pdist_3d", K::Value, "pdist_forward", {"2-D", "3-D", "[2, 3, 4]"},
+       [](const Watch&) { pdist(f32({2, 3, 4})); }},
+      {"pdist_int", K::Type, "pdist_forward", {"floating-point", "int64"},
+       [](const Watch&) { pdist(i64({3, 4})); }},
+      {"pdist_negative_p", K::Value, "pdist_forward", {"non-negative p", "-0.5"},
+       [](const Watch&) { pdist(f32({3, 4}), -0.5); }}};
+  head(cs, "pdist_backward").errors = {
+      {"pdist_backward_grad_shape", K::Value, "pdist_backward", {"grad", "[3]", "[4]"},
+       [](const Watch&) { ops::op_pdist_backward(f32({4}), f32({3, 4}), 2, f32({3})); }}};
+  // clang-format on
+}
+
+}  // namespace
+
+Cases misc_core_cases() {
+  Cases cs;
+  add_randperm(cs);
+  add_empty_strided(cs);
+  add_cdist(cs);
+  add_pdist(cs);
+  return cs;
+}
+
+}  // namespace kiln::test
