@@ -2,12 +2,15 @@
 // (kiln/ops/conv_meta.cpp); the bias and its gradient go through Kiln's add_ and sum.
 #include <cudnn.h>
 
+#include <algorithm>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "kiln/backend/cuda/common.h"
 #include "kiln/ops/conv_meta.h"
+#include "kiln/ops/ops.h"
 
 namespace kiln::cuda {
 namespace {
@@ -36,11 +39,12 @@ cudnnHandle_t handle_for(const Tensor& t) {
 }
 
 // Note [cuDNN convolution]
-// The legacy cuDNN API (descriptors, cudnnGet*Algorithm_v7, cudnnConvolution*): tensors are
-// fully packed NC(D)HW, 1-D convolutions are 2-D with a height of 1. float32 and float64 compute
-// in their own dtype with FMA math (no TF32: the results match the CPU's float32), float16 and
-// bfloat16 in float32 with tensor cores. The algorithm is cuDNN's first heuristic choice whose
-// workspace fits; workspaces come from Kiln's caching allocator.
+// The legacy cuDNN API (descriptors, cudnnConvolution*): tensors are fully packed NC(D)HW, 1-D
+// convolutions are 2-D with a height of 1. float32 computes with TF32 tensor cores when
+// set_allow_tf32 is on (PyTorch's cudnn.allow_tf32) and with FMA math otherwise (the results
+// then match the CPU's float32); float64 with FMA; float16 and bfloat16 in float32 with tensor
+// cores. Workspaces come from Kiln's caching allocator. The algorithm: Note [cuDNN algorithm
+// choice].
 struct Descs {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
@@ -72,6 +76,13 @@ cudnnDataType_t data_type(DType d) {
     default:
       return CUDNN_DATA_FLOAT;
   }
+}
+
+// The math the descriptor allows (Note [cuDNN convolution]).
+cudnnMathType_t math_for(DType dt) {
+  if (dt == kFloat16 || dt == kBFloat16) return CUDNN_TENSOR_OP_MATH;
+  if (dt == kFloat32 && allow_tf32()) return CUDNN_DEFAULT_MATH;  // TF32 allowed
+  return CUDNN_FMA_MATH;
 }
 
 void set_tensor(cudnnTensorDescriptor_t d, DType dt, int64_t n, int64_t c,
@@ -108,8 +119,7 @@ void set_descs(Descs& d, const ConvGeom& g, DType dt) {
                                                    dil.data(), CUDNN_CROSS_CORRELATION,
                                                    half ? CUDNN_DATA_FLOAT : data_type(dt)));
   KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d.conv, static_cast<int>(g.groups)));
-  KILN_CUDNN_CHECK(
-      cudnnSetConvolutionMathType(d.conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math_for(dt)));
 }
 
 Shape sizes_of(int64_t n, int64_t c, const std::array<int64_t, 3>& sp, int64_t nd) {
@@ -122,101 +132,210 @@ Tensor workspace(size_t bytes, Device dev) {
   return empty_cuda({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, kUInt8, dev);
 }
 
-// Picks the first algorithm of cuDNN's heuristic list that succeeds with its workspace.
-template <class Perf, class Get>
-std::vector<Perf> candidates(Get get) {
-  int n = 0;
-  std::vector<Perf> perf(16);
-  get(static_cast<int>(perf.size()), &n, perf.data());
-  perf.resize(static_cast<size_t>(n));
-  return perf;
-}
-
 const void* data(const Tensor& t) { return t.impl()->data(); }
+void* mut_data(const Tensor& t) { return const_cast<void*>(t.impl()->data()); }
 
-Tensor forward(const Tensor& x_, const Tensor& w_, const ConvGeom& g) {
-  DType dt = x_.dtype();
-  Tensor x = contiguous_as(x_, dt), w = contiguous_as(w_, dt);
-  Tensor y = empty_cuda(sizes_of(g.n, g.co, g.y, g.nd), dt, x.device());
-  Descs d;
-  set_descs(d, g, dt);
-  cudnnHandle_t h = handle_for(x);
-  auto perf = candidates<cudnnConvolutionFwdAlgoPerf_t>([&](int req, int* n, auto* p) {
-    KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, req, n, p));
-  });
-  const double one = 1, zero = 0;
-  const float onef = 1, zerof = 0;
-  const void* alpha = dt == kFloat64 ? static_cast<const void*>(&one) : &onef;
-  const void* beta = dt == kFloat64 ? static_cast<const void*>(&zero) : &zerof;
-  cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
-  for (const auto& p : perf) {
-    if (p.status != CUDNN_STATUS_SUCCESS) continue;
-    Tensor ws = workspace(p.memory, x.device());
-    last = cudnnConvolutionForward(h, alpha, d.x, data(x), d.w, data(w), d.conv, p.algo,
-                                   const_cast<void*>(data(ws)), p.memory, beta, d.y,
-                                   const_cast<void*>(data(y)));
-    if (last == CUDNN_STATUS_SUCCESS) return y;
-  }
-  check_cudnn(last, "cudnnConvolutionForward");
-  return y;
+// The three canonical passes: forward (x, w -> y), backward data (gy, w -> gx) and backward
+// filter (x, gy -> gw); `a` and `b` are the inputs in that order.
+enum class Pass : int64_t { Forward, BackwardData, BackwardFilter };
+
+// One algorithm's entry of cuDNN's perf results, whichever pass.
+struct Perf {
+  int algo;
+  cudnnStatus_t status;
+  size_t memory;
+  cudnnDeterminism_t determinism;
+  cudnnMathType_t math;
+};
+template <class P>
+std::vector<Perf> perfs_of(const P* p, int n) {
+  std::vector<Perf> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back(
+        {static_cast<int>(p[i].algo), p[i].status, p[i].memory, p[i].determinism, p[i].mathType});
+  return out;
 }
 
-Tensor backward_data(const Tensor& gy_, const Tensor& w_, const ConvGeom& g) {
-  DType dt = gy_.dtype();
-  Tensor gy = contiguous_as(gy_, dt), w = contiguous_as(w_, dt);
-  Tensor gx = empty_cuda(sizes_of(g.n, g.ci, g.x, g.nd), dt, gy.device());
-  Descs d;
-  set_descs(d, g, dt);
-  cudnnHandle_t h = handle_for(gy);
-  auto perf = candidates<cudnnConvolutionBwdDataAlgoPerf_t>([&](int req, int* n, auto* p) {
-    KILN_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, req, n, p));
-  });
-  const double one = 1, zero = 0;
-  const float onef = 1, zerof = 0;
-  const void* alpha = dt == kFloat64 ? static_cast<const void*>(&one) : &onef;
-  const void* beta = dt == kFloat64 ? static_cast<const void*>(&zero) : &zerof;
-  cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
-  for (const auto& p : perf) {
-    if (p.status != CUDNN_STATUS_SUCCESS) continue;
-    Tensor ws = workspace(p.memory, gy.device());
-    last = cudnnConvolutionBackwardData(h, alpha, d.w, data(w), d.y, data(gy), d.conv, p.algo,
-                                        const_cast<void*>(data(ws)), p.memory, beta, d.x,
-                                        const_cast<void*>(data(gx)));
-    if (last == CUDNN_STATUS_SUCCESS) return gx;
+constexpr int kMaxAlgos = 16;
+
+// cuDNN's heuristic ranking (no measurement).
+std::vector<Perf> heuristics(Pass pass, cudnnHandle_t h, const Descs& d) {
+  int n = 0;
+  switch (pass) {
+    case Pass::Forward: {
+      cudnnConvolutionFwdAlgoPerf_t p[kMaxAlgos];
+      KILN_CUDNN_CHECK(
+          cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, kMaxAlgos, &n, p));
+      return perfs_of(p, n);
+    }
+    case Pass::BackwardData: {
+      cudnnConvolutionBwdDataAlgoPerf_t p[kMaxAlgos];
+      KILN_CUDNN_CHECK(
+          cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.y, d.conv, d.x, kMaxAlgos, &n, p));
+      return perfs_of(p, n);
+    }
+    case Pass::BackwardFilter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t p[kMaxAlgos];
+      KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w,
+                                                                     kMaxAlgos, &n, p));
+      return perfs_of(p, n);
+    }
   }
-  check_cudnn(last, "cudnnConvolutionBackwardData");
-  return gx;
+  return {};
 }
 
-Tensor backward_weight(const Tensor& x_, const Tensor& gy_, const ConvGeom& g) {
-  DType dt = x_.dtype();
-  Tensor x = contiguous_as(x_, dt), gy = contiguous_as(gy_, dt);
-  Shape ws_sizes{g.co, g.ci / g.groups};
-  for (int64_t i = 3 - g.nd; i < 3; ++i) ws_sizes.push_back(g.k[static_cast<size_t>(i)]);
-  Tensor gw = empty_cuda(ws_sizes, dt, x.device());
-  Descs d;
-  set_descs(d, g, dt);
-  cudnnHandle_t h = handle_for(x);
-  auto perf = candidates<cudnnConvolutionBwdFilterAlgoPerf_t>([&](int req, int* n, auto* p) {
-    KILN_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x, d.y, d.conv, d.w, req, n, p));
-  });
+// Every algorithm run and timed on the call's own buffers, fastest first.
+std::vector<Perf> measured(Pass pass, cudnnHandle_t h, const Descs& d, const Tensor& a,
+                           const Tensor& b, const Tensor& out, const Tensor& ws) {
+  int n = 0;
+  const size_t bytes = static_cast<size_t>(ws.numel());
+  switch (pass) {
+    case Pass::Forward: {
+      cudnnConvolutionFwdAlgoPerf_t p[kMaxAlgos];
+      KILN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x, data(a), d.w, data(b), d.conv,
+                                                              d.y, mut_data(out), kMaxAlgos, &n, p,
+                                                              mut_data(ws), bytes));
+      return perfs_of(p, n);
+    }
+    case Pass::BackwardData: {
+      cudnnConvolutionBwdDataAlgoPerf_t p[kMaxAlgos];
+      KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+          h, d.w, data(b), d.y, data(a), d.conv, d.x, mut_data(out), kMaxAlgos, &n, p, mut_data(ws),
+          bytes));
+      return perfs_of(p, n);
+    }
+    case Pass::BackwardFilter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t p[kMaxAlgos];
+      KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+          h, d.x, data(a), d.y, data(b), d.conv, d.w, mut_data(out), kMaxAlgos, &n, p, mut_data(ws),
+          bytes));
+      return perfs_of(p, n);
+    }
+  }
+  return {};
+}
+
+// The first usable entry: it succeeded, fits `max_ws` and is deterministic when asked.
+const Perf* first_usable(const std::vector<Perf>& perfs, size_t max_ws) {
+  for (const Perf& p : perfs)
+    if (p.status == CUDNN_STATUS_SUCCESS && p.memory <= max_ws &&
+        (!deterministic_algorithms() || p.determinism == CUDNN_DETERMINISTIC))
+      return &p;
+  return nullptr;
+}
+
+// Note [cuDNN algorithm choice]
+// As PyTorch's cudnn.benchmark: the first call of a key (the pass, dtype, math allowed,
+// determinism, device and every number of the geometry) times every algorithm cuDNN offers on
+// the call's own buffers (cudnnFind*AlgorithmEx), with a workspace as large as the largest any
+// heuristic candidate asks for (at most kMaxSearchWorkspace), and keeps the fastest that
+// succeeded (a deterministic one under set_deterministic_algorithms) with its workspace size and
+// math type; every later call runs it directly. A search synchronizes, so it never runs while
+// the stream is being captured into a device graph: an uncached key then takes cuDNN's first
+// usable heuristic choice, uncached (compiled steps run eagerly before they capture, so their
+// keys are cached by then). Keeping only the heuristic's first choice made ResNet-50's shapes
+// 3 to 50 times slower than PyTorch on the H100 (bench/gpu_runs.md, run I14).
+constexpr size_t kMaxSearchWorkspace = size_t{1} << 30;
+
+Perf choose(Pass pass, cudnnHandle_t h, const Descs& d, const ConvGeom& g, DType dt,
+            const Tensor& a, const Tensor& b, const Tensor& out) {
+  using Key = std::vector<int64_t>;
+  static std::mutex mu;
+  static std::map<Key, Perf> cache;
+  Key key{static_cast<int64_t>(pass),
+          static_cast<int64_t>(dt),
+          math_for(dt),
+          int64_t{deterministic_algorithms()},
+          a.device().index(),
+          g.nd,
+          g.n,
+          g.ci,
+          g.co,
+          g.groups};
+  for (const auto* v : {&g.x, &g.y, &g.k, &g.stride, &g.pad, &g.dil})
+    key.insert(key.end(), v->begin(), v->end());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  std::vector<Perf> heur = heuristics(pass, h, d);
+  cudaStream_t stream = nullptr;
+  KILN_CUDNN_CHECK(cudnnGetStream(h, &stream));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    const Perf* p = first_usable(heur, SIZE_MAX);
+    check_cudnn(p ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_NOT_SUPPORTED,
+                "choosing an algorithm (no heuristic candidate)");
+    return *p;
+  }
+  size_t ws_bytes = 0;
+  for (const Perf& p : heur)
+    if (p.status == CUDNN_STATUS_SUCCESS && p.memory <= kMaxSearchWorkspace)
+      ws_bytes = std::max(ws_bytes, p.memory);
+  Tensor ws = workspace(ws_bytes, a.device());
+  const Perf* best = nullptr;
+  std::vector<Perf> found = measured(pass, h, d, a, b, out, ws);
+  best = first_usable(found, ws_bytes);
+  if (!best) best = first_usable(heur, SIZE_MAX);
+  check_cudnn(best ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_NOT_SUPPORTED,
+              "choosing an algorithm (none succeeded)");
+  std::lock_guard<std::mutex> lock(mu);
+  return cache.emplace(key, *best).first->second;
+}
+
+// Runs `pass` with `p`'s algorithm and math type into `out`.
+cudnnStatus_t run_pass(Pass pass, cudnnHandle_t h, const Descs& d, const Perf& p, DType dt,
+                       const Tensor& a, const Tensor& b, const Tensor& out) {
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, p.math));
+  Tensor ws = workspace(p.memory, a.device());
   const double one = 1, zero = 0;
   const float onef = 1, zerof = 0;
   const void* alpha = dt == kFloat64 ? static_cast<const void*>(&one) : &onef;
   const void* beta = dt == kFloat64 ? static_cast<const void*>(&zero) : &zerof;
-  cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
-  for (const auto& p : perf) {
-    if (p.status != CUDNN_STATUS_SUCCESS) continue;
-    Tensor ws = workspace(p.memory, x.device());
-    last = cudnnConvolutionBackwardFilter(h, alpha, d.x, data(x), d.y, data(gy), d.conv, p.algo,
-                                          const_cast<void*>(data(ws)), p.memory, beta, d.w,
-                                          const_cast<void*>(data(gw)));
-    if (last == CUDNN_STATUS_SUCCESS) return gw;
+  switch (pass) {
+    case Pass::Forward:
+      return cudnnConvolutionForward(h, alpha, d.x, data(a), d.w, data(b), d.conv,
+                                     static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), mut_data(ws),
+                                     p.memory, beta, d.y, mut_data(out));
+    case Pass::BackwardData:
+      return cudnnConvolutionBackwardData(h, alpha, d.w, data(b), d.y, data(a), d.conv,
+                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo),
+                                          mut_data(ws), p.memory, beta, d.x, mut_data(out));
+    case Pass::BackwardFilter:
+      return cudnnConvolutionBackwardFilter(h, alpha, d.x, data(a), d.y, data(b), d.conv,
+                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo),
+                                            mut_data(ws), p.memory, beta, d.w, mut_data(out));
   }
-  check_cudnn(last, "cudnnConvolutionBackwardFilter");
-  return gw;
+  return CUDNN_STATUS_NOT_SUPPORTED;
+}
+
+// One pass on contiguous copies of a and b into a new tensor of `out_sizes`.
+Tensor run(Pass pass, const Tensor& a_, const Tensor& b_, Shape out_sizes, const ConvGeom& g) {
+  static constexpr const char* kNames[] = {
+      "cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter"};
+  DType dt = a_.dtype();
+  Tensor a = contiguous_as(a_, dt), b = contiguous_as(b_, dt);
+  Tensor out = empty_cuda(out_sizes, dt, a.device());
+  Descs d;
+  set_descs(d, g, dt);
+  cudnnHandle_t h = handle_for(a);
+  Perf p = choose(pass, h, d, g, dt, a, b, out);
+  check_cudnn(run_pass(pass, h, d, p, dt, a, b, out), kNames[static_cast<int>(pass)]);
+  return out;
+}
+
+Tensor forward(const Tensor& x, const Tensor& w, const ConvGeom& g) {
+  return run(Pass::Forward, x, w, sizes_of(g.n, g.co, g.y, g.nd), g);
+}
+Tensor backward_data(const Tensor& gy, const Tensor& w, const ConvGeom& g) {
+  return run(Pass::BackwardData, gy, w, sizes_of(g.n, g.ci, g.x, g.nd), g);
+}
+Tensor backward_weight(const Tensor& x, const Tensor& gy, const ConvGeom& g) {
+  Shape sizes{g.co, g.ci / g.groups};
+  for (int64_t i = 3 - g.nd; i < 3; ++i) sizes.push_back(g.k[static_cast<size_t>(i)]);
+  return run(Pass::BackwardFilter, x, gy, sizes, g);
 }
 
 constexpr detail::ConvKernels kKernels{&forward, &backward_data, &backward_weight};
