@@ -79,6 +79,23 @@ struct GuardCase {
   std::function<void()> around = nullptr;
 };
 
+// The padding and upsampling ops replay with their int-list, Scalar and float? arguments (Note
+// [Padding and upsampling]): every call equals eager.
+TEST(Compile, PaddingAndUpsamplingMatchEager) {
+  auto fn = [](const Tensor& x) {
+    Tensor y = upsample_bilinear2d(reflection_pad2d(x, {1, 2, 2, 1}), {9, 11}, true);
+    Tensor z =
+        upsample_nearest2d(constant_pad_nd(y, {1, -1, 2, 0}, 0.5), {6, 7}, 0.6, std::nullopt);
+    return replication_pad1d(sum(z, {1}), {2, 3});
+  };
+  CompiledFunction f = compile(fn);
+  for (int i = 0; i < 3; ++i) {
+    Tensor x = rnd({2, 3, 4, 5}, 30 + i);
+    expect_equal(f({x})[0], fn(x));
+  }
+  EXPECT_EQ(f.entries().size(), 1u);
+}
+
 TEST(CompileGuards, HitMissMatrix) {
   std::vector<GuardCase> cases = {
       {"same",
