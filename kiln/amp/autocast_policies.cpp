@@ -64,6 +64,7 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     {"where", P::Promote},
     {"scatter_add", P::Promote},
     {"index_add", P::Promote},
+    {"index_put", P::Promote},
     // In the inputs' dtypes: elementwise ops (type promotion mixes dtypes), comparisons, mean
     // and var (they accumulate in float32 internally), selections, casts, random masks, the
     // collectives, and the backward ops.
@@ -135,6 +136,8 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     {"embedding", P::Passthrough},
     {"index_select", P::Passthrough},
     {"gather", P::Passthrough},
+    {"index", P::Passthrough},
+    {"nonzero", P::Passthrough},
     {"triu", P::Passthrough},
     {"tril", P::Passthrough},
     {"one_hot", P::Passthrough},

@@ -373,6 +373,28 @@ void index_add_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
     gi[2] = scaled(picked, c.get<Scalar>(4)).reshape(c.sizes(2));
   }
 }
+// The index tensors of index/index_put, slots [1, 1 + n) (undefined ones keep their dims).
+TensorList saved_indices(const BackwardCtx& c, size_t n) {
+  TensorList idx;
+  for (size_t k = 1; k <= n; ++k) idx.push_back(c.input(k));
+  return idx;
+}
+// index(self, indices): the gradient accumulated back into self's positions.
+void index_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = ops::op_index_put(zeros_of(c, 0), saved_indices(c, c.num_slots() - 1), g[0], true);
+}
+// index_put(self, indices, values, accumulate): self's gradient is g with the written positions
+// zeroed (accumulate: g itself); values' is g at those positions (summed back to values' shape
+// by the node when values was broadcast).
+void index_put_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  const size_t nv = c.num_slots() - 1;
+  TensorList idx = saved_indices(c, nv - 1);
+  if (c.needs(0))
+    gi[0] = c.get<bool>(3)
+                ? g[0]
+                : ops::op_index_put(g[0], idx, zeros({}, g[0].dtype(), g[0].device()), false);
+  if (c.needs(nv)) gi[nv] = ops::op_index(g[0], idx);
+}
 void triu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   gi[0] = triu(g[0], c.get<int64_t>(1));
 }
@@ -777,6 +799,9 @@ const Entry kOthers[] = {
     {&ops::op_gather.def, F(gather_bw, S(1))},
     {&ops::op_scatter_add.def, F(scatter_add_bw, S(1))},
     {&ops::op_index_add.def, F(index_add_bw, S(1))},
+    {&ops::op_index.def, F(index_bw, ~S(0))},
+    {&ops::op_index_put.def, F(index_put_bw, ~S(0))},
+    {&ops::op_nonzero.def, kNone},
     {&ops::op_triu.def, F(triu_bw)},
     {&ops::op_flip.def, F(flip_bw)},
     {&ops::op_repeat.def, F(repeat_bw)},

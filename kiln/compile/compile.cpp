@@ -429,6 +429,11 @@ std::unique_ptr<CompiledFunction::Impl::Traced> CompiledFunction::Impl::trace(
          problems.host_changes,
          "A replay runs no host code, so it would leave them as they were: change them outside "
          "the compiled function (e.g. call model.train() or model.eval() before calling it)");
+  if (!problems.shape_reads.empty())
+    fail("graph break: a result's size depends on tensor values", problems.shape_reads,
+         "Compiled steps replay the traced sizes, piecewise ones too; move it out of the function "
+         "(index with int64 positions computed outside it, or use where/masked_fill, whose sizes "
+         "are fixed)");
   if (!problems.host_reads.empty() && !o.piecewise)
     fail("graph break: the function reads tensor values on the host", problems.host_reads,
          "A compiled step cannot run host code between its ops; set CompileOptions::piecewise "

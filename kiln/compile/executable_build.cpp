@@ -193,7 +193,8 @@ void Executable::make_steps(const Lowered& lowered) {
     for (const IValue& v : s) {
       if (auto* t = std::get_if<Tensor>(&v); t && t->defined()) ++bound_refs_[t->impl()];
       if (auto* l = std::get_if<TensorList>(&v))
-        for (const Tensor& x : *l) ++bound_refs_[x.impl()];
+        for (const Tensor& x : *l)
+          if (x.defined()) ++bound_refs_[x.impl()];
     }
     last_key = backend_key(s);
     return op.bind(last_key, s);

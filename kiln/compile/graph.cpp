@@ -55,7 +55,7 @@ Stack node_args(const Node& n, const std::vector<Tensor>& tensors, std::optional
       s.emplace_back(a.value < 0 ? Tensor() : tensors[a.value]);
     } else if (a.kind == Arg::Kind::List) {
       TensorList l;
-      for (int v : a.values) l.push_back(tensors[v]);
+      for (int v : a.values) l.push_back(v < 0 ? Tensor() : tensors[v]);
       s.emplace_back(std::move(l));
     } else if (device && std::holds_alternative<Device>(a.attr)) {
       s.emplace_back(*device);
@@ -92,7 +92,7 @@ std::string args_str(const Graph& g, const Node& n) {
         break;
       case Arg::Kind::List: {
         std::vector<std::string> l;
-        for (int v : a.values) l.push_back(fmt::format("%{}", v));
+        for (int v : a.values) l.push_back(v < 0 ? std::string("None") : fmt::format("%{}", v));
         parts.push_back(fmt::format("[{}]", fmt::join(l, ", ")));
         break;
       }
@@ -159,7 +159,8 @@ std::string Graph::dot() const {
       if (a.kind == Arg::Kind::Value && a.value >= 0)
         s += fmt::format("  v{} -> n{};\n", a.value, i);
       if (a.kind == Arg::Kind::List)
-        for (int v : a.values) s += fmt::format("  v{} -> n{};\n", v, i);
+        for (int v : a.values)
+          if (v >= 0) s += fmt::format("  v{} -> n{};\n", v, i);
     }
     for (int o : n.outputs) s += fmt::format("  n{} -> v{};\n", i, o);
   }

@@ -16,7 +16,8 @@ void for_each_value_arg(const Node& n, F&& f) {
   for (const Arg& a : n.args) {
     if (a.kind == Arg::Kind::Value && a.value >= 0) f(a.value);
     if (a.kind == Arg::Kind::List)
-      for (int v : a.values) f(v);
+      for (int v : a.values)
+        if (v >= 0) f(v);
   }
 }
 
@@ -67,7 +68,8 @@ int eliminate_common_subexpressions(Graph& g) {
     Node& n = g.nodes[i];
     for (Arg& a : n.args) {
       if (a.kind == Arg::Kind::Value && a.value >= 0) a.value = remap[a.value];
-      for (int& v : a.values) v = remap[v];
+      for (int& v : a.values)
+        if (v >= 0) v = remap[v];
     }
     const bool pure = !n.has_effects() && n.op && n.op->kind() == OpKind::Functional;
     if (pure) {
@@ -82,7 +84,11 @@ int eliminate_common_subexpressions(Graph& g) {
             fmt::format_to(out, ",v{}@{}", a.value, version[g.values[a.value].buffer]);
         } else if (a.kind == Arg::Kind::List) {
           fmt::format_to(out, ",[");
-          for (int v : a.values) fmt::format_to(out, "v{}@{},", v, version[g.values[v].buffer]);
+          for (int v : a.values)
+            if (v < 0)
+              fmt::format_to(out, "None,");
+            else
+              fmt::format_to(out, "v{}@{},", v, version[g.values[v].buffer]);
           fmt::format_to(out, "]");
         } else {
           fmt::format_to(out, ",{}", attr_key(a.attr));

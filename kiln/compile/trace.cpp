@@ -183,7 +183,8 @@ void Tracer::record(const OpDef& op, Stack& stack) {
       a.value = t->defined() ? value_for(*t) : -1;
     } else if (auto* l = std::get_if<TensorList>(&v)) {
       a.kind = Arg::Kind::List;
-      for (const Tensor& x : *l) a.values.push_back(value_for(x));
+      // An undefined element (None in a Tensor?[] list) is -1, as an undefined Tensor arg.
+      for (const Tensor& x : *l) a.values.push_back(x.defined() ? value_for(x) : -1);
     } else {
       a.attr = v;
       n.random = n.random || std::holds_alternative<Generator*>(v);
@@ -198,7 +199,8 @@ void Tracer::record(const OpDef& op, Stack& stack) {
       if (std::find(n.writes.begin(), n.writes.end(), b) == n.writes.end()) n.writes.push_back(b);
     };
     if (n.args[i].kind == Arg::Kind::Value && n.args[i].value >= 0) add(n.args[i].value);
-    for (int v : n.args[i].values) add(v);
+    for (int v : n.args[i].values)
+      if (v >= 0) add(v);
   }
 
   {
@@ -261,6 +263,8 @@ Graph Tracer::finish(std::span<const Tensor> outputs, TraceProblems& problems) {
                               : std::string(" before any op");
     problems.host_reads.push_back(
         fmt::format("{}() of {}{}", n.host_read, describe(n.args[0].value), after));
+    if (std::string_view(n.host_read) == "nonzero")
+      problems.shape_reads.push_back(problems.host_reads.back());
   }
 
   // Held by the graph: inputs', free tensors' and constants' storages and impls (once each),

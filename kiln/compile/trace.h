@@ -16,6 +16,9 @@ namespace kiln::compiler {
 struct TraceProblems {
   // Host reads (item(), to_vector(), printing, data_ptr()): "item() of %12 after n11 'sum'".
   std::vector<std::string> host_reads;
+  // Of those, the reads that decide a result's size (nonzero, and so indexing with a bool
+  // mask): piecewise cannot replay them, since the ops after them replay traced shapes.
+  std::vector<std::string> shape_reads;
   // Tensors made by nodes that outlived the call without being returned (stored in optimizer
   // state, in .grad, in a module): "node 40 'mm' made %57 [64, 512] float32".
   std::vector<std::string> escapes;

@@ -1,5 +1,6 @@
 #pragma once
 // Tensor: a refcounted handle to a TensorImpl. Copies share the impl; views share storage.
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -8,6 +9,8 @@
 #include "kiln/core/tensor_impl.h"
 
 namespace kiln {
+
+class TensorIndex;  // kiln/ops/indexing.h
 
 class Tensor {
  public:
@@ -78,6 +81,12 @@ class Tensor {
   Tensor view(IntArrayRef sizes) const;
   Tensor reshape(IntArrayRef sizes) const;
   Tensor detach() const;
+  // libtorch's x.index({Slice(1, 3), idx, None, Ellipsis, 0}) and x.index_put_({...}, v):
+  // TensorIndex and Slice/None/Ellipsis are in kiln/ops/indexing.h, which callers include.
+  Tensor index(std::initializer_list<TensorIndex> indices) const;
+  Tensor index(const std::vector<TensorIndex>& indices) const;
+  Tensor& index_put_(std::initializer_list<TensorIndex> indices, const Tensor& values);
+  Tensor& index_put_(std::initializer_list<TensorIndex> indices, const Scalar& value);
   // Host vector of the elements in row-major order, converted to T.
   template <class T>
   std::vector<T> to_vector() const;

@@ -1,5 +1,5 @@
-// Sharding rules of cat, the indexing ops (index_select, gather, scatter_add, index_add), triu,
-// tril and one_hot, with their out= forms. See Note [Indexing placements].
+// Sharding rules of cat, the indexing ops (index_select, gather, scatter_add, index_add, index,
+// index_put), triu, tril and one_hot, with their out= forms. See Note [Indexing placements].
 #include <algorithm>
 
 #include "kiln/dtensor/rule_options.h"
@@ -34,6 +34,11 @@ namespace {
 //     global (i, j) with j - i >= diagonal, that is local j' - i' >= diagonal + i0 - j0: the
 //     local op gets the diagonal shifted by this rank's offsets (ShardingDecision::local_args;
 //     the decision is this process's own).
+//   - index(self, indices) (advanced indexing): a Partial self with replicated indices stays
+//     Partial of its reduction (the op picks elements, which commutes with any elementwise
+//     reduction over ranks); otherwise everything is gathered to Replicate. Shards are not kept
+//     yet: which list element indexes which dim is not visible from the DTensor inputs alone.
+//   - index_put(self, indices, values, accumulate): gathered to Replicate.
 //   - one_hot: input dims keep their shards; the new last dim (the classes) is whole; a Partial
 //     input (of integers) is reduced first, since one_hot is not linear.
 
@@ -261,6 +266,32 @@ void one_hot_rule(const ShardingCall& call, ShardingDecision& d) {
   });
 }
 
+// ---------------------------------------------------------------- index, index_put
+
+// index(self, indices); out=: index(out, self, indices).
+void index_rule(const ShardingCall& call, ShardingDecision& d) {
+  const size_t b = base(call);
+  const int64_t self_i = call.input_at(b);
+  decide_by_options(call, d, results(call), [&](int64_t m) {
+    RuleOptions opts;
+    if (self_i >= 0) {
+      const Placement& p = call.input(static_cast<size_t>(self_i)).placement(m);
+      if (p.is_partial()) opts.push_back(option_of(call, {{{b, p}}, p}));
+    }
+    opts.push_back(option_of(call, {{}, Replicate()}));
+    return opts;
+  });
+}
+
+// index_put(self, indices, values, accumulate) and its out= form.
+void index_put_rule(const ShardingCall& call, ShardingDecision& d) {
+  decide_by_options(call, d, results(call), [&](int64_t) {
+    RuleOptions opts;
+    opts.push_back(option_of(call, {{}, Replicate()}));
+    return opts;
+  });
+}
+
 const ShardingRule kCat{"cat (shards off the cat dim, or Partial, or replicated)", &cat_rule};
 const ShardingRule kIndexSelect{"index_select (self's other dims, or the index, chunked)",
                                 &index_select_rule};
@@ -269,6 +300,8 @@ const ShardingRule kScatterAdd{"scatter_add (other dims chunked, or Partial(sum)
                                &scatter_add_rule};
 const ShardingRule kIndexAdd{"index_add (other dims chunked, or Partial(sum) terms)",
                              &index_add_rule};
+const ShardingRule kIndex{"index (a Partial self stays Partial, else replicated)", &index_rule};
+const ShardingRule kIndexPut{"index_put (replicated)", &index_put_rule};
 const ShardingRule kTriangle{"triu/tril (any placement; the diagonal shifted per rank)",
                              &triangle_rule};
 const ShardingRule kOneHot{"one_hot (input dims keep their shards)", &one_hot_rule};
@@ -283,6 +316,11 @@ const bool g_registered = [] {
   both(ops::op_gather, ops::op_gather_out, &kGather);
   both(ops::op_scatter_add, ops::op_scatter_add_out, &kScatterAdd);
   both(ops::op_index_add, ops::op_index_add_out, &kIndexAdd);
+  both(ops::op_index, ops::op_index_out, &kIndex);
+  both(ops::op_index_put, ops::op_index_put_out, &kIndexPut);
+  set_sharding_exclusion(ops::op_nonzero.def,
+                         "nonzero's result size is the count of nonzero values over every shard, "
+                         "a host read; call it on full_tensor() (or each rank's to_local())");
   both(ops::op_triu, ops::op_triu_out, &kTriangle);
   both(ops::op_tril, ops::op_tril_out, &kTriangle);
   both(ops::op_one_hot, ops::op_one_hot_out, &kOneHot);

@@ -141,6 +141,9 @@ namespace kiln::ops {
     "scatter_add(Tensor self, int dim, Tensor index, Tensor src)")                                 \
   _(index_add, (const Tensor&, int64_t, const Tensor&, const Tensor&, const Scalar&),              \
     "index_add(Tensor self, int dim, Tensor index, Tensor source, Scalar alpha=1)")                \
+  _(index, (const Tensor&, const TensorList&), "index(Tensor self, Tensor?[] indices)")            \
+  _(index_put, (const Tensor&, const TensorList&, const Tensor&, bool),                            \
+    "index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False)")             \
   _(triu, (const Tensor&, int64_t), "triu(Tensor self, int diagonal=0)")                           \
   _(tril, (const Tensor&, int64_t), "tril(Tensor self, int diagonal=0)")                           \
   _(flip, (const Tensor&, IntArrayRef), "flip(Tensor self, int[] dims)")                           \
@@ -215,6 +218,7 @@ namespace kiln::ops {
     "max_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
   _(min_dim, Functional, TensorPair(const Tensor&, int64_t, bool),                                 \
     "min_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")        \
+  _(nonzero, Functional, Tensor(const Tensor&), "nonzero(Tensor self) -> Tensor")                  \
   _(sort, Functional, TensorPair(const Tensor&, int64_t, bool),                                    \
     "sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)")     \
   _(topk, Functional, TensorPair(const Tensor&, int64_t, int64_t, bool, bool),                     \

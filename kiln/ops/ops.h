@@ -423,6 +423,18 @@ Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Ten
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor& index_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
                    const Scalar& alpha = 1);
+// Advanced indexing (ATen's index.Tensor): self at the index tensors, one per leading dim (an
+// undefined tensor keeps its dim whole); int64/int32 indices broadcast together, a bool/uint8
+// mask stands for its nonzero() positions (a host read). See Note [Advanced indexing].
+Tensor index(const Tensor& self, const std::vector<Tensor>& indices);
+// A copy of self with `values` written (accumulate: added) at the indexed positions.
+Tensor index_put(const Tensor& self, const std::vector<Tensor>& indices, const Tensor& values,
+                 bool accumulate = false);
+Tensor& index_put_(Tensor& self, const std::vector<Tensor>& indices, const Tensor& values,
+                   bool accumulate = false);
+// The coordinates of self's nonzero elements, int64 [n, self.dim()] in row-major order. n
+// depends on the data: a host read (a graph break under kiln::compile).
+Tensor nonzero(const Tensor& self);
 Tensor triu(const Tensor& t, int64_t diagonal = 0);
 Tensor tril(const Tensor& t, int64_t diagonal = 0);
 // num_classes -1 infers max + 1 from the data (a host read).

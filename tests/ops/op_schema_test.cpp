@@ -29,7 +29,8 @@ struct SchemaType {
   };
 // An undefined Tensor stands for None, so `const Tensor&` is either spelling.
 KILN_SCHEMA_TYPE(const Tensor&, "Tensor", "Tensor?")
-KILN_SCHEMA_TYPE(const TensorList&, "Tensor[]")
+// An undefined element stands for None, so a list may be Tensor?[] (index's indices).
+KILN_SCHEMA_TYPE(const TensorList&, "Tensor[]", "Tensor?[]")
 KILN_SCHEMA_TYPE(const Scalar&, "Scalar")
 KILN_SCHEMA_TYPE(const OptScalar&, "Scalar?")
 KILN_SCHEMA_TYPE(IntArrayRef, "int[]")

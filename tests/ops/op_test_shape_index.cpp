@@ -915,6 +915,7 @@ Cases shape_index_cases() {
   add_views(cs);
   add_cat_stack(cs);
   add_indexing(cs);
+  add_advanced_indexing(cs);
   return cs;
 }
 

@@ -253,6 +253,9 @@ Cases shape_index_cases();
 Cases factory_foreach_cases();
 // sort/topk, cumsum/prod, flip/repeat, diagonal, squeeze.dims, elu (op_test_sort_scan.cpp).
 Cases sort_scan_cases();
+// index, index_put, nonzero and the C++ indexing API (op_test_indexing.cpp), part of
+// shape_index_cases().
+void add_advanced_indexing(Cases& cs);
 // convolution and its backward (op_test_conv.cpp), part of linalg_nn_cases().
 void add_convolution(Cases& cs);
 // The pooling ops and their backward ops (op_test_pool.cpp), part of linalg_nn_cases().

@@ -1,5 +1,6 @@
-// CUDA kernels of index_select (and embedding), gather, scatter_add, index_add, one_hot and
-// triu/tril. One thread per output (or source) element, kBlock threads a block.
+// CUDA kernels of index_select (and embedding), gather, scatter_add, index_add, index,
+// index_put, one_hot and triu/tril. One thread per output (or source) element, kBlock threads a
+// block.
 #include <type_traits>
 
 #include "kiln/backend/cuda/index.h"
@@ -215,6 +216,57 @@ __global__ void __launch_bounds__(kBlock) tri_kernel(const U* x, U* y, int64_t r
   y[i] = keep ? x[i] : U(0);
 }
 
+// The element offset position p of `g` reaches, or -1 when one of its index values is out of
+// bounds (reported through err).
+__device__ __forceinline__ int64_t adv_offset(const AdvIndexGeom& g, int64_t p, int* err,
+                                              int code) {
+  int64_t off = 0, b = 0;
+  for (int r = 0; r < g.ndim; ++r) {
+    int64_t c = p % g.sizes[r];
+    p /= g.sizes[r];
+    off += c * g.strides[r];
+    b += c * g.bstrides[r];
+  }
+  for (int k = 0; k < g.nidx; ++k) {
+    int64_t v = g.idx[k][b];
+    if (v < 0) v += g.bound[k];
+    if (v < 0 || v >= g.bound[k]) {
+      report(err, code);
+      return -1;
+    }
+    off += v * g.istride[k];
+  }
+  return off;
+}
+
+template <class U>
+__global__ void __launch_bounds__(kBlock)
+    index_kernel(const U* self, U* out, AdvIndexGeom g, int* err, int code) {
+  int64_t p = thread_index();
+  if (p >= g.numel) return;
+  int64_t off = adv_offset(g, p, err, code);
+  if (off >= 0) out[p] = self[off];
+}
+
+// Note [index_put on CUDA]
+// index_put with accumulate adds each value with an atomicAdd (atomic_axpy: a CAS loop for the
+// 16-bit floats with alpha != 1, bytes and bools), so duplicates all land but, for floating
+// dtypes, in an order that may change between runs (the last bits may differ; ATen's CUDA
+// kernel sorts the indices to be deterministic when asked to). Without accumulate one of the
+// duplicate values wins, unspecified, as in ATen.
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    index_put_kernel(T* dst, const T* values, AdvIndexGeom g, bool accumulate, int* err, int code) {
+  int64_t p = thread_index();
+  if (p >= g.numel) return;
+  int64_t off = adv_offset(g, p, err, code);
+  if (off < 0) return;
+  if (accumulate)
+    atomic_axpy(dst + off, values[p], 1.0, 1);
+  else
+    dst[off] = values[p];
+}
+
 }  // namespace
 
 void launch_index_select(Dt dt, const void* self, Dt index_dt, const void* index, void* out,
@@ -264,6 +316,26 @@ void launch_index_add(Dt dt, void* acc, Dt index_dt, const void* index, const vo
           static_cast<scalar_t*>(acc), static_cast<const I*>(index),
           static_cast<const scalar_t*>(source), dim_size, k, inner, n, alpha_f, alpha_i, err, code);
     });
+  });
+}
+
+void launch_index(Dt dt, const void* self, void* out, const AdvIndexGeom& g, int* err, int code,
+                  cudaStream_t stream) {
+  if (g.numel == 0) return;
+  dispatch_width(dt, [&](auto u) {
+    using U = decltype(u);
+    index_kernel<U><<<blocks_for(g.numel), kBlock, 0, stream>>>(static_cast<const U*>(self),
+                                                                static_cast<U*>(out), g, err, code);
+  });
+}
+
+void launch_index_put(Dt dt, void* dst, const void* values, const AdvIndexGeom& g, bool accumulate,
+                      int* err, int code, cudaStream_t stream) {
+  if (g.numel == 0) return;
+  KILN_CUDA_DISPATCH_ALL(dt, [&] {
+    index_put_kernel<scalar_t><<<blocks_for(g.numel), kBlock, 0, stream>>>(
+        static_cast<scalar_t*>(dst), static_cast<const scalar_t*>(values), g, accumulate, err,
+        code);
   });
 }
 

@@ -44,6 +44,27 @@ void launch_index_add(Dt dt, void* acc, Dt index_dt, const void* index, const vo
 // out (n, classes) int64 = 1 where the column is self[row] (self is n int64 values), else 0.
 void launch_one_hot(const int64_t* self, int64_t* out, int64_t n, int64_t classes, int* err,
                     int code, cudaStream_t stream);
+// The walk of index/index_put over the indexed shape (see Note [Advanced indexing] in
+// kiln/ops/index_meta.cpp), innermost dim first: position p has coordinates c_r over `sizes`
+// and reads (or writes) base[sum_r c_r * strides[r] + sum_k v_k * istride[k]], v_k =
+// idx[k][sum_r c_r * bstrides[r]] wrapped when negative and checked against bound[k].
+struct AdvIndexGeom {
+  int ndim = 0;
+  int nidx = 0;
+  int64_t numel = 0;
+  int64_t sizes[kMaxIndexDims] = {};
+  int64_t strides[kMaxIndexDims] = {};
+  int64_t bstrides[kMaxIndexDims] = {};
+  const int64_t* idx[kMaxIndexDims] = {};
+  int64_t bound[kMaxIndexDims] = {};
+  int64_t istride[kMaxIndexDims] = {};
+};
+// out (g.numel elements, contiguous) = self at the walk.
+void launch_index(Dt dt, const void* self, void* out, const AdvIndexGeom& g, int* err, int code,
+                  cudaStream_t stream);
+// dst at the walk = values[p] (accumulate: += atomically; see Note [index_put on CUDA]).
+void launch_index_put(Dt dt, void* dst, const void* values, const AdvIndexGeom& g, bool accumulate,
+                      int* err, int code, cudaStream_t stream);
 // y = x (batch, rows, cols) with the elements outside the band zeroed: kept where
 // col - row >= diagonal (upper) or col - row <= diagonal (lower).
 void launch_tri(Dt dt, const void* x, void* y, int64_t batch, int64_t rows, int64_t cols,

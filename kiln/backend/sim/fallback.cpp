@@ -233,4 +233,8 @@ Tensor to_copy(const Tensor& self, DType dtype, Device device) {
   return out;
 }
 
+Tensor nonzero(const Tensor& self) {
+  return ops::op_nonzero(self.to(Device(kCPU))).to(self.device());
+}
+
 }  // namespace kiln::sim

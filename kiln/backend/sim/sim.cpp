@@ -170,8 +170,8 @@ const char* describe(BackendSpec* spec) {
   g_key = spec->key;
   spec->interface = &g_interface;
   spec->fallback = &fallback;
-  spec->kernels = {backend_kernel(ops::op_copy_, &copy_),
-                   backend_kernel(ops::op_to_copy, &to_copy)};
+  spec->kernels = {backend_kernel(ops::op_copy_, &copy_), backend_kernel(ops::op_to_copy, &to_copy),
+                   backend_kernel(ops::op_nonzero, &nonzero)};
   return nullptr;
 }
 

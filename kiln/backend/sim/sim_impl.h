@@ -196,5 +196,8 @@ void fallback(const OpDef& op, DispatchKey key, Stack& stack);
 // copy_ and to_copy, within a device, between devices and to or from the host.
 void copy_(const Tensor& self, const Tensor& src);
 Tensor to_copy(const Tensor& self, DType dtype, Device device);
+// nonzero: its size depends on the values, so they are read on the host (a synchronizing copy)
+// and the result comes back, as on CUDA.
+Tensor nonzero(const Tensor& self);
 
 }  // namespace kiln::sim

@@ -1,0 +1,34 @@
+#pragma once
+// The shape rule of advanced indexing (index, index_put), shared by the meta functions and
+// every backend's kernels. See Note [Advanced indexing] in index_meta.cpp. Internal to kiln/ops
+// and the backends.
+#include <vector>
+
+#include "kiln/ops/meta.h"
+
+namespace kiln::meta {
+
+// How index(self, indices) walks self. The result ("indexed") shape has `result.size()` dims;
+// result dim r is either self dim `self_dim[r]` or, where self_dim[r] is -1, a dim of the
+// broadcast index shape `bshape` (which spans result dims [bpos, bpos + bshape.size())).
+struct IndexPlan {
+  Shape result;
+  Shape bshape;
+  int64_t bpos = 0;
+  std::vector<int64_t> self_dim;  // per result dim
+  std::vector<int64_t> adv_dims;  // self dims with an index tensor, in order
+  std::vector<int64_t> adv_args;  // their positions in `indices`
+};
+
+// Validates self and the indices (defined or undefined = a whole dim; int64/int32; at most
+// self.dim() of them; broadcastable; one device) and plans the walk. `op` names the errors.
+IndexPlan plan_index(const char* op, const Tensor& self, const TensorList& indices);
+
+// Index tensor `k` of the plan (indices[plan.adv_args[k]]) as int64 of shape plan.bshape,
+// contiguous on `device`.
+Tensor broadcast_index(const IndexPlan& plan, const TensorList& indices, size_t k, Device device);
+
+// "[op] index v is out of bounds for dimension d with size n" unless -n <= v < n.
+void check_index_value(const char* op, int64_t v, int64_t dim, int64_t size);
+
+}  // namespace kiln::meta

@@ -1,0 +1,538 @@
+// Records of advanced indexing: index (index.Tensor), index_put (functional, in place, out=),
+// nonzero, and the C++ indexing API (Tensor::index / index_put_ with TensorIndex, against
+// libtorch's at::indexing). See Note [Advanced indexing] in kiln/ops/index_meta.cpp.
+#include <ATen/TensorIndexing.h>
+
+#include "kiln/ops/indexing.h"
+#include "tests/ops/op_test_util.h"
+
+namespace kiln::test {
+namespace {
+
+constexpr auto C = Layout::Contig;
+constexpr auto T = Layout::Transposed;
+constexpr auto S = Layout::Strided;
+
+// One entry of an index list: None (keeps the dim), int values in [-hi, hi) (negative ones and
+// repeats included), or a bool mask.
+struct Entry {
+  enum Kind { None, Int, Mask } kind = None;
+  Spec spec = {};
+  int64_t hi = 0;
+  DType dtype = kInt64;
+};
+Entry none() { return {}; }
+Entry ints(Spec s, int64_t hi, DType dt = kInt64) { return {Entry::Int, std::move(s), hi, dt}; }
+Entry mask(Spec s) { return {Entry::Mask, std::move(s), 0, kBool}; }
+
+struct IndexConfig {
+  const char* label;
+  Spec self;
+  std::vector<Entry> idx;
+  Spec values;  // index_put's values (the indexed shape, or one that broadcasts to it)
+};
+
+// self, then the tensor entries in order.
+KTensors draw(Gen& g, const IndexConfig& c) {
+  KTensors in{g.any(c.self)};
+  for (const Entry& e : c.idx) {
+    if (e.kind == Entry::Int)
+      in.push_back(g.uniform(e.spec, -double(e.hi), double(e.hi - 1), e.dtype));
+    if (e.kind == Entry::Mask) in.push_back(g.mask(e.spec));
+  }
+  return in;
+}
+TensorList kiln_list(const IndexConfig& c, const KTensors& in) {
+  TensorList l;
+  size_t j = 1;
+  for (const Entry& e : c.idx) l.push_back(e.kind == Entry::None ? Tensor() : in[j++]);
+  return l;
+}
+c10::List<c10::optional<at::Tensor>> aten_list(const IndexConfig& c, const ATensors& in) {
+  c10::List<c10::optional<at::Tensor>> l;
+  size_t j = 1;
+  for (const Entry& e : c.idx) {
+    if (e.kind == Entry::None)
+      l.push_back(c10::nullopt);
+    else  // libtorch 1.13 takes int64 indices only
+      l.push_back(e.kind == Entry::Int ? in[j++].to(at::kLong) : in[j++]);
+  }
+  return l;
+}
+bool has_mask(const IndexConfig& c) {
+  for (const Entry& e : c.idx)
+    if (e.kind == Entry::Mask) return true;
+  return false;
+}
+
+const std::vector<IndexConfig>& configs() {
+  static const std::vector<IndexConfig> cs = {
+      {"dim0", {{5, 4}, C}, {ints({{6}, C}, 5)}, {{6, 4}, C}},
+      {"adjacent",
+       {{3, 4, 5}, C},
+       {none(), ints({{2, 3}, C}, 4), ints({{3}, C}, 5)},
+       {{3, 2, 3}, C}},
+      {"separated", {{3, 4, 5}, T}, {ints({{2}, C}, 3), none(), ints({{2}, C}, 5)}, {{2, 4}, C}},
+      {"int32", {{4, 5}, T}, {ints({{3}, S}, 4, kInt32)}, {{5}, C}},
+      {"index_2d", {{6, 3}, C}, {ints({{2, 3}, C}, 6)}, {{2, 3, 3}, C}},
+      {"empty", {{4, 3}, C}, {ints({{0}, C}, 4)}, {{0, 3}, C}},
+      {"strided_last", {{4, 5, 6}, S}, {none(), none(), ints({{7}, C}, 6)}, {{4, 5, 7}, C}},
+      {"scalar_index", {{4, 5}, C}, {ints({{}, C}, 4)}, {{}, C}},
+      {"all_dims", {{3, 4}, C}, {ints({{5}, C}, 3), ints({{1}, C}, 4)}, {{5}, C}},
+      {"mask", {{3, 4}, C}, {mask({{3, 4}, C})}, {{}, C}},
+      {"mask_dim1", {{3, 4, 2}, C}, {none(), mask({{4}, C})}, {{2}, C}},
+      {"large", {{300, 64}, C}, {ints({{500}, C}, 300)}, {{500, 64}, C}},
+  };
+  return cs;
+}
+
+void add_index(Cases& cs) {
+  for (const IndexConfig& c : configs()) {
+    IndexConfig ic = c;
+    OpCase row{
+        .name = std::string("index_") + c.label,
+        .ops = {"index"},
+        .dtypes = kAllDTypes,
+        .make = [ic](Gen& g) { return draw(g, ic); },
+        .kiln = [ic](const KArgs& x) { return KTensors{index(x[0], kiln_list(ic, x.in))}; },
+        .aten = [ic](const AArgs& a) { return ATensors{at::index(a[0], aten_list(ic, a.in))}; },
+        .tol = Tol::Exact,
+        .meta = has_mask(c) ? MetaMode::HostRead : MetaMode::Same};
+    if (has_mask(c)) row.ops.push_back("nonzero");
+    cs.push_back(row);
+    if (std::string(c.label) == "adjacent")
+      cs.push_back(out_variant(
+          row, "index_out",
+          [ic](const KArgs& x) {
+            ops::op_index_out(x.out, x[0], kiln_list(ic, x.in));
+            return KTensors{x.out};
+          },
+          "", Layout::Transposed));
+  }
+}
+
+void add_index_put(Cases& cs) {
+  for (const IndexConfig& c : configs()) {
+    IndexConfig ic = c;
+    MakeFn make = [ic](Gen& g) {
+      KTensors in = draw(g, ic);
+      in.push_back(g.any(ic.values));
+      return in;
+    };
+    // Accumulate: every duplicate adds (in a device's atomic order, Tol::Unordered16).
+    OpCase acc{.name = std::string("index_put_acc_") + c.label,
+               .ops = {"index_put"},
+               .dtypes = kNumericDTypes,
+               .make = make,
+               .kiln =
+                   [ic](const KArgs& x) {
+                     return KTensors{index_put(x[0], kiln_list(ic, x.in), x.in.back(), true)};
+                   },
+               .aten =
+                   [ic](const AArgs& a) {
+                     return ATensors{at::index_put(a[0], aten_list(ic, a.in), a.in.back(), true)};
+                   },
+               .tol = Tol::Unordered16,
+               .meta = has_mask(c) ? MetaMode::HostRead : MetaMode::Same};
+    if (has_mask(c)) acc.ops.push_back("nonzero");
+    cs.push_back(acc);
+    OpCase inplace = acc;
+    inplace.name = std::string("index_put__acc_") + c.label;
+    inplace.ops = {"index_put_out"};
+    if (has_mask(c)) inplace.ops.push_back("nonzero");
+    inplace.mode = Mode::InPlace;
+    inplace.kiln = [ic](const KArgs& x) {
+      Tensor self = x[0];
+      index_put_(self, kiln_list(ic, x.in), x.in.back(), true);
+      return KTensors{self};
+    };
+    cs.push_back(inplace);
+    if (std::string(c.label) == "adjacent")
+      cs.push_back(out_variant(acc, "index_put_out", [ic](const KArgs& x) {
+        ops::op_index_put_out(x.out, x[0], kiln_list(ic, x.in), x.in.back(), true);
+        return KTensors{x.out};
+      }));
+  }
+  // Without accumulate: positions without repeats (a repeated one keeps an unspecified value).
+  struct Put {
+    const char* label;
+    Dims self;
+    std::vector<std::vector<double>> idx;  // each 1-d, over dims 0, 1, ...
+    Dims values;
+  };
+  const std::vector<Put> puts = {
+      {"dim0", {5, 3}, {{4, -5, 2}}, {3, 3}},
+      {"pairs", {4, 5}, {{0, 3, -1}, {4, 0, 2}}, {3}},
+      {"broadcast_values", {4, 5}, {{1, 2}}, {5}},
+      {"scalar_values", {4, 5}, {{0, 2}, {1, 1}}, {}},
+  };
+  for (const Put& p : puts) {
+    Put pc = p;
+    OpCase row{.name = std::string("index_put_") + p.label,
+               .ops = {"index_put"},
+               .dtypes = kAllDTypes,
+               .make =
+                   [pc](Gen& g) {
+                     KTensors in{g.any({pc.self, C})};
+                     for (const auto& v : pc.idx)
+                       in.push_back(g.values(v, {int64_t(v.size())}, kInt64));
+                     in.push_back(g.any({pc.values, C}));
+                     return in;
+                   },
+               .kiln =
+                   [](const KArgs& x) {
+                     TensorList l(x.in.begin() + 1, x.in.end() - 1);
+                     return KTensors{index_put(x[0], l, x.in.back())};
+                   },
+               .aten =
+                   [](const AArgs& a) {
+                     c10::List<c10::optional<at::Tensor>> l;
+                     for (size_t j = 1; j + 1 < a.in.size(); ++j) l.push_back(a.in[j]);
+                     return ATensors{at::index_put(a[0], l, a.in.back())};
+                   },
+               .tol = Tol::Exact};
+    cs.push_back(row);
+    OpCase inplace = row;
+    inplace.name = std::string("index_put__") + p.label;
+    inplace.ops = {"index_put_out"};
+    inplace.mode = Mode::InPlace;
+    inplace.kiln = [](const KArgs& x) {
+      Tensor self = x[0];
+      TensorList l(x.in.begin() + 1, x.in.end() - 1);
+      index_put_(self, l, x.in.back());
+      return KTensors{self};
+    };
+    cs.push_back(inplace);
+  }
+}
+
+void add_nonzero(Cases& cs) {
+  const std::vector<Spec> shapes = {{{5}, C}, {{4, 6}, T}, {{2, 3, 4}, S}, {{}, C}, {{0, 3}, C}};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    Spec s = shapes[i];
+    cs.push_back({.name = "nonzero_" + std::to_string(i),
+                  .ops = {"nonzero"},
+                  .dtypes = kAllDTypes,
+                  .make = [s](Gen& g) { return KTensors{g.sparse(s)}; },
+                  .kiln = [](const KArgs& x) { return KTensors{nonzero(x[0])}; },
+                  .aten = [](const AArgs& a) { return ATensors{at::nonzero(a[0])}; },
+                  .tol = Tol::Exact,
+                  .meta = MetaMode::HostRead});
+  }
+}
+
+// ---------------------------------------------------------------- C++ indexing API
+
+using namespace kiln::indexing;
+namespace ai = at::indexing;
+
+// One case of x.index({...}) against libtorch's: `k` and `a` build the same index list from
+// the case's inputs (x, then an int64 index in [0, 3), then a [4]-long bool mask).
+struct ApiCase {
+  const char* label;
+  std::vector<std::string> ops;
+  std::function<std::vector<TensorIndex>(const KTensors&)> k;
+  std::function<std::vector<ai::TensorIndex>(const ATensors&)> a;
+};
+
+void add_tensor_index_api(Cases& cs) {
+  const std::vector<ApiCase> cases = {
+      {"int",
+       {"select"},
+       [](const KTensors&) { return std::vector<TensorIndex>{1}; },
+       [](const ATensors&) { return std::vector<ai::TensorIndex>{1}; }},
+      {"negative_int_slice",
+       {"select", "slice"},
+       [](const KTensors&) {
+         return std::vector<TensorIndex>{-1, Slice(1, 3)};
+       },
+       [](const ATensors&) {
+         return std::vector<ai::TensorIndex>{-1, ai::Slice(1, 3)};
+       }},
+      {"slice_step_open",
+       {"slice"},
+       [](const KTensors&) {
+         return std::vector<TensorIndex>{Slice(None, None, 2), Slice(1)};
+       },
+       [](const ATensors&) {
+         return std::vector<ai::TensorIndex>{ai::Slice(ai::None, ai::None, 2), ai::Slice(1)};
+       }},
+      {"slice_negative_clamped",
+       {"slice"},
+       [](const KTensors&) {
+         return std::vector<TensorIndex>{Slice(-2, 100), Slice(-9, -1)};
+       },
+       [](const ATensors&) {
+         return std::vector<ai::TensorIndex>{ai::Slice(-2, 100), ai::Slice(-9, -1)};
+       }},
+      {"none_ellipsis",
+       {"unsqueeze"},
+       [](const KTensors&) {
+         return std::vector<TensorIndex>{None, Ellipsis, None};
+       },
+       [](const ATensors&) {
+         return std::vector<ai::TensorIndex>{ai::None, ai::Ellipsis, ai::None};
+       }},
+      {"ellipsis_int",
+       {"select"},
+       [](const KTensors&) {
+         return std::vector<TensorIndex>{Ellipsis, 2};
+       },
+       [](const ATensors&) {
+         return std::vector<ai::TensorIndex>{ai::Ellipsis, 2};
+       }},
+      {"tensor_slice_none",
+       {"index", "slice", "unsqueeze"},
+       [](const KTensors& x) {
+         return std::vector<TensorIndex>{Slice(1, 3), x[1], None};
+       },
+       [](const ATensors& x) {
+         return std::vector<ai::TensorIndex>{ai::Slice(1, 3), x[1], ai::None};
+       }},
+      {"tensor_ellipsis_tensor",
+       {"index"},
+       [](const KTensors& x) {
+         return std::vector<TensorIndex>{x[1], Ellipsis, x[1]};
+       },
+       [](const ATensors& x) {
+         return std::vector<ai::TensorIndex>{x[1], ai::Ellipsis, x[1]};
+       }},
+      {"int_tensor_separated",
+       {"index", "select"},
+       [](const KTensors& x) {
+         return std::vector<TensorIndex>{x[1], 0, Slice(), x[1]};
+       },
+       [](const ATensors& x) {
+         return std::vector<ai::TensorIndex>{x[1], 0, ai::Slice(), x[1]};
+       }},
+      {"mask",
+       {"index", "nonzero"},
+       [](const KTensors& x) {
+         return std::vector<TensorIndex>{Slice(), x[2]};
+       },
+       [](const ATensors& x) {
+         return std::vector<ai::TensorIndex>{ai::Slice(), x[2]};
+       }},
+      {"bools",
+       {"index", "unsqueeze"},
+       [](const KTensors&) {
+         return std::vector<TensorIndex>{true, Slice(0, 2), false};
+       },
+       [](const ATensors&) {
+         return std::vector<ai::TensorIndex>{true, ai::Slice(0, 2), false};
+       }},
+  };
+  for (const ApiCase& c : cases) {
+    ApiCase ac = c;
+    bool mask = std::find(c.ops.begin(), c.ops.end(), "nonzero") != c.ops.end();
+    MakeFn make = [](Gen& g) {
+      return KTensors{g.any({{3, 4, 5, 6}, C}), g.index({{2}, C}, 3), g.mask({{4}, C})};
+    };
+    cs.push_back({.name = std::string("tensor_index_") + c.label,
+                  .ops = c.ops,
+                  .dtypes = {kFloat32, kInt64},
+                  .make = make,
+                  .kiln = [ac](const KArgs& x) { return KTensors{x[0].index(ac.k(x.in))}; },
+                  .aten = [ac](const AArgs& a) { return ATensors{a[0].index(ac.a(a.in))}; },
+                  .tol = Tol::Exact,
+                  .meta = mask ? MetaMode::HostRead : MetaMode::Same});
+    // x.index_put_({...}, 7): repeated positions all get the same value.
+    const bool adv = std::find(c.ops.begin(), c.ops.end(), "index") != c.ops.end();
+    std::vector<std::string> put_ops{adv ? "index_put_out" : "copy_"};
+    if (mask) put_ops.push_back("nonzero");
+    cs.push_back({.name = std::string("tensor_index_put_") + c.label,
+                  .ops = put_ops,
+                  .dtypes = {kFloat32, kInt64},
+                  .make = make,
+                  .kiln =
+                      [ac](const KArgs& x) {
+                        Tensor self = x[0].clone();
+                        indexing::set_item(self, ac.k(x.in), full({}, 7, self.dtype()));
+                        return KTensors{self};
+                      },
+                  .aten =
+                      [ac](const AArgs& a) {
+                        at::Tensor self = a[0].clone();
+                        self.index_put_(ac.a(a.in), 7);
+                        return ATensors{self};
+                      },
+                  .tol = Tol::Exact,
+                  .meta = mask ? MetaMode::HostRead : MetaMode::Same});
+  }
+}
+
+// ---------------------------------------------------------------- gradchecks and errors
+
+GradSamples index_grads() {
+  GradSamples gs;
+  gs.push_back({"index_repeats",
+                {"index", "index_put"},
+                [](GradGen& d) {
+                  return TensorList{d.var({4, 3}), grad_indices({3, -1, 0, 3}, {4})};
+                },
+                [](const TensorList& x) { return TensorList{index(x[0], TensorList{x[1]})}; }});
+  gs.push_back({"index_separated",
+                {"index", "index_put"},
+                [](GradGen& d) {
+                  return TensorList{d.var({3, 2, 4}), grad_indices({0, 2, 2}, {3}),
+                                    grad_indices({1, 3, 1}, {3})};
+                },
+                [](const TensorList& x) {
+                  return TensorList{index(x[0], TensorList{x[1], Tensor(), x[2]})};
+                }});
+  gs.push_back({"index_mask",
+                {"index", "index_put", "nonzero"},
+                [](GradGen& d) {
+                  return TensorList{d.var({3, 4}), d.mask({3, 4})};
+                },
+                [](const TensorList& x) { return TensorList{index(x[0], TensorList{x[1]})}; }});
+  return gs;
+}
+
+GradSamples index_put_grads() {
+  GradSamples gs;
+  gs.push_back({"index_put_accumulate",
+                {"index_put", "index"},
+                [](GradGen& d) {
+                  return TensorList{d.var({4, 3}), grad_indices({1, 1, -1}, {3}), d.var({3, 3})};
+                },
+                [](const TensorList& x) {
+                  return TensorList{index_put(x[0], TensorList{x[1]}, x[2], true)};
+                }});
+  gs.push_back({"index_put_assign",
+                {"index_put", "index"},
+                [](GradGen& d) {
+                  return TensorList{d.var({4, 3}), grad_indices({0, 2}, {2}),
+                                    grad_indices({1, -1}, {2}), d.var({2})};
+                },
+                [](const TensorList& x) {
+                  return TensorList{index_put(x[0], TensorList{x[1], x[2]}, x[3])};
+                }});
+  gs.push_back(
+      {"index_put_broadcast_values",
+       {"index_put", "index"},
+       [](GradGen& d) {
+         return TensorList{d.var({4, 3}), grad_indices({0, 3}, {2}), d.var({3})};
+       },
+       [](const TensorList& x) { return TensorList{index_put(x[0], TensorList{x[1]}, x[2])}; }});
+  return gs;
+}
+
+std::vector<ErrorCase> index_errors() {
+  return {
+      {"index_out_of_bounds",
+       K::Index,
+       "index",
+       {"index 5 is out of bounds for dimension 0 with size 4"},
+       [](const Watch&) {
+         index(f32({4, 3}), TensorList{from_vector<int64_t>({1, 5}, {2})});
+       }},
+      {"index_negative_out_of_bounds",
+       K::Index,
+       "index",
+       {"index -4 is out of bounds for dimension 1 with size 3"},
+       [](const Watch&) {
+         index(f32({4, 3}), TensorList{Tensor(), from_vector<int64_t>({-4}, {1})});
+       }},
+      {"index_too_many",
+       K::Index,
+       "index",
+       {"too many indices for tensor of dimension 2", "3"},
+       [](const Watch&) {
+         index(f32({4, 3}), TensorList{i64({1}), i64({1}), i64({1})});
+       }},
+      {"index_float_index",
+       K::Type,
+       "index",
+       {"int64 or int32", "float32"},
+       [](const Watch&) {
+         index(f32({4, 3}), TensorList{f32({2})});
+       }},
+      {"index_not_broadcastable",
+       K::Value,
+       "index",
+       {"[2]", "[3]"},
+       [](const Watch&) {
+         index(f32({4, 3}), TensorList{i64({2}), i64({3})});
+       }},
+      {"index_mask_shape",
+       K::Index,
+       "index",
+       {"The shape of the mask [3] at index 0 does not match", "[4, 3]"},
+       [](const Watch&) {
+         index(f32({4, 3}), TensorList{ones({3}, kBool)});
+       }},
+      {"index_api_too_many",
+       K::Index,
+       "index",
+       {"too many indices for tensor of dimension 1"},
+       [](const Watch&) {
+         f32({4}).index({0, Slice()});
+       }},
+      {"index_api_out_of_bounds",
+       K::Index,
+       "index",
+       {"index 4 is out of bounds for dimension 0 with size 4"},
+       [](const Watch&) { f32({4}).index({4}); }},
+  };
+}
+
+std::vector<ErrorCase> index_put_errors() {
+  return {
+      {"index_put_out_of_bounds",
+       K::Index,
+       "index_put",
+       {"index -5 is out of bounds for dimension 0 with size 4"},
+       [](const Watch& w) {
+         Tensor self = f32({4, 3});
+         w(self);
+         index_put_(self, TensorList{from_vector<int64_t>({0, -5}, {2})}, f32({3}), true);
+       }},
+      {"index_put_dtype",
+       K::Type,
+       "index_put",
+       {"float64", "float32"},
+       [](const Watch& w) {
+         Tensor self = f32({4, 3});
+         w(self);
+         index_put_(self, TensorList{i64({1})}, ones({3}, kFloat64));
+       }},
+      {"index_put_values_shape",
+       K::Value,
+       "index_put",
+       {"not broadcastable", "[2]", "[1, 3]"},
+       [](const Watch& w) {
+         Tensor self = f32({4, 3});
+         w(self);
+         index_put_(self, TensorList{i64({1})}, f32({2}));
+       }},
+      {"index_put_api_out_of_bounds",
+       K::Index,
+       "index_put",
+       {"index 9 is out of bounds for dimension 1 with size 3"},
+       [](const Watch& w) {
+         Tensor self = f32({4, 3});
+         w(self);
+         self.index_put_({Slice(), from_vector<int64_t>({0, 9}, {2})}, 1.0);
+       }},
+  };
+}
+
+}  // namespace
+
+void add_advanced_indexing(Cases& cs) {
+  add_index(cs);
+  head(cs, "index").grads = index_grads();
+  head(cs, "index").errors = index_errors();
+  add_index_put(cs);
+  head(cs, "index_put").grads = index_put_grads();
+  head(cs, "index_put").errors = index_put_errors();
+  add_nonzero(cs);
+  head(cs, "nonzero").errors = {
+      {"nonzero_undefined", K::Value, "nonzero", {"self"}, [](const Watch&) {
+         nonzero(Tensor());
+       }}};
+  add_tensor_index_api(cs);
+}
+
+}  // namespace kiln::test
