@@ -151,6 +151,10 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     {"convolution_backward", P::Passthrough},
     {"cdist_backward", P::Passthrough},
     {"pdist_backward", P::Passthrough},
+    // Sliding blocks copy and sum in the input's dtype (PyTorch's CUDA lists leave them out; the
+    // sums run in float32 inside the kernels).
+    {"im2col", P::Passthrough},
+    {"col2im", P::Passthrough},
     // Pooling runs in the input's dtype (PyTorch's CUDA lists leave it out; a max is exact in
     // any dtype, and the means sum in float32 inside the kernels).
     {"max_pool2d_with_indices", P::Passthrough},

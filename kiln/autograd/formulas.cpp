@@ -641,6 +641,17 @@ void pdist_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   gi[0] = ops::op_pdist_backward(g[0], c.input(0), c.get<double>(1), c.output(0));
 }
 
+// im2col and col2im (Note [im2col and col2im] in kiln/ops/fold_meta.cpp) are linear and each
+// other's adjoint: each one's gradient is the other op with the same kernel geometry.
+void im2col_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  IntArrayRef in = c.sizes(0);
+  gi[0] = ops::op_col2im(g[0], Shape{in[in.size() - 2], in[in.size() - 1]}, c.get<Shape>(1),
+                         c.get<Shape>(2), c.get<Shape>(3), c.get<Shape>(4));
+}
+void col2im_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  gi[0] = ops::op_im2col(g[0], c.get<Shape>(2), c.get<Shape>(3), c.get<Shape>(4), c.get<Shape>(5));
+}
+
 // Batch, group and layer norm (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp):
 // their backward ops compute what the call needs (output_mask); save_mean/save_rstd (mean/rstd)
 // are the forward's outputs 1 and 2, and carry no gradient. Eval batch norm differentiates
@@ -869,6 +880,8 @@ const Entry kOthers[] = {
     {&ops::op_upsample_bilinear2d.def, F(upsample_bilinear_bw)},
     {&ops::op_cdist_forward.def, F(cdist_bw, S(0) | S(1), S(0))},
     {&ops::op_pdist_forward.def, F(pdist_bw, S(0), S(0))},
+    {&ops::op_im2col.def, F(im2col_bw)},
+    {&ops::op_col2im.def, F(col2im_bw)},
 };
 
 void set_derivative(const OpDef* op, const Derivative& d) {

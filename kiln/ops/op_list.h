@@ -352,6 +352,15 @@ namespace kiln::ops {
     "pdist_forward(Tensor self, float p=2) -> Tensor")                                             \
   _(pdist_backward, Functional, Tensor(const Tensor&, const Tensor&, double, const Tensor&),       \
     "pdist_backward(Tensor grad, Tensor self, float p, Tensor pdist) -> Tensor")                   \
+  /* sliding blocks (Note [im2col and col2im] in kiln/ops/fold_meta.cpp): im2col's self            \
+     [N, C, H, W] gives [N, C kh kw, L]; col2im sums such columns into [N, C, *output_size] */     \
+  _(im2col, Functional, Tensor(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef), \
+    "im2col(Tensor self, int[] kernel_size, int[] dilation, int[] padding, int[] stride) -> "      \
+    "Tensor")                                                                                      \
+  _(col2im, Functional,                                                                            \
+    Tensor(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef),        \
+    "col2im(Tensor self, int[] output_size, int[] kernel_size, int[] dilation, int[] padding, "    \
+    "int[] stride) -> Tensor")                                                                     \
   /* normalization (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp): batch norm's    \
      running stats are written in place; output_mask three 0/1 flags */                            \
   _(native_batch_norm_legit, Functional,                                                           \

@@ -341,6 +341,19 @@ std::vector<Case> cases() {
          Tensor y = pdist(x[0], 3);
          return TensorList{y, ops::op_pdist_backward(x[1], x[0], 3, y)};
        }},
+      // im2col and col2im (Note [Sliding block placements] in kiln/dtensor/rules_fold.cpp).
+      {"unfold",
+       [](Device d) {
+         return TensorList{g({3, 2, 5, 5}, d)};
+       },
+       one([](auto& x) { return unfold(x[0], {2}, {1}, {1}, {2}); })},
+      {"fold",
+       [](Device d) {
+         return TensorList{g({3, 8, 9}, d)};
+       },
+       one([](auto& x) {
+         return fold(x[0], {5, 5}, {2}, {1}, {1}, {2});
+       })},
       {"foreach_adamw_",
        [](Device d) {
          return TensorList{g({4, 6}, d),
@@ -507,6 +520,12 @@ TEST_P(ShardedNn, RulesKeepShardsAndPartialsWithoutCommunication) {
                                                 dist(cdist(pts, other), Shard(0)))),
             Placement(Shard(0)));
   EXPECT_EQ(placement_of(pdist(dist(pts, Shard(0)))), Placement(Replicate()));
+  // A batch shard of im2col's and col2im's input stays local; a channel shard is gathered.
+  Tensor image = g({3, 2, 5, 5}, d);
+  EXPECT_EQ(placement_of(unfold(dist(image, Shard(0)), {2})), Placement(Shard(0)));
+  EXPECT_EQ(placement_of(unfold(dist(image, Shard(1)), {2})), Placement(Replicate()));
+  EXPECT_EQ(placement_of(fold(dist(unfold(image, {2}), Shard(0)), {5, 5}, {2})),
+            Placement(Shard(0)));
   // A Partial gradient is reduce-scattered into a sharded parameter's placement.
   TensorList p{dist(x, Shard(0))};
   foreach_add_(p, {dist(x, Partial())});

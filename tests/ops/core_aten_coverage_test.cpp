@@ -94,7 +94,7 @@ const std::vector<Row>& rows() {
       {"clamp", kOp, "clamp"},
       {"clamp.Tensor", kComposite, "clamp(self, Tensor min, Tensor max): maximum then minimum"},
       {"clone", kComposite, "clone (composite.cpp: to_copy)"},
-      {"col2im", kPending, "convolution"},
+      {"col2im", kOp, "col2im"},
       {"constant_pad_nd", kOp, "constant_pad_nd"},
       {"convolution", kOp, "convolution"},
       {"convolution_backward", kOp, "convolution_backward"},

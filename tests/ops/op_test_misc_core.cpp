@@ -1,7 +1,8 @@
 // Op table: issue 16's remaining Core ATen ops: randperm and empty_strided (property checks: no
 // oracle draws Kiln's numbers or owns its memory), and cdist/pdist with their backward ops
 // against at::_cdist_forward, at::_cdist_backward, at::_pdist_forward and at::_pdist_backward
-// (every p kind, batch broadcasting, non-contiguous inputs); gradchecks in float64; error rows.
+// (every p kind, batch broadcasting, non-contiguous inputs); im2col and col2im (with unfold and
+// fold) against at::im2col and at::col2im; gradchecks in float64; error rows.
 #include <cmath>
 #include <limits>
 
@@ -349,6 +350,149 @@ void add_pdist(Cases& cs) {
   // clang-format on
 }
 
+// ---------------------------------------------------------------- im2col and col2im
+
+struct FoldConfig {
+  const char* label;
+  Dims image;  // [N, C, H, W] or [C, H, W]
+  Dims k, d, p, s;
+  Layout layout = C;
+};
+
+// The columns' shape of im2col(image) under a config.
+Dims cols_shape(const FoldConfig& c) {
+  auto blocks = [&](size_t i) {
+    const int64_t in = c.image[c.image.size() - 2 + i];
+    return (in + 2 * c.p[i] - c.d[i] * (c.k[i] - 1) - 1) / c.s[i] + 1;
+  };
+  Dims out;
+  if (c.image.size() == 4) out.push_back(c.image[0]);
+  out.push_back(c.image[c.image.size() - 3] * c.k[0] * c.k[1]);
+  out.push_back(blocks(0) * blocks(1));
+  return out;
+}
+
+void add_fold(Cases& cs) {
+  const std::vector<FoldConfig> configs = {
+      {"basic", {2, 3, 5, 6}, {2, 3}, {1, 1}, {0, 0}, {1, 1}},
+      {"all_args", {2, 2, 7, 8}, {3, 2}, {2, 1}, {1, 2}, {2, 3}},
+      {"overlap", {1, 2, 6, 6}, {3, 3}, {1, 1}, {1, 1}, {2, 2}},
+      {"gaps", {1, 1, 7, 7}, {2, 2}, {1, 1}, {0, 0}, {3, 3}},
+      {"unbatched", {3, 5, 5}, {2, 2}, {1, 1}, {0, 0}, {1, 1}},
+      {"kernel_1x1", {2, 2, 3, 4}, {1, 1}, {1, 1}, {0, 0}, {1, 1}},
+      {"empty_batch", {0, 2, 4, 4}, {2, 2}, {1, 1}, {0, 0}, {1, 1}},
+      {"noncontig", {2, 3, 5, 6}, {2, 3}, {1, 2}, {1, 0}, {1, 2}, T},
+  };
+  for (const FoldConfig& c : configs) {
+    const bool grad = std::string(c.label) != "empty_batch" && std::string(c.label) != "noncontig";
+    Dims k = c.k, d = c.d, p = c.p, s = c.s;
+    Dims hw{c.image[c.image.size() - 2], c.image[c.image.size() - 1]};
+    cs.push_back(
+        {.name = "im2col_" + std::string(c.label),
+         .ops = {"im2col"},
+         .dtypes = kFloatDTypes,
+         .make = make_from({draw_any()}, {Spec{c.image, c.layout}}),
+         .kiln = [=](const KArgs& x) { return KTensors{ops::op_im2col(x[0], k, d, p, s)}; },
+         .aten =
+             [=](const AArgs& a) { return ATensors{at::im2col(a[0], ar(k), ar(d), ar(p), ar(s))}; },
+         .tol = Tol::Exact,
+         .grad = grad});
+    cs.push_back(
+        {.name = "col2im_" + std::string(c.label),
+         .ops = {"col2im"},
+         .dtypes = kFloatDTypes,
+         .make = make_from({draw_any()}, {Spec{cols_shape(c), c.layout}}),
+         .kiln = [=](const KArgs& x) { return KTensors{ops::op_col2im(x[0], hw, k, d, p, s)}; },
+         .aten =
+             [=](const AArgs& a) {
+               return ATensors{at::col2im(a[0], ar(hw), ar(k), ar(d), ar(p), ar(s))};
+             },
+         .tol = Tol::Accum,
+         .grad = grad});
+  }
+  // The public unfold and fold (torch.nn.functional's), one value for both dims.
+  cs.push_back({.name = "unfold_scalar_sizes",
+                .ops = {"im2col"},
+                .dtypes = {kFloat32, kFloat64},
+                .make = make_from({draw_any()}, {Spec{{2, 3, 6, 7}}}),
+                .kiln = [](const KArgs& x) { return KTensors{unfold(x[0], {3}, {1}, {1}, {2})}; },
+                .aten =
+                    [](const AArgs& a) {
+                      return ATensors{at::im2col(a[0], {3, 3}, {1, 1}, {1, 1}, {2, 2})};
+                    },
+                .tol = Tol::Exact});
+  cs.push_back({.name = "fold_scalar_sizes",
+                .ops = {"col2im"},
+                .dtypes = {kFloat32, kFloat64},
+                .make = make_from({draw_any()}, {Spec{{2, 12, 6}}}),
+                .kiln =
+                    [](const KArgs& x) {
+                      return KTensors{fold(x[0], {4, 5}, {2}, {1}, {0}, {1, 2})};
+                    },
+                .aten =
+                    [](const AArgs& a) {
+                      return ATensors{at::col2im(a[0], {4, 5}, {2, 2}, {1, 1}, {0, 0}, {1, 2})};
+                    },
+                .tol = Tol::Accum});
+  // fold(unfold(x)) multiplies each pixel by the number of blocks covering it.
+  cs.push_back(
+      {.name = "fold_of_unfold",
+       .ops = {"im2col", "col2im"},
+       .dtypes = {kFloat32, kFloat64},
+       .make = make_from({draw_any()}, {Spec{{2, 2, 5, 5}}}),
+       .kiln =
+           [](const KArgs& x) {
+             return KTensors{fold(unfold(x[0], {3}, {1}, {1}, {1}), {5, 5}, {3}, {1}, {1}, {1})};
+           },
+       .aten =
+           [](const AArgs& a) {
+             at::Tensor cols = at::im2col(a[0], {3, 3}, {1, 1}, {1, 1}, {1, 1});
+             return ATensors{at::col2im(cols, {5, 5}, {3, 3}, {1, 1}, {1, 1}, {1, 1})};
+           },
+       .tol = Tol::Accum,
+       .grad = true});
+  // clang-format off
+  head(cs, "im2col").errors = {
+      {"im2col_kernel_length", K::Value, "im2col", {"kernel_size", "2 elements", "[2, 2, 2]"},
+       [](const Watch&) { ops::op_im2col(f32({1, 1, 4, 4}), {2, 2, 2}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"im2col_kernel_zero", K::Value, "im2col", {"kernel size", "greater than zero", "[0, 2]"},
+       [](const Watch&) { ops::op_im2col(f32({1, 1, 4, 4}), {0, 2}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"im2col_dilation_zero", K::Value, "im2col", {"dilation", "[1, 0]"},
+       [](const Watch&) { ops::op_im2col(f32({1, 1, 4, 4}), {2, 2}, {1, 0}, {0, 0}, {1, 1}); }},
+      {"im2col_padding_negative", K::Value, "im2col", {"padding", "non-negative", "[-1, 0]"},
+       [](const Watch&) { ops::op_im2col(f32({1, 1, 4, 4}), {2, 2}, {1, 1}, {-1, 0}, {1, 1}); }},
+      {"im2col_stride_zero", K::Value, "im2col", {"stride", "[0, 1]"},
+       [](const Watch&) { ops::op_im2col(f32({1, 1, 4, 4}), {2, 2}, {1, 1}, {0, 0}, {0, 1}); }},
+      {"im2col_2d", K::Value, "im2col", {"3-D or 4-D", "[4, 4]"},
+       [](const Watch&) { ops::op_im2col(f32({4, 4}), {2, 2}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"im2col_empty_channels", K::Value, "im2col", {"non-zero", "[2, 0, 4, 4]"},
+       [](const Watch&) { ops::op_im2col(f32({2, 0, 4, 4}), {2, 2}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"im2col_int", K::Type, "im2col", {"floating-point", "int64"},
+       [](const Watch&) { ops::op_im2col(i64({1, 1, 4, 4}), {2, 2}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"im2col_too_small", K::Value, "im2col", {"(3, 4)", "kernel_size=[4, 2]", "(0, 3)"},
+       [](const Watch&) { ops::op_im2col(f32({1, 1, 3, 4}), {4, 2}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"unfold_length", K::Value, "im2col", {"stride", "[1, 1, 1]"},
+       [](const Watch&) { unfold(f32({1, 1, 4, 4}), {2}, {1}, {0}, {1, 1, 1}); }}};
+  head(cs, "col2im").errors = {
+      {"col2im_output_size_length", K::Value, "col2im", {"output_size", "2 elements", "[4]"},
+       [](const Watch&) { ops::op_col2im(f32({1, 4, 9}), {4}, {2, 2}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"col2im_output_size_zero", K::Value, "col2im", {"output_size", "positive", "[0, 4]"},
+       [](const Watch&) { ops::op_col2im(f32({1, 4, 9}), {0, 4}, {2, 2}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"col2im_kernel_zero", K::Value, "col2im", {"kernel size", "[2, 0]"},
+       [](const Watch&) { ops::op_col2im(f32({1, 4, 9}), {4, 4}, {2, 0}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"col2im_4d", K::Value, "col2im", {"2-D or 3-D", "[1, 1, 4, 9]"},
+       [](const Watch&) { ops::op_col2im(f32({1, 1, 4, 9}), {4, 4}, {2, 2}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"col2im_int", K::Type, "col2im", {"floating-point", "int64"},
+       [](const Watch&) { ops::op_col2im(i64({1, 4, 9}), {4, 4}, {2, 2}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"col2im_divisible", K::Value, "col2im", {"divisible", "6", "kernel_size=[2, 2]"},
+       [](const Watch&) { ops::op_col2im(f32({1, 6, 9}), {4, 4}, {2, 2}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"col2im_blocks", K::Value, "col2im", {"3 * 3 = 9", "got 8"},
+       [](const Watch&) { ops::op_col2im(f32({1, 4, 8}), {4, 4}, {2, 2}, {1, 1}, {0, 0}, {1, 1}); }},
+      {"col2im_too_small", K::Value, "col2im", {"(2, 4)", "kernel_size=[3, 3]"},
+       [](const Watch&) { ops::op_col2im(f32({1, 9, 2}), {2, 4}, {3, 3}, {1, 1}, {0, 0}, {1, 1}); }}};
+  // clang-format on
+}
+
 }  // namespace
 
 Cases misc_core_cases() {
@@ -357,6 +501,7 @@ Cases misc_core_cases() {
   add_empty_strided(cs);
   add_cdist(cs);
   add_pdist(cs);
+  add_fold(cs);
   return cs;
 }
 
