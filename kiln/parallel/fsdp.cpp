@@ -102,12 +102,25 @@ Tensor shard_2d(const Tensor& param, const dt::DeviceMesh& mesh, Layout& l) {
   return dt::make_dtensor(piece.contiguous().clone(), s);
 }
 
-// Adds parameter i (with spec `s`) to its dtype's bucket.
-void add_to_bucket(Layout& l, std::map<DType, size_t>& bucket_of, size_t i) {
+// Adds parameter i (with spec `s`) to its dtype's bucket, whose gather and reduce dtypes follow
+// `mp` (Note [FSDP mixed precision] in fsdp_unit.cpp).
+void add_to_bucket(Layout& l, std::map<DType, size_t>& bucket_of, size_t i,
+                   const MixedPrecisionPolicy& mp) {
   const dt::DTensorSpec& s = *l.specs[i];
-  auto [it, fresh] = bucket_of.emplace(s.dtype(), l.buckets.size());
-  if (fresh) l.buckets.push_back(Bucket{s.dtype(), {}, {}, {}, 0});
+  const DType t = s.dtype();
+  auto [it, fresh] = bucket_of.emplace(t, l.buckets.size());
+  if (fresh) {
+    const bool mixed = is_floating(t);
+    l.buckets.push_back(Bucket{t,
+                               mixed ? mp.param_dtype.value_or(t) : t,
+                               mixed ? mp.reduce_dtype.value_or(t) : t,
+                               {},
+                               {},
+                               {},
+                               0});
+  }
   Bucket& b = l.buckets[it->second];
+  l.gathered_dtypes.push_back(b.gather_dtype);
   int64_t len = dt::chunk_size(s.shape()[0], l.parts());
   for (size_t d = 1; d < s.shape().size(); ++d) len *= s.shape()[d];
   b.params.push_back(i);
@@ -123,6 +136,14 @@ void fully_shard(nn::Module& module, const dt::DeviceMesh& mesh, FullyShardOptio
              "[fully_shard] takes a 1-D mesh (data parallel) or a 2-D one (data parallel, "
              "tensor parallel), got {}",
              mesh.str());
+  const MixedPrecisionPolicy& mp = options.mp;
+  for (auto [what, t] : {std::pair{"param_dtype", mp.param_dtype},
+                         {"reduce_dtype", mp.reduce_dtype},
+                         {"output_dtype", mp.output_dtype}})
+    KILN_CHECK(!t || is_floating(*t), "[fully_shard] mp.{} must be a floating dtype, got {}", what,
+               *t);
+  KILN_CHECK(mesh.ndim() == 1 || (!mp.param_dtype && !mp.reduce_dtype && !mp.output_dtype),
+             "[fully_shard] a mixed-precision policy takes a 1-D mesh, got {}", mesh.str());
   KILN_CHECK(!find_unit(module), "[fully_shard] {} is already sharded", describe(module));
   auto* unary = dynamic_cast<nn::UnaryModule*>(&module);
   KILN_CHECK_TYPE(unary != nullptr,
@@ -183,7 +204,7 @@ void fully_shard(nn::Module& module, const dt::DeviceMesh& mesh, FullyShardOptio
     unit->shards.push_back(d);
     if (!two_d) {
       layout->specs.push_back(dt::spec_of(d));
-      add_to_bucket(*layout, bucket_of, i);
+      add_to_bucket(*layout, bucket_of, i, options.mp);
     }
   }
   unit->layout = layout;

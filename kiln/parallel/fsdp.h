@@ -14,6 +14,7 @@
 //   loss.backward();            // each .grad: Shard(0), the gradient averaged over the ranks
 //   opt.step();                 // on the local shards
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,23 @@
 #include "kiln/nn/module.h"
 
 namespace kiln::parallel {
+
+// Mixed precision for a unit (PyTorch FSDP2's MixedPrecisionPolicy). The sharded parameters
+// (the optimizer's master copy) keep their dtype; each dtype here applies to floating
+// parameters only, and unset means the parameter's own dtype. See Note [FSDP mixed precision]
+// in fsdp_unit.cpp.
+struct MixedPrecisionPolicy {
+  // The dtype of the gathered parameters: each shard is cast before the all-gather (fewer bytes
+  // moved), so forward and backward compute in it.
+  std::optional<DType> param_dtype = std::nullopt;
+  // The dtype of the gradients' reduce-scatter (each whole gradient is cast to it first); the
+  // sharded gradient is then cast to the parameter's dtype.
+  std::optional<DType> reduce_dtype = std::nullopt;
+  // The module's floating output is cast to it.
+  std::optional<DType> output_dtype = std::nullopt;
+  // With param_dtype set, the module's floating input is cast to param_dtype.
+  bool cast_forward_inputs = true;
+};
 
 struct FullyShardOptions {
   // Free the gathered parameters when the module's forward returns and gather them again
@@ -31,6 +49,8 @@ struct FullyShardOptions {
   // Start the all-gather of the unit that comes next (in the last forward's order, or in
   // backward) while this one computes. Only inside a root unit's forward. Note [FSDP prefetch].
   bool prefetch = true;
+  // Gather, reduce and output dtypes; the default changes nothing. 1-D meshes only.
+  MixedPrecisionPolicy mp = {};
 };
 
 // Shards the parameters of `module` and of its submodules that no earlier fully_shard call
@@ -40,10 +60,10 @@ struct FullyShardOptions {
 // that tensor parallel made DTensors on mesh.submesh({tp}) keep their placement on tp and are
 // sharded over dp (Note [FSDP and tensor parallel]). `module` must be a UnaryModule (its calls
 // run hooks). Everything is checked before anything changes: a ValueError for a mesh of more
-// than 2 dims, a module already sharded, a submodule sharded after its parent, a 0-d parameter,
-// or one already a DTensor on another mesh than the 2-D mesh's tp dim; a TypeError for a module
-// that is not a UnaryModule. Collective: every rank of the mesh calls it, in the same order, on
-// the same model.
+// than 2 dims, a policy dtype that is not floating, a policy on a 2-D mesh, a module already
+// sharded, a submodule sharded after its parent, a 0-d parameter, or one already a DTensor on
+// another mesh than the 2-D mesh's tp dim; a TypeError for a module that is not a UnaryModule.
+// Collective: every rank of the mesh calls it, in the same order, on the same model.
 void fully_shard(nn::Module& module, const dtensor::DeviceMesh& mesh,
                  FullyShardOptions options = {});
 

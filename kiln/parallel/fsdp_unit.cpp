@@ -45,6 +45,24 @@ namespace dt = kiln::dtensor;
 // dropped. Every rank runs the same forward, so every rank starts the same gathers in the same
 // order. At most two units are whole at once, plus the root.
 
+// Note [FSDP mixed precision]
+// PyTorch FSDP2's MixedPrecisionPolicy. The shards stay in their dtype (float32: the master
+// weights the optimizer updates). With param_dtype set, a bucket's flat buffer is made in
+// param_dtype and each shard cast into it before the all-gather, so half the bytes move for
+// bfloat16, and the whole parameters the forward gets are param_dtype tensors: forward and
+// backward compute in it. The unit's floating input is cast to param_dtype too (a Linear takes
+// one dtype), the cast recorded by autograd like any op, and output_dtype casts its floating
+// output. In backward each whole gradient (param_dtype) is cast to reduce_dtype before the
+// bucket's reduce-scatter, and the reduced bucket is cast to the parameters' dtype, so every
+// .grad is a float32 Shard(0) DTensor for the optimizer. Unset, each dtype is the parameter's
+// own: reduce_dtype defaults to float32 here where PyTorch's defaults to param_dtype, trading
+// the reduce-scatter's bytes for float32 sums. Integer parameters are gathered as they are. A
+// GradScaler needs nothing more: the scaled float16 gradients are reduced (in reduce_dtype)
+// before its unscale_, which reads the float32 sharded ones and all-reduces found_inf over the
+// ranks. Resharding, prefetching, re-gathers for a retained graph's second backward and
+// compile's trace run on the param_dtype buffers unchanged. Policies are 1-D only: a 2-D mesh
+// gathers through redistribute, whose specs carry the parameter's dtype.
+
 void Gathered::free() {
   if (freed) return;
   for (const Tensor& t : data) t.impl()->storage()->free_data();
@@ -85,7 +103,7 @@ Pending start_gather(const Unit& u, bool async, const Gathered* target) {
     p.whole.push_back(dt::run_redistribute(local_of(u.shards[i]),
                                            *dt::plan_redistribute(*l.specs[i], *l.gathered[i])));
   for (const Bucket& b : l.buckets) {
-    Tensor flat = zeros({b.numel}, b.dtype, l.mesh->device());
+    Tensor flat = zeros({b.numel}, b.gather_dtype, l.mesh->device());
     for (size_t k = 0; k < b.params.size(); ++k) {
       const Tensor& local = local_of(u.shards[b.params[k]]);
       if (local.numel() > 0)
@@ -94,7 +112,7 @@ Pending start_gather(const Unit& u, bool async, const Gathered* target) {
     if (n == 1) {
       p.buffers.push_back(flat);
     } else if (async) {
-      Tensor all = empty({n * b.numel}, b.dtype, l.mesh->device());
+      Tensor all = empty({n * b.numel}, b.gather_dtype, l.mesh->device());
       p.works.push_back(distributed::all_gather_into_tensor_async(all, flat, &l.mesh->group(0)));
       p.buffers.push_back(all);
     } else {
@@ -138,7 +156,8 @@ TensorList fresh_whole(const Unit& u) {
   TensorList out;
   for (size_t i = 0; i < u.shards.size(); ++i) {
     const dt::DTensorSpec& s = l.two_d() ? *l.gathered[i] : *l.specs[i];
-    out.push_back(empty(l.two_d() ? s.local_shape() : s.shape(), s.dtype(), l.mesh->device()));
+    out.push_back(empty(l.two_d() ? s.local_shape() : s.shape(),
+                        l.two_d() ? s.dtype() : l.gathered_dtypes[i], l.mesh->device()));
   }
   return out;
 }
@@ -254,12 +273,12 @@ TensorList GatherBackward::reduce_scatter(TensorList&& grads) {
     for (size_t k = 0; k < b.params.size(); ++k) {
       const dt::DTensorSpec& s = *l.specs[b.params[k]];
       Tensor g = grads[b.params[k]];
-      if (!g.defined()) g = zeros(s.shape(), b.dtype, l.mesh->device());
+      g = g.defined() ? g.to(b.reduce_dtype) : zeros(s.shape(), b.reduce_dtype, l.mesh->device());
       const int64_t padded = padded_rows(s, n);
       if (padded != s.shape()[0]) {
         Shape pad(s.shape());
         pad[0] = padded - s.shape()[0];
-        g = cat({g, zeros(pad, b.dtype, g.device())}, 0);
+        g = cat({g, zeros(pad, b.reduce_dtype, g.device())}, 0);
       }
       pieces.push_back(g.reshape({n, b.lengths[k]}));
     }
@@ -268,6 +287,7 @@ TensorList GatherBackward::reduce_scatter(TensorList&& grads) {
     Tensor mine = n == 1 ? flat
                          : distributed::reduce_scatter_tensor(flat, distributed::ReduceOp::Avg,
                                                               &l.mesh->group(0));
+    mine = mine.to(b.dtype);
     for (size_t k = 0; k < b.params.size(); ++k) {
       const size_t i = b.params[k];
       if (!grads[i].defined()) continue;
@@ -370,6 +390,12 @@ Tensor after_forward(const std::shared_ptr<Unit>& unit, const Tensor& y) {
   return y;
 }
 
+// x cast to `dtype` where both are set and x is floating (Note [FSDP mixed precision]).
+Tensor cast_floating(const Tensor& x, std::optional<DType> dtype) {
+  if (!dtype || !x.defined() || !is_floating(x.dtype()) || x.dtype() == *dtype) return x;
+  return x.to(*dtype);
+}
+
 }  // namespace
 
 Unit::~Unit() {
@@ -392,9 +418,12 @@ void install(const std::shared_ptr<Unit>& unit, nn::UnaryModule& module) {
   }
   module.register_forward_pre_hook([unit](const Tensor& x) {
     before_forward(*unit);
-    return x;
+    const MixedPrecisionPolicy& mp = unit->options.mp;
+    return mp.cast_forward_inputs ? cast_floating(x, mp.param_dtype) : x;
   });
-  module.register_forward_hook([unit](const Tensor& y) { return after_forward(unit, y); });
+  module.register_forward_hook([unit](const Tensor& y) {
+    return cast_floating(after_forward(unit, y), unit->options.mp.output_dtype);
+  });
 }
 
 }  // namespace kiln::parallel::fsdp_detail

@@ -19,9 +19,11 @@ namespace kiln::parallel::fsdp_detail {
 struct Unit;
 
 // Parameters of one dtype, laid out in one flat buffer of `numel` elements per rank: parameter
-// k of `params` at `offsets[k]`, padded to `lengths[k]` (ceil(rows / N) rows).
+// k of `params` at `offsets[k]`, padded to `lengths[k]` (ceil(rows / N) rows). The buffer is
+// gathered in `gather_dtype` and the gradients reduce-scattered in `reduce_dtype` (both `dtype`
+// without a mixed-precision policy; Note [FSDP mixed precision]).
 struct Bucket {
-  DType dtype;
+  DType dtype, gather_dtype, reduce_dtype;
   std::vector<size_t> params;
   std::vector<int64_t> offsets, lengths;
   int64_t numel = 0;
@@ -35,6 +37,7 @@ struct Bucket {
 struct Layout {
   const dtensor::DeviceMesh* mesh;
   std::vector<const dtensor::DTensorSpec*> specs;  // each parameter's sharded spec on `mesh`
+  std::vector<DType> gathered_dtypes;              // each gathered parameter's dtype
   std::vector<Bucket> buckets;
   std::vector<const dtensor::DTensorSpec*> gathered, tp_specs;
   bool two_d() const { return mesh->ndim() == 2; }
