@@ -65,6 +65,9 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     {"scatter_add", P::Promote},
     {"index_add", P::Promote},
     {"index_put", P::Promote},
+    {"scatter", P::Promote},
+    {"select_scatter", P::Promote},
+    {"slice_scatter", P::Promote},
     // In the inputs' dtypes: elementwise ops (type promotion mixes dtypes), comparisons, mean
     // and var (they accumulate in float32 internally), selections, casts, random masks, the
     // collectives, and the backward ops.

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "kiln/autograd/derivative.h"
+#include "kiln/ops/index_meta.h"
 #include "kiln/ops/op_list.h"
 #include "kiln/ops/ops.h"
 
@@ -394,6 +395,48 @@ void index_put_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
                 ? g[0]
                 : ops::op_index_put(g[0], idx, zeros({}, g[0].dtype(), g[0].device()), false);
   if (c.needs(nv)) gi[nv] = ops::op_index(g[0], idx);
+}
+// scatter(self, dim, index, src): self's gradient is g with the written positions zeroed, src's
+// is g read at them (src may be larger than index: its other elements get zero).
+void scatter_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  const int64_t dim = c.get<int64_t>(1);
+  if (c.needs(0)) gi[0] = scatter(g[0], dim, c.input(1), Scalar(0));
+  if (c.needs(2)) {
+    Tensor picked = gather(g[0], dim, c.input(1));
+    if (picked.sizes() == c.sizes(2)) {
+      gi[2] = picked;
+    } else {
+      gi[2] = zeros_of(c, 2);
+      Tensor part = gi[2];
+      for (int64_t d = 0; d < picked.dim(); ++d) part = narrow(part, d, 0, picked.size(d));
+      part.copy_(picked);
+    }
+  }
+}
+// select_scatter/slice_scatter(self, src, ...): self's gradient is g with the view zeroed, src's
+// the view of g.
+void select_scatter_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  const int64_t dim = c.get<int64_t>(2), index = c.get<int64_t>(3);
+  if (c.needs(0)) gi[0] = select_scatter(g[0], zeros_of(c, 1), dim, index);
+  if (c.needs(1)) {
+    const int64_t d = wrap_dim(dim, g[0].dim(), "select_scatter");
+    gi[1] = select(g[0], d, index < 0 ? index + g[0].size(d) : index);
+  }
+}
+void slice_scatter_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  const int64_t dim = c.get<int64_t>(2), step = c.get<int64_t>(5);
+  auto opt = [&](size_t pos) -> OptInt {
+    const IValue& v = c.arg(pos);
+    if (auto* i = std::get_if<int64_t>(&v)) return *i;
+    return std::nullopt;
+  };
+  const OptInt start = opt(3), end = opt(4);
+  if (c.needs(0)) gi[0] = slice_scatter(g[0], zeros_of(c, 1), dim, start, end, step);
+  if (c.needs(1)) {
+    const int64_t d = wrap_dim(dim, g[0].dim(), "slice_scatter");
+    const auto [s, e] = meta::slice_bounds(g[0].size(d), start, end);
+    gi[1] = slice(g[0], d, s, e, step);
+  }
 }
 void triu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   gi[0] = triu(g[0], c.get<int64_t>(1));
@@ -813,6 +856,9 @@ const Entry kOthers[] = {
     {&ops::op_index.def, F(index_bw, ~S(0))},
     {&ops::op_index_put.def, F(index_put_bw, ~S(0))},
     {&ops::op_nonzero.def, kNone},
+    {&ops::op_scatter.def, F(scatter_bw, S(1))},
+    {&ops::op_select_scatter.def, F(select_scatter_bw)},
+    {&ops::op_slice_scatter.def, F(slice_scatter_bw)},
     {&ops::op_triu.def, F(triu_bw)},
     {&ops::op_flip.def, F(flip_bw)},
     {&ops::op_repeat.def, F(repeat_bw)},

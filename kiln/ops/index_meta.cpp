@@ -34,6 +34,16 @@ void check_index_value(const char* op, int64_t v, int64_t dim, int64_t size) {
                    size);
 }
 
+std::pair<int64_t, int64_t> slice_bounds(int64_t size, const OptInt& start, const OptInt& end) {
+  auto clamp = [&](const OptInt& v, int64_t dflt) {
+    if (!v) return dflt;
+    const int64_t x = *v < 0 ? *v + size : *v;
+    return std::clamp<int64_t>(x, 0, size);
+  };
+  const int64_t s = clamp(start, 0);
+  return {s, std::max(s, clamp(end, size))};
+}
+
 IndexPlan plan_index(const char* op, const Tensor& self, const TensorList& indices) {
   check_defined(op, self, "self");
   const int64_t nd = self.dim();

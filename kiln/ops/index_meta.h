@@ -28,6 +28,10 @@ IndexPlan plan_index(const char* op, const Tensor& self, const TensorList& indic
 // contiguous on `device`.
 Tensor broadcast_index(const IndexPlan& plan, const TensorList& indices, size_t k, Device device);
 
+// Python's start:end of a dim of `size` (negative ends wrapped, both clamped to [0, size],
+// end >= start), as slice_scatter and Slice take them.
+std::pair<int64_t, int64_t> slice_bounds(int64_t size, const OptInt& start, const OptInt& end);
+
 // "[op] index v is out of bounds for dimension d with size n" unless -n <= v < n.
 void check_index_value(const char* op, int64_t v, int64_t dim, int64_t size);
 

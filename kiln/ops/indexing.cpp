@@ -60,6 +60,49 @@ Tensor& index_put_(Tensor& self, const std::vector<Tensor>& indices, const Tenso
   return self;
 }
 
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  return ops::op_scatter(self, dim, index, src);
+}
+// scatter.value: src is `value` in self's dtype, expanded to the index's shape.
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Scalar& value) {
+  KILN_CHECK(self.defined() && index.defined(), "[scatter] self and index must be defined");
+  return ops::op_scatter(self, dim, index,
+                         expand(full({}, value, self.dtype(), self.device()), index.sizes()));
+}
+Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  if (records_grad(self, src)) return self.copy_(ops::op_scatter(self, dim, index, src));
+  ops::op_scatter_out(self, self, dim, index, src);
+  return self;
+}
+Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Scalar& value) {
+  KILN_CHECK(self.defined() && index.defined(), "[scatter] self and index must be defined");
+  return scatter_(self, dim, index,
+                  expand(full({}, value, self.dtype(), self.device()), index.sizes()));
+}
+Tensor select_scatter(const Tensor& self, const Tensor& src, int64_t dim, int64_t index) {
+  return ops::op_select_scatter(self, src, dim, index);
+}
+Tensor slice_scatter(const Tensor& self, const Tensor& src, int64_t dim,
+                     std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) {
+  return ops::op_slice_scatter(self, src, dim, start, end, step);
+}
+// Composite: the k-th true position of the mask (broadcast to self) takes source's k-th element,
+// found by a running count of the mask; no host read (too small a source is index_select's
+// out-of-range error).
+Tensor masked_scatter(const Tensor& self, const Tensor& mask, const Tensor& source) {
+  KILN_CHECK(self.defined() && mask.defined() && source.defined(),
+             "[masked_scatter] self, mask and source must be defined");
+  KILN_CHECK_TYPE(mask.dtype() == kBool, "[masked_scatter] mask must be bool, got {}",
+                  mask.dtype());
+  KILN_CHECK_TYPE(source.dtype() == self.dtype(),
+                  "[masked_scatter] source dtype {} differs from self {}", source.dtype(),
+                  self.dtype());
+  Tensor m = expand(mask, self.sizes());
+  Tensor pos = sub(cumsum(reshape(m, {-1}), 0, kInt64), 1);
+  Tensor taken = index_select(reshape(source, {-1}), 0, clamp(pos, 0, std::nullopt));
+  return where(m, reshape(taken, self.sizes()), self);
+}
+
 Tensor nonzero(const Tensor& self) {
   KILN_CHECK(self.defined(), "[nonzero] argument 'self' is an undefined tensor");
   detail::note_host_read(*self.impl(), "nonzero");

@@ -144,6 +144,13 @@ namespace kiln::ops {
   _(index, (const Tensor&, const TensorList&), "index(Tensor self, Tensor?[] indices)")            \
   _(index_put, (const Tensor&, const TensorList&, const Tensor&, bool),                            \
     "index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False)")             \
+  _(scatter, (const Tensor&, int64_t, const Tensor&, const Tensor&),                               \
+    "scatter(Tensor self, int dim, Tensor index, Tensor src)")                                     \
+  _(select_scatter, (const Tensor&, const Tensor&, int64_t, int64_t),                              \
+    "select_scatter(Tensor self, Tensor src, int dim, int index)")                                 \
+  _(slice_scatter, (const Tensor&, const Tensor&, int64_t, const OptInt&, const OptInt&, int64_t), \
+    "slice_scatter(Tensor self, Tensor src, int dim=0, int? start=None, int? end=None, int "       \
+    "step=1)")                                                                                     \
   _(triu, (const Tensor&, int64_t), "triu(Tensor self, int diagonal=0)")                           \
   _(tril, (const Tensor&, int64_t), "tril(Tensor self, int diagonal=0)")                           \
   _(flip, (const Tensor&, IntArrayRef), "flip(Tensor self, int[] dims)")                           \

@@ -433,6 +433,21 @@ Tensor index_put(const Tensor& self, const std::vector<Tensor>& indices, const T
                  bool accumulate = false);
 Tensor& index_put_(Tensor& self, const std::vector<Tensor>& indices, const Tensor& values,
                    bool accumulate = false);
+// A copy of self with src[p] (or `value`) written at index[p] along dim (a repeated position
+// keeps one of its values, unspecified as in ATen); scatter_ in place.
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Scalar& value);
+Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Scalar& value);
+// A copy of self with src written into self.select(dim, index) / self.slice(dim, start, end,
+// step) (src has that view's shape).
+Tensor select_scatter(const Tensor& self, const Tensor& src, int64_t dim, int64_t index);
+Tensor slice_scatter(const Tensor& self, const Tensor& src, int64_t dim = 0,
+                     std::optional<int64_t> start = {}, std::optional<int64_t> end = {},
+                     int64_t step = 1);
+// self where mask is false; where it is true, source's elements in order (mask broadcasts to
+// self; source has at least as many elements as mask has trues).
+Tensor masked_scatter(const Tensor& self, const Tensor& mask, const Tensor& source);
 // The coordinates of self's nonzero elements, int64 [n, self.dim()] in row-major order. n
 // depends on the data: a host read (a graph break under kiln::compile).
 Tensor nonzero(const Tensor& self);

@@ -1,5 +1,6 @@
 // Records of advanced indexing: index (index.Tensor), index_put (functional, in place, out=),
-// nonzero, and the C++ indexing API (Tensor::index / index_put_ with TensorIndex, against
+// nonzero, scatter (src and value), select_scatter, slice_scatter, masked_scatter, and the C++
+// indexing API (Tensor::index / index_put_ with TensorIndex, against
 // libtorch's at::indexing). See Note [Advanced indexing] in kiln/ops/index_meta.cpp.
 #include <ATen/TensorIndexing.h>
 
@@ -518,6 +519,267 @@ std::vector<ErrorCase> index_put_errors() {
   };
 }
 
+// ---------------------------------------------------------------- scatters
+
+void add_scatters(Cases& cs) {
+  // scatter: index values without repeats along dim (each row a permutation's prefix), so the
+  // result does not depend on which repeated write lands last.
+  struct ScatterConfig {
+    const char* label;
+    Dims self, index, src;
+    int64_t dim;
+    Layout layout;
+  };
+  const std::vector<ScatterConfig> scatters = {
+      {"dim1", {4, 5}, {4, 3}, {4, 3}, 1, C},        {"dim0", {5, 4}, {3, 4}, {3, 4}, 0, T},
+      {"src_larger", {4, 5}, {2, 2}, {3, 4}, 1, C},  {"1d", {7}, {5}, {6}, 0, C},
+      {"empty_index", {4, 5}, {0, 5}, {0, 5}, 0, C},
+  };
+  for (const ScatterConfig& c : scatters) {
+    ScatterConfig sc = c;
+    MakeFn make = [sc](Gen& g) {
+      // Distinct positions along dim for each line of the other dims: a shuffled arange.
+      const int64_t n = sc.self[static_cast<size_t>(sc.dim)];
+      Tensor idx = empty(sc.index, kInt64);
+      std::vector<int64_t> vals(static_cast<size_t>(idx.numel()));
+      const int64_t k = sc.index[static_cast<size_t>(sc.dim)];
+      const int64_t lines = k == 0 ? 0 : idx.numel() / k;
+      for (int64_t l = 0; l < lines; ++l) {
+        std::vector<int64_t> perm(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) perm[i] = i;
+        std::shuffle(perm.begin(), perm.end(), g.rng);
+        for (int64_t j = 0; j < k; ++j) vals[static_cast<size_t>(l * k + j)] = perm[j];
+      }
+      // vals is laid out with dim innermost; move it to its place.
+      Dims moved = sc.index;
+      std::swap(moved[static_cast<size_t>(sc.dim)], moved.back());
+      Tensor t = from_vector<int64_t>(vals, moved);
+      idx = contiguous(transpose(t, sc.dim, -1));
+      return KTensors{g.any({sc.self, sc.layout}), idx, g.any({sc.src, C})};
+    };
+    const int64_t dim = c.dim;
+    OpCase row{
+        .name = std::string("scatter_") + c.label,
+        .ops = {"scatter"},
+        .dtypes = kAllDTypes,
+        .make = make,
+        .kiln = [dim](const KArgs& x) { return KTensors{scatter(x[0], dim, x[1], x[2])}; },
+        .aten = [dim](const AArgs& a) { return ATensors{at::scatter(a[0], dim, a[1], a[2])}; },
+        .tol = Tol::Exact};
+    cs.push_back(row);
+    OpCase value = row;
+    value.name = std::string("scatter_value_") + c.label;
+    value.kiln = [dim](const KArgs& x) { return KTensors{scatter(x[0], dim, x[1], Scalar(1))}; };
+    value.aten = [dim](const AArgs& a) { return ATensors{at::scatter(a[0], dim, a[1], 1)}; };
+    cs.push_back(value);
+    OpCase inplace = row;
+    inplace.name = std::string("scatter__") + c.label;
+    inplace.ops = {"scatter_out"};
+    inplace.mode = Mode::InPlace;
+    inplace.kiln = [dim](const KArgs& x) {
+      Tensor self = x[0];
+      scatter_(self, dim, x[1], x[2]);
+      return KTensors{self};
+    };
+    cs.push_back(inplace);
+    if (std::string(c.label) == "dim1")
+      cs.push_back(out_variant(row, "scatter_out", [dim](const KArgs& x) {
+        ops::op_scatter_out(x.out, x[0], dim, x[1], x[2]);
+        return KTensors{x.out};
+      }));
+  }
+
+  struct SelectConfig {
+    const char* label;
+    Dims self;
+    int64_t dim, index;
+    Layout layout;
+  };
+  for (const SelectConfig& c : std::vector<SelectConfig>{{"dim0", {4, 3}, 0, 2, C},
+                                                         {"dim1_negative", {3, 4, 2}, 1, -1, T},
+                                                         {"1d", {5}, 0, 4, C}}) {
+    SelectConfig sc = c;
+    cs.push_back({.name = std::string("select_scatter_") + c.label,
+                  .ops = {"select_scatter"},
+                  .dtypes = kAllDTypes,
+                  .make =
+                      [sc](Gen& g) {
+                        Dims v = sc.self;
+                        v.erase(v.begin() + sc.dim);
+                        return KTensors{g.any({sc.self, sc.layout}), g.any({v, S})};
+                      },
+                  .kiln =
+                      [sc](const KArgs& x) {
+                        return KTensors{select_scatter(x[0], x[1], sc.dim, sc.index)};
+                      },
+                  .aten =
+                      [sc](const AArgs& a) {
+                        return ATensors{at::select_scatter(a[0], a[1], sc.dim, sc.index)};
+                      },
+                  .tol = Tol::Exact});
+    if (std::string(c.label) == "dim0")
+      cs.push_back(out_variant(cs.back(), "select_scatter_out", [sc](const KArgs& x) {
+        ops::op_select_scatter_out(x.out, x[0], x[1], sc.dim, sc.index);
+        return KTensors{x.out};
+      }));
+  }
+  struct SliceConfig {
+    const char* label;
+    Dims self;
+    int64_t dim;
+    OptInt start, end;
+    int64_t step;
+    Dims src;
+  };
+  for (const SliceConfig& c :
+       std::vector<SliceConfig>{{"dim0", {6, 3}, 0, 1, 4, 1, {3, 3}},
+                                {"step2_open", {4, 7}, 1, std::nullopt, std::nullopt, 2, {4, 4}},
+                                {"negative_clamped", {5, 4}, 0, -3, 100, 1, {3, 4}},
+                                {"empty", {5, 4}, 1, 3, 2, 1, {5, 0}}}) {
+    SliceConfig sc = c;
+    cs.push_back(
+        {.name = std::string("slice_scatter_") + c.label,
+         .ops = {"slice_scatter"},
+         .dtypes = kAllDTypes,
+         .make =
+             [sc](Gen& g) {
+               return KTensors{g.any({sc.self, T}), g.any({sc.src, C})};
+             },
+         .kiln =
+             [sc](const KArgs& x) {
+               return KTensors{slice_scatter(x[0], x[1], sc.dim, sc.start, sc.end, sc.step)};
+             },
+         .aten =
+             [sc](const AArgs& a) {
+               auto o = [](OptInt v) { return v ? c10::optional<int64_t>(*v) : c10::nullopt; };
+               return ATensors{
+                   at::slice_scatter(a[0], a[1], sc.dim, o(sc.start), o(sc.end), sc.step)};
+             },
+         .tol = Tol::Exact});
+    if (std::string(c.label) == "dim0")
+      cs.push_back(out_variant(cs.back(), "slice_scatter_out", [sc](const KArgs& x) {
+        ops::op_slice_scatter_out(x.out, x[0], x[1], sc.dim, sc.start, sc.end, sc.step);
+        return KTensors{x.out};
+      }));
+  }
+  // masked_scatter (a composite: cumsum, index_select, where).
+  for (const auto& [label, self, mask] : std::vector<std::tuple<std::string, Dims, Dims>>{
+           {"same", {3, 4}, {3, 4}}, {"broadcast_mask", {3, 4}, {4}}}) {
+    Dims sd = self, md = mask;
+    cs.push_back(
+        {.name = "masked_scatter_" + label,
+         .ops = {"cumsum", "index_select", "where"},
+         .dtypes = kAllDTypes,
+         .make =
+             [sd, md](Gen& g) {
+               return KTensors{g.any({sd, C}), g.mask({md, C}), g.any({{15}, C})};
+             },
+         .kiln = [](const KArgs& x) { return KTensors{masked_scatter(x[0], x[1], x[2])}; },
+         .aten = [](const AArgs& a) { return ATensors{at::masked_scatter(a[0], a[1], a[2])}; },
+         .tol = Tol::Exact});
+  }
+}
+
+GradSamples scatter_grads() {
+  GradSamples gs;
+  gs.push_back(
+      {"scatter_self_and_src",
+       {"scatter", "gather"},
+       [](GradGen& d) {
+         return TensorList{d.var({3, 4}), grad_indices({2, 0, 3, 1, 0, 2}, {3, 2}), d.var({3, 3})};
+       },
+       [](const TensorList& x) { return TensorList{scatter(x[0], 1, x[1], x[2])}; }});
+  gs.push_back({"select_scatter_grad",
+                {"select_scatter", "select"},
+                [](GradGen& d) {
+                  return TensorList{d.var({3, 4}), d.var({3})};
+                },
+                [](const TensorList& x) { return TensorList{select_scatter(x[0], x[1], 1, -2)}; }});
+  gs.push_back({"slice_scatter_grad",
+                {"slice_scatter", "slice"},
+                [](GradGen& d) {
+                  return TensorList{d.var({5, 3}), d.var({2, 3})};
+                },
+                [](const TensorList& x) {
+                  return TensorList{slice_scatter(x[0], x[1], 0, 1, std::nullopt, 2)};
+                }});
+  gs.push_back({"masked_scatter_grad",
+                {"cumsum", "index_select", "where"},
+                [](GradGen& d) {
+                  return TensorList{d.var({3, 4}), d.mask({3, 4}), d.var({12})};
+                },
+                [](const TensorList& x) { return TensorList{masked_scatter(x[0], x[1], x[2])}; }});
+  return gs;
+}
+
+std::vector<ErrorCase> scatter_errors() {
+  return {
+      {"scatter_out_of_range",
+       K::Index,
+       "scatter",
+       {"index 5", "4"},
+       [](const Watch& w) {
+         Tensor self = f32({4, 3});
+         w(self);
+         scatter_(self, 0, from_vector<int64_t>({1, 5, 0}, {1, 3}), f32({1, 3}));
+       }},
+      {"scatter_index_dtype",
+       K::Type,
+       "scatter",
+       {"int64", "int32"},
+       [](const Watch&) {
+         scatter(f32({4, 3}), 0, ones({1, 3}, kInt32), f32({1, 3}));
+       }},
+      {"scatter_src_dtype",
+       K::Type,
+       "scatter",
+       {"float64", "float32"},
+       [](const Watch&) {
+         scatter(f32({4, 3}), 0, i64({1, 3}), ones({1, 3}, kFloat64));
+       }},
+      {"scatter_index_larger_than_src",
+       K::Value,
+       "scatter",
+       {"index size 3 exceeds src size 2"},
+       [](const Watch&) {
+         scatter(f32({4, 3}), 0, i64({1, 3}), f32({1, 2}));
+       }},
+      {"select_scatter_index",
+       K::Index,
+       "select_scatter",
+       {"index 4 is out of bounds for dimension 0 with size 4"},
+       [](const Watch&) {
+         select_scatter(f32({4, 3}), f32({3}), 0, 4);
+       }},
+      {"select_scatter_src_shape",
+       K::Value,
+       "select_scatter",
+       {"src size = [4]", "slice size = [3]"},
+       [](const Watch&) {
+         select_scatter(f32({4, 3}), f32({4}), 0, 1);
+       }},
+      {"slice_scatter_src_shape",
+       K::Value,
+       "slice_scatter",
+       {"src size = [3, 3]", "slice size = [2, 3]"},
+       [](const Watch&) {
+         slice_scatter(f32({4, 3}), f32({3, 3}), 0, 1, 3);
+       }},
+      {"slice_scatter_step",
+       K::Value,
+       "slice_scatter",
+       {"step must be positive", "0"},
+       [](const Watch&) {
+         slice_scatter(f32({4, 3}), f32({4, 3}), 0, std::nullopt, std::nullopt, 0);
+       }},
+      {"masked_scatter_mask_dtype",
+       K::Type,
+       "masked_scatter",
+       {"bool", "float32"},
+       [](const Watch&) { masked_scatter(f32({4}), f32({4}), f32({4})); }},
+  };
+}
+
 }  // namespace
 
 void add_advanced_indexing(Cases& cs) {
@@ -533,6 +795,9 @@ void add_advanced_indexing(Cases& cs) {
          nonzero(Tensor());
        }}};
   add_tensor_index_api(cs);
+  add_scatters(cs);
+  head(cs, "scatter").grads = scatter_grads();
+  head(cs, "scatter").errors = scatter_errors();
 }
 
 }  // namespace kiln::test

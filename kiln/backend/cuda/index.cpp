@@ -1,9 +1,10 @@
-// CUDA kernels of cat, index_select, gather, scatter_add, index_add, triu/tril and one_hot:
-// host glue. Index values live on the device, so the kernels check them (see index.h).
+// CUDA kernels of cat, index_select, gather, scatter, scatter_add, index_add, select_scatter,
+// slice_scatter, triu/tril and one_hot: host glue. Index values live on the device, so the kernels check them (see index.h).
 #include <vector>
 
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/index.h"
+#include "kiln/ops/index_meta.h"
 
 namespace kiln::cuda {
 namespace {
@@ -148,6 +149,45 @@ void scatter_add_impl(const Tensor& out, const Tensor& self, int64_t dim, const 
   });
 }
 
+void scatter_impl(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index,
+                  const Tensor& src) {
+  static const int kBadIndex =
+      error_code("[scatter] an index is out of range [0, size of dim) (found on the device)");
+  const std::vector<int64_t> one{1};
+  int64_t d = wrap_dim(dim, self.dim(), "scatter");
+  IntArrayRef self_sizes = self.dim() == 0 ? IntArrayRef(one) : self.sizes();
+  IntArrayRef index_sizes = index.dim() == 0 ? IntArrayRef(one) : index.sizes();
+  IndexGeom g = make_geom("scatter", index_sizes, self_sizes, d, self_sizes[d]);
+  Tensor s = src;
+  for (int64_t k = 0; k < index.dim() && k < src.dim(); ++k)
+    s = ops::op_slice(s, k, 0, index.sizes()[k], 1);
+  Tensor cs = device_contiguous(s, self.dtype(), out.device());
+  Tensor ci = device_contiguous(index, kInt64, out.device());
+  with_result(out, self.dtype(), true, [&](const Tensor& r) {
+    copy_kernel(r, self);
+    launch_scatter(dt(self.dtype()), r.impl()->data(),
+                   static_cast<const int64_t*>(ci.impl()->data()), cs.impl()->data(), g,
+                   err_word_of(out), kBadIndex, stream_for(out));
+    check_launch("scatter");
+  });
+}
+
+void select_scatter_impl(const Tensor& out, const Tensor& self, const Tensor& src, int64_t dim,
+                         int64_t index) {
+  const int64_t d = wrap_dim(dim, self.dim(), "select_scatter");
+  const int64_t size = self.sizes()[d];
+  copy_kernel(out, self);
+  copy_kernel(ops::op_select(out, d, index < 0 ? index + size : index), src);
+}
+
+void slice_scatter_impl(const Tensor& out, const Tensor& self, const Tensor& src, int64_t dim,
+                        const OptInt& start, const OptInt& end, int64_t step) {
+  const int64_t d = wrap_dim(dim, self.dim(), "slice_scatter");
+  const auto [s, e] = meta::slice_bounds(self.sizes()[d], start, end);
+  copy_kernel(out, self);
+  copy_kernel(ops::op_slice(out, d, s, e, step), src);
+}
+
 void index_add_impl(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index,
                     const Tensor& source, const Scalar& alpha) {
   static const int kBadIndex =
@@ -206,6 +246,9 @@ KILN_CUDA_STRUCTURED(index_select, &index_select_impl);
 KILN_CUDA_STRUCTURED(gather, &gather_impl);
 KILN_CUDA_STRUCTURED(scatter_add, &scatter_add_impl);
 KILN_CUDA_STRUCTURED(index_add, &index_add_impl);
+KILN_CUDA_STRUCTURED(scatter, &scatter_impl);
+KILN_CUDA_STRUCTURED(select_scatter, &select_scatter_impl);
+KILN_CUDA_STRUCTURED(slice_scatter, &slice_scatter_impl);
 KILN_CUDA_STRUCTURED(triu, &triu_impl);
 KILN_CUDA_STRUCTURED(tril, &tril_impl);
 KILN_CUDA_STRUCTURED(one_hot, &one_hot_impl);

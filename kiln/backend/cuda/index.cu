@@ -91,6 +91,20 @@ __global__ void __launch_bounds__(kBlock)
   out[p] = self[walk_offset(g, p, v)];
 }
 
+// index and src have g.numel elements; acc is written at walk_offset.
+template <class U>
+__global__ void __launch_bounds__(kBlock)
+    scatter_kernel(U* acc, const int64_t* index, const U* src, IndexGeom g, int* err, int code) {
+  int64_t p = thread_index();
+  if (p >= g.numel) return;
+  int64_t v = index[p];
+  if (v < 0 || v >= g.bound) {
+    report(err, code);
+    return;
+  }
+  acc[walk_offset(g, p, v)] = src[p];
+}
+
 // Atomically rewrites the byte at p as f(old byte), through a CAS on its aligned 32-bit word.
 template <class F>
 __device__ void atomic_update_byte(void* p, F f) {
@@ -292,6 +306,16 @@ void launch_gather(Dt dt, const void* self, const int64_t* index, void* out, con
     using U = decltype(u);
     gather_kernel<U><<<blocks_for(g.numel), kBlock, 0, stream>>>(
         static_cast<const U*>(self), index, static_cast<U*>(out), g, err, code);
+  });
+}
+
+void launch_scatter(Dt dt, void* acc, const int64_t* index, const void* src, const IndexGeom& g,
+                    int* err, int code, cudaStream_t stream) {
+  if (g.numel == 0) return;
+  dispatch_width(dt, [&](auto u) {
+    using U = decltype(u);
+    scatter_kernel<U><<<blocks_for(g.numel), kBlock, 0, stream>>>(
+        static_cast<U*>(acc), index, static_cast<const U*>(src), g, err, code);
   });
 }
 

@@ -33,6 +33,10 @@ void launch_index_select(Dt dt, const void* self, Dt index_dt, const void* index
 // elements.
 void launch_gather(Dt dt, const void* self, const int64_t* index, void* out, const IndexGeom& g,
                    int* err, int code, cudaStream_t stream);
+// acc[coords of p with dim g.d replaced by index[p]] = src[p] (a repeated position keeps one
+// of its values, unspecified, as in ATen).
+void launch_scatter(Dt dt, void* acc, const int64_t* index, const void* src, const IndexGeom& g,
+                    int* err, int code, cudaStream_t stream);
 // acc[coords of p with dim g.d replaced by index[p]] += src[p], atomically.
 void launch_scatter_add(Dt dt, void* acc, const int64_t* index, const void* src, const IndexGeom& g,
                         int* err, int code, cudaStream_t stream);
