@@ -924,8 +924,6 @@ const Entry kOthers[] = {
     {&ops::op_replication_pad3d.def, F(pad_bw<1, 3>, S(0))},
     {&ops::op_upsample_nearest2d.def, F(upsample_nearest_bw)},
     {&ops::op_upsample_bilinear2d.def, F(upsample_bilinear_bw)},
-    {&ops::op_cdist_forward.def, F(cdist_bw, S(0) | S(1), S(0))},
-    {&ops::op_pdist_forward.def, F(pdist_bw, S(0), S(0))},
     {&ops::op_im2col.def, F(im2col_bw)},
     {&ops::op_col2im.def, F(col2im_bw)},
 };
