@@ -158,6 +158,9 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     // sums run in float32 inside the kernels).
     {"im2col", P::Passthrough},
     {"col2im", P::Passthrough},
+    // grid_sampler runs in the widest of input's and grid's dtypes: PyTorch's CUDA promote list.
+    {"grid_sampler_2d", P::Promote},
+    {"grid_sampler_2d_backward", P::Passthrough},
     // Pooling runs in the input's dtype (PyTorch's CUDA lists leave it out; a max is exact in
     // any dtype, and the means sum in float32 inside the kernels).
     {"max_pool2d_with_indices", P::Passthrough},

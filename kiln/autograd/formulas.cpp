@@ -695,6 +695,16 @@ void col2im_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   gi[0] = ops::op_im2col(g[0], c.get<Shape>(2), c.get<Shape>(3), c.get<Shape>(4), c.get<Shape>(5));
 }
 
+// grid_sampler_2d (Note [grid_sampler_2d] in kiln/ops/grid_sample_meta.cpp): its backward op
+// computes the gradients the call needs (output_mask), from the saved input and grid.
+void grid_sampler_2d_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  Shape mask{c.needs(0) ? 1 : 0, c.needs(1) ? 1 : 0};
+  auto [dinput, dgrid] = ops::op_grid_sampler_2d_backward(
+      g[0], c.input(0), c.input(1), c.get<int64_t>(2), c.get<int64_t>(3), c.get<bool>(4), mask);
+  if (mask[0]) gi[0] = dinput;
+  if (mask[1]) gi[1] = dgrid;
+}
+
 // Batch, group and layer norm (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp):
 // their backward ops compute what the call needs (output_mask); save_mean/save_rstd (mean/rstd)
 // are the forward's outputs 1 and 2, and carry no gradient. Eval batch norm differentiates
@@ -926,6 +936,7 @@ const Entry kOthers[] = {
     {&ops::op_upsample_bilinear2d.def, F(upsample_bilinear_bw)},
     {&ops::op_im2col.def, F(im2col_bw)},
     {&ops::op_col2im.def, F(col2im_bw)},
+    {&ops::op_grid_sampler_2d.def, F(grid_sampler_2d_bw, S(0) | S(1))},
 };
 
 void set_derivative(const OpDef* op, const Derivative& d) {

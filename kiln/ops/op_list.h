@@ -368,6 +368,16 @@ namespace kiln::ops {
     Tensor(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef),        \
     "col2im(Tensor self, int[] output_size, int[] kernel_size, int[] dilation, int[] padding, "    \
     "int[] stride) -> Tensor")                                                                     \
+  /* sampling at grid points (Note [grid_sampler_2d] in kiln/ops/grid_sample_meta.cpp): input      \
+     [N, C, H, W], grid [N, OH, OW, 2]; modes as ATen's ints; output_mask two 0/1 flags */         \
+  _(grid_sampler_2d, Functional, Tensor(const Tensor&, const Tensor&, int64_t, int64_t, bool),     \
+    "grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool "   \
+    "align_corners) -> Tensor")                                                                    \
+  _(grid_sampler_2d_backward, Functional,                                                          \
+    TensorPair(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, bool, IntArrayRef),  \
+    "grid_sampler_2d_backward(Tensor grad_output, Tensor input, Tensor grid, int "                 \
+    "interpolation_mode, int padding_mode, bool align_corners, int[] output_mask) -> (Tensor "     \
+    "grad_input, Tensor grad_grid)")                                                               \
   /* normalization (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp): batch norm's    \
      running stats are written in place; output_mask three 0/1 flags */                            \
   _(native_batch_norm_legit, Functional,                                                           \

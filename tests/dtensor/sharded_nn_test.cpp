@@ -354,6 +354,20 @@ std::vector<Case> cases() {
        one([](auto& x) {
          return fold(x[0], {5, 5}, {2}, {1}, {1}, {2});
        })},
+      // grid_sampler_2d (Note [Grid sampler placements] in kiln/dtensor/rules_grid_sample.cpp).
+      {"grid_sample",
+       [](Device d) {
+         return TensorList{g({3, 2, 5, 6}, d), g({3, 4, 3, 2}, d, 1, 0.4)};
+       },
+       one([](auto& x) { return grid_sample(x[0], x[1], "bilinear", "border"); })},
+      {"grid_sampler_2d_backward",
+       [](Device d) {
+         return TensorList{g({3, 2, 4, 3}, d), g({3, 2, 5, 6}, d), g({3, 4, 3, 2}, d, 1, 0.4)};
+       },
+       [](auto& x) {
+         auto [gi, gg] = ops::op_grid_sampler_2d_backward(x[0], x[1], x[2], 0, 1, false, {1, 1});
+         return TensorList{gi, gg};
+       }},
       {"foreach_adamw_",
        [](Device d) {
          return TensorList{g({4, 6}, d),
@@ -526,6 +540,12 @@ TEST_P(ShardedNn, RulesKeepShardsAndPartialsWithoutCommunication) {
   EXPECT_EQ(placement_of(unfold(dist(image, Shard(1)), {2})), Placement(Replicate()));
   EXPECT_EQ(placement_of(fold(dist(unfold(image, {2}), Shard(0)), {5, 5}, {2})),
             Placement(Shard(0)));
+  // A batch shard of grid_sampler_2d's input or grid stays local.
+  Tensor points = g({3, 4, 3, 2}, d, 1, 0.4);
+  EXPECT_EQ(placement_of(grid_sample(dist(image, Shard(0)), dist(points, Replicate()))),
+            Placement(Shard(0)));
+  EXPECT_EQ(placement_of(grid_sample(dist(image, Shard(1)), dist(points, Replicate()))),
+            Placement(Replicate()));
   // A Partial gradient is reduce-scattered into a sharded parameter's placement.
   TensorList p{dist(x, Shard(0))};
   foreach_add_(p, {dist(x, Partial())});

@@ -131,7 +131,7 @@ const std::vector<Row>& rows() {
       {"ge.Scalar", kOp, "ge"},
       {"ge.Tensor", kOp, "ge"},
       {"gelu", kOp, "gelu"},
-      {"grid_sampler_2d", kPending, "upsampling"},
+      {"grid_sampler_2d", kOp, "grid_sampler_2d"},
       {"gt.Scalar", kOp, "gt"},
       {"gt.Tensor", kOp, "gt"},
       {"hardtanh", kOp, "hardtanh"},

@@ -2,7 +2,8 @@
 // oracle draws Kiln's numbers or owns its memory), and cdist/pdist with their backward ops
 // against at::_cdist_forward, at::_cdist_backward, at::_pdist_forward and at::_pdist_backward
 // (every p kind, batch broadcasting, non-contiguous inputs); im2col and col2im (with unfold and
-// fold) against at::im2col and at::col2im; gradchecks in float64; error rows.
+// fold) against at::im2col and at::col2im; grid_sampler_2d and its backward op (grid_sample)
+// against at::grid_sampler_2d(_backward) in every mode; gradchecks in float64; error rows.
 #include <cmath>
 #include <limits>
 
@@ -493,6 +494,156 @@ void add_fold(Cases& cs) {
   // clang-format on
 }
 
+// ---------------------------------------------------------------- grid_sampler_2d
+
+const char* interp_name(int64_t m) {
+  static const char* names[] = {"bilinear", "nearest", "bicubic"};
+  return names[m];
+}
+const char* pad_name(int64_t m) {
+  static const char* names[] = {"zeros", "border", "reflection"};
+  return names[m];
+}
+
+void add_grid_sampler(Cases& cs) {
+  // Grid points reach past [-1, 1] so every padding mode shows (reflection flips more than once).
+  const Draw grid_draw = draw_uniform(-2.5, 2.5);
+  for (int64_t interp = 0; interp < 3; ++interp)
+    for (int64_t pad = 0; pad < 3; ++pad)
+      for (bool align : {false, true}) {
+        const std::string tag =
+            std::string(interp_name(interp)) + "_" + pad_name(pad) + (align ? "_align" : "");
+        cs.push_back(
+            {.name = "grid_sampler_2d_" + tag,
+             .ops = {"grid_sampler_2d"},
+             .dtypes = kFloatDTypes,
+             .make = make_from({draw_any(), grid_draw}, {Spec{{2, 3, 5, 6}}, Spec{{2, 4, 7, 2}}}),
+             .kiln =
+                 [=](const KArgs& x) {
+                   return KTensors{ops::op_grid_sampler_2d(x[0], x[1], interp, pad, align)};
+                 },
+             .aten =
+                 [=](const AArgs& a) {
+                   return ATensors{at::grid_sampler_2d(a[0], a[1], interp, pad, align)};
+                 },
+             .tol = Tol::Accum,
+             .grad = true});
+        cs.push_back(
+            {.name = "grid_sampler_2d_backward_" + tag,
+             .ops = {"grid_sampler_2d_backward"},
+             .dtypes = {kFloat32, kFloat64},
+             .make = make_from({draw_any(), draw_any(), grid_draw},
+                               {Spec{{2, 3, 4, 7}}, Spec{{2, 3, 5, 6}}, Spec{{2, 4, 7, 2}}}),
+             .kiln =
+                 [=](const KArgs& x) {
+                   auto [gi, gg] = ops::op_grid_sampler_2d_backward(x[0], x[1], x[2], interp, pad,
+                                                                    align, {1, 1});
+                   return KTensors{gi, gg};
+                 },
+             .aten =
+                 [=](const AArgs& a) {
+                   auto [gi, gg] = at::grid_sampler_2d_backward(a[0], a[1], a[2], interp, pad,
+                                                                align, {true, true});
+                   return ATensors{gi, gg};
+                 },
+             .tol = Tol::Accum});
+      }
+  // Non-contiguous operands, a larger output than input, an empty batch, an output_mask of one.
+  cs.push_back(
+      {.name = "grid_sampler_2d_noncontig",
+       .ops = {"grid_sampler_2d"},
+       .dtypes = kFloatDTypes,
+       .make = make_from({draw_any(), draw_uniform(-1.2, 1.2)},
+                         {Spec{{2, 3, 5, 6}, T}, Spec{{2, 9, 2, 2}, T}}),
+       .kiln = [](const KArgs& x) { return KTensors{grid_sample(x[0], x[1])}; },
+       .aten =
+           [](const AArgs& a) { return ATensors{at::grid_sampler_2d(a[0], a[1], 0, 0, false)}; },
+       .tol = Tol::Accum});
+  cs.push_back(
+      {.name = "grid_sampler_2d_empty_batch",
+       .ops = {"grid_sampler_2d"},
+       .dtypes = {kFloat32},
+       .make = make_from({draw_any(), draw_any()}, {Spec{{0, 3, 5, 6}}, Spec{{0, 4, 7, 2}}}),
+       .kiln = [](const KArgs& x) { return KTensors{grid_sample(x[0], x[1], "bicubic")}; },
+       .aten =
+           [](const AArgs& a) { return ATensors{at::grid_sampler_2d(a[0], a[1], 2, 0, false)}; },
+       .tol = Tol::Accum});
+  for (auto [mode, interp] : std::vector<std::pair<const char*, int64_t>>{
+           {"bilinear", 0}, {"nearest", 1}, {"bicubic", 2}}) {
+    const std::string m = mode;
+    const int64_t i = interp;
+    cs.push_back(
+        {.name = "grid_sample_" + m + "_reflection_align",
+         .ops = {"grid_sampler_2d"},
+         .dtypes = {kFloat32, kFloat64},
+         .make = make_from({draw_any(), draw_uniform(-1.5, 1.5)},
+                           {Spec{{1, 2, 8, 9}}, Spec{{1, 12, 10, 2}}}),
+         .kiln =
+             [m](const KArgs& x) {
+               return KTensors{grid_sample(x[0], x[1], m, "reflection", true)};
+             },
+         .aten =
+             [i](const AArgs& a) { return ATensors{at::grid_sampler_2d(a[0], a[1], i, 2, true)}; },
+         .tol = Tol::Accum});
+  }
+  for (auto [label, mask] : std::vector<std::pair<const char*, std::array<bool, 2>>>{
+           {"input_only", {true, false}}, {"grid_only", {false, true}}}) {
+    const std::array<bool, 2> mk = mask;
+    cs.push_back({.name = "grid_sampler_2d_backward_" + std::string(label),
+                  .ops = {"grid_sampler_2d_backward"},
+                  .dtypes = {kFloat32, kFloat64},
+                  .make = make_from({draw_any(), draw_any(), draw_uniform(-1.2, 1.2)},
+                                    {Spec{{2, 3, 4, 7}}, Spec{{2, 3, 5, 6}}, Spec{{2, 4, 7, 2}}}),
+                  .kiln =
+                      [mk](const KArgs& x) {
+                        auto [gi, gg] = ops::op_grid_sampler_2d_backward(
+                            x[0], x[1], x[2], 0, 1, false, {mk[0] ? 1 : 0, mk[1] ? 1 : 0});
+                        EXPECT_EQ(gi.defined(), mk[0]);
+                        EXPECT_EQ(gg.defined(), mk[1]);
+                        return KTensors{mk[0] ? gi : gg};
+                      },
+                  .aten =
+                      [mk](const AArgs& a) {
+                        auto [gi, gg] =
+                            at::grid_sampler_2d_backward(a[0], a[1], a[2], 0, 1, false, mk);
+                        return ATensors{mk[0] ? gi : gg};
+                      },
+                  .tol = Tol::Accum});
+  }
+  // clang-format off
+  head(cs, "grid_sampler_2d").errors = {
+      {"grid_sampler_3d_input", K::Value, "grid_sampler_2d", {"4-D", "[3, 5, 5]", "[1, 4, 4, 2]"},
+       [](const Watch&) { grid_sample(f32({3, 5, 5}), f32({1, 4, 4, 2})); }},
+      {"grid_sampler_batch", K::Value, "grid_sampler_2d", {"same batch size", "[2, 1, 4, 4]", "[3, 2, 2, 2]"},
+       [](const Watch&) { grid_sample(f32({2, 1, 4, 4}), f32({3, 2, 2, 2})); }},
+      {"grid_sampler_last_dim", K::Value, "grid_sampler_2d", {"size 2", "[1, 2, 2, 3]"},
+       [](const Watch&) { grid_sample(f32({1, 1, 4, 4}), f32({1, 2, 2, 3})); }},
+      {"grid_sampler_empty_spatial", K::Value, "grid_sampler_2d", {"non-empty", "[1, 1, 0, 4]"},
+       [](const Watch&) { grid_sample(f32({1, 1, 0, 4}), f32({1, 2, 2, 2})); }},
+      {"grid_sampler_int", K::Type, "grid_sampler_2d", {"floating-point", "int64"},
+       [](const Watch&) { grid_sample(i64({1, 1, 4, 4}), i64({1, 2, 2, 2})); }},
+      {"grid_sampler_dtypes", K::Type, "grid_sampler_2d", {"same dtype", "float32", "float64"},
+       [](const Watch&) { grid_sample(f32({1, 1, 4, 4}), ones({1, 2, 2, 2}, kFloat64)); }},
+      {"grid_sampler_interp", K::Value, "grid_sampler_2d", {"interpolation_mode", "3"},
+       [](const Watch&) { ops::op_grid_sampler_2d(f32({1, 1, 4, 4}), f32({1, 2, 2, 2}), 3, 0, false); }},
+      {"grid_sampler_padding", K::Value, "grid_sampler_2d", {"padding_mode", "-1"},
+       [](const Watch&) { ops::op_grid_sampler_2d(f32({1, 1, 4, 4}), f32({1, 2, 2, 2}), 0, -1, false); }},
+      {"grid_sample_mode", K::Value, "grid_sample", {"mode", "'area'"},
+       [](const Watch&) { grid_sample(f32({1, 1, 4, 4}), f32({1, 2, 2, 2}), "area"); }},
+      {"grid_sample_padding_mode", K::Value, "grid_sample", {"padding_mode", "'circular'"},
+       [](const Watch&) { grid_sample(f32({1, 1, 4, 4}), f32({1, 2, 2, 2}), "bilinear", "circular"); }}};
+  head(cs, "grid_sampler_2d_backward").errors = {
+      {"grid_sampler_backward_grad_shape", K::Value, "grid_sampler_2d_backward", {"grad_output", "[1, 1, 2, 2]", "[1, 1, 2, 3]"},
+       [](const Watch&) {
+         ops::op_grid_sampler_2d_backward(f32({1, 1, 2, 3}), f32({1, 1, 4, 4}), f32({1, 2, 2, 2}), 0, 0, false, {1, 1});
+       }},
+      {"grid_sampler_backward_mask", K::Value, "grid_sampler_2d_backward", {"output_mask", "[1, 1, 1]"},
+       [](const Watch&) {
+         ops::op_grid_sampler_2d_backward(f32({1, 1, 2, 2}), f32({1, 1, 4, 4}), f32({1, 2, 2, 2}), 0, 0, false, {1, 1, 1});
+       }}};
+  // clang-format on
+}
+
 }  // namespace
 
 Cases misc_core_cases() {
@@ -502,6 +653,7 @@ Cases misc_core_cases() {
   add_cdist(cs);
   add_pdist(cs);
   add_fold(cs);
+  add_grid_sampler(cs);
   return cs;
 }
 

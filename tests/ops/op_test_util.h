@@ -266,8 +266,8 @@ void add_pad_upsample(Cases& cs);
 // batch, group and layer norm and their backward ops (op_test_norm.cpp), part of
 // linalg_nn_cases().
 void add_norm(Cases& cs);
-// randperm, empty_strided, cdist/pdist and their backward ops, im2col and col2im
-// (op_test_misc_core.cpp).
+// randperm, empty_strided, cdist/pdist and their backward ops, im2col and col2im,
+// grid_sampler_2d and its backward op (op_test_misc_core.cpp).
 Cases misc_core_cases();
 // Samples that exercise several ops at once or no op at all (op_test_composite.cpp).
 GradSamples composite_grads();
