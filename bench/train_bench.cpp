@@ -116,6 +116,58 @@ struct Compiled {
 kiln::CacheEntryInfo g_gpt_compile;
 double g_gpt_eager_us = 0;
 
+// How a classifier's step is checked and timed (classifier_rows).
+struct StepBench {
+  int iters, repeats;
+  double tol, target, compiled_target;
+};
+
+// A classifier's training step (zero_grad, forward, cross-entropy, backward, AdamW lr 1e-3) in
+// Kiln, eager and compiled, and in libtorch, from the same weights and batch: the first losses
+// must agree within `tol`, then each is timed. Pushes the compiled row; returns the eager one.
+template <class TorchModel>
+Row classifier_rows(std::vector<Row>& rows, const std::string& key, kiln::nn::UnaryModule& kmodel,
+                    const std::shared_ptr<TorchModel>& tmodel, const kiln::Tensor& kx,
+                    const kiln::Tensor& ky, const StepBench& b) {
+  copy_params(kmodel, *tmodel);
+  torch::Tensor tx = to_torch(kx), ty = to_torch(ky);
+  kiln::optim::AdamW kopt(kmodel.parameters(), {.lr = 1e-3});
+  torch::optim::AdamW topt(tmodel->parameters(), torch::optim::AdamWOptions(1e-3));
+  auto kstep_on = [&](const kiln::Tensor& x, const kiln::Tensor& y) -> kiln::Tensor {
+    kopt.zero_grad();
+    kiln::Tensor loss = kiln::cross_entropy(kmodel(x), y);
+    loss.backward();
+    kopt.step();
+    return loss.detach();
+  };
+  auto kstep = [&]() -> kiln::Tensor { return kstep_on(kx, ky); };
+  auto tstep = [&]() -> torch::Tensor {
+    topt.zero_grad();
+    torch::Tensor loss = torch::cross_entropy_loss(tmodel->forward(tx), ty);
+    loss.backward();
+    topt.step();
+    return loss;
+  };
+  for (int i = 0; i < 3; ++i)
+    check_close(key.c_str(), kstep().template item<double>(), tstep().template item<double>(),
+                b.tol);
+  Compiled c{
+      kiln::compile([&](const kiln::Tensor& x, const kiln::Tensor& y) { return kstep_on(x, y); },
+                    {.name = key}),
+      {kx, ky},
+      {}};
+  for (int i = 0; i < 3; ++i)
+    c.step([&] { return tstep().template item<double>(); }, (key + " compiled").c_str());
+  if (g_smoke) {
+    rows.push_back({key + "_compiled", 0, 0, b.compiled_target});
+    return {key, 0, 0, b.target};
+  }
+  double torch_us = time_us(tstep, b.iters, b.repeats);
+  rows.push_back({key + "_compiled", time_us([&] { c.fn.call(c.in, c.out); }, b.iters, b.repeats),
+                  torch_us, b.compiled_target});
+  return {key, time_us(kstep, b.iters, b.repeats), torch_us, b.target};
+}
+
 Row bench_mlp(std::vector<Row>& rows, const std::string& key, int64_t width, int64_t layers,
               int iters, double target, double compiled_target) {
   kiln::Generator gen(1);
@@ -126,43 +178,9 @@ Row bench_mlp(std::vector<Row>& rows, const std::string& key, int64_t width, int
   }
   kmodel.push_back(std::make_shared<kiln::nn::Linear>(width, 10, true, kiln::nn::Init{&gen}));
   auto tmodel = std::make_shared<TorchMLP>(width, layers, 10);
-  copy_params(kmodel, *tmodel);
   kiln::Tensor kx = kiln::randn({64, width}, &gen), ky = kiln::randint(0, 10, {64}, &gen);
-  torch::Tensor tx = to_torch(kx), ty = to_torch(ky);
-  kiln::optim::AdamW kopt(kmodel.parameters(), {.lr = 1e-3});
-  torch::optim::AdamW topt(tmodel->parameters(), torch::optim::AdamWOptions(1e-3));
-  auto kstep_on = [&](const kiln::Tensor& x, const kiln::Tensor& y) {
-    kopt.zero_grad();
-    kiln::Tensor loss = kiln::cross_entropy(kmodel.forward(x), y);
-    loss.backward();
-    kopt.step();
-    return loss.detach();
-  };
-  auto kstep = [&] { return kstep_on(kx, ky); };
-  auto tstep = [&] {
-    topt.zero_grad();
-    torch::Tensor loss = torch::cross_entropy_loss(tmodel->forward(tx), ty);
-    loss.backward();
-    topt.step();
-    return loss;
-  };
-  for (int i = 0; i < 3; ++i)
-    check_close(key.c_str(), kstep().item<double>(), tstep().item<double>(), 1e-4);
-  Compiled c{
-      kiln::compile([&](const kiln::Tensor& x, const kiln::Tensor& y) { return kstep_on(x, y); },
-                    {.name = key}),
-      {kx, ky},
-      {}};
-  for (int i = 0; i < 3; ++i)
-    c.step([&] { return tstep().item<double>(); }, (key + " compiled").c_str());
-  if (g_smoke) {
-    rows.push_back({key + "_compiled", 0, 0, compiled_target});
-    return {key, 0, 0, target};
-  }
-  double torch_us = time_us(tstep, iters);
-  rows.push_back({key + "_compiled", time_us([&] { c.fn.call(c.in, c.out); }, iters), torch_us,
-                  compiled_target});
-  return {key, time_us(kstep, iters), torch_us, target};
+  return classifier_rows(rows, key, kmodel, tmodel, kx, ky,
+                         {iters, 5, 1e-4, target, compiled_target});
 }
 
 // ---------------------------------------------------------------- gpt
@@ -308,42 +326,9 @@ Row bench_cnn(std::vector<Row>& rows, int iters) {
   kiln::Generator gen(3);
   kiln::nn::CNN kmodel(cfg, {&gen});
   auto tmodel = std::make_shared<TorchCNN>(cfg);
-  copy_params(kmodel, *tmodel);
   kiln::Tensor kx = kiln::randn({64, 1, 28, 28}, &gen), ky = kiln::randint(0, 10, {64}, &gen);
-  torch::Tensor tx = to_torch(kx), ty = to_torch(ky);
-  kiln::optim::AdamW kopt(kmodel.parameters(), {.lr = 1e-3});
-  torch::optim::AdamW topt(tmodel->parameters(), torch::optim::AdamWOptions(1e-3));
-  auto kstep_on = [&](const kiln::Tensor& x, const kiln::Tensor& y) {
-    kopt.zero_grad();
-    kiln::Tensor loss = kiln::cross_entropy(kmodel(x), y);
-    loss.backward();
-    kopt.step();
-    return loss.detach();
-  };
-  auto kstep = [&] { return kstep_on(kx, ky); };
-  auto tstep = [&] {
-    topt.zero_grad();
-    torch::Tensor loss = torch::cross_entropy_loss(tmodel->forward(tx), ty);
-    loss.backward();
-    topt.step();
-    return loss;
-  };
-  for (int i = 0; i < 3; ++i)
-    check_close("cnn", kstep().item<double>(), tstep().item<double>(), 1e-3);
-  Compiled c{
-      kiln::compile([&](const kiln::Tensor& x, const kiln::Tensor& y) { return kstep_on(x, y); },
-                    {.name = "cnn"}),
-      {kx, ky},
-      {}};
-  for (int i = 0; i < 2; ++i) c.step([&] { return tstep().item<double>(); }, "cnn compiled");
-  if (g_smoke) {
-    rows.push_back({"cnn_step_batch64_compiled", 0, 0, 1 / 1.2});
-    return {"cnn_step_batch64", 0, 0, 1 / 1.2};
-  }
-  double torch_us = time_us(tstep, iters, 3);
-  rows.push_back({"cnn_step_batch64_compiled", time_us([&] { c.fn.call(c.in, c.out); }, iters, 3),
-                  torch_us, 1 / 1.2});
-  return {"cnn_step_batch64", time_us(kstep, iters, 3), torch_us, 1 / 1.2};
+  return classifier_rows(rows, "cnn_step_batch64", kmodel, tmodel, kx, ky,
+                         {iters, 3, 1e-3, 1 / 1.2, 1 / 1.2});
 }
 
 }  // namespace
