@@ -230,11 +230,15 @@ Tensor to_copy(const Tensor& self, DType dtype, Device device) {
   return out;
 }
 
+// A floating value is read as float64 and cast to self's dtype (truncated into an integer
+// tensor, nonzero into bool, as ATen's fill_): read in an integer dtype it was the Operand's
+// integer field, 0 (constant_pad_nd's integer rows on the H100, run I15).
 void fill(const Tensor& self, const Scalar& value) {
   if (self.numel() == 0) return;
   Indexer<2> ix = make_indexer<2>(self, {&self});
   for (int d = 0; d < ix.ndim; ++d) ix.strides[1][d] = 0;
-  launch_copy(dt(self.dtype()), dt(self.dtype()), ix, data(self), number(value), stream_for(self));
+  const DType in = value.is_floating() ? kFloat64 : self.dtype();
+  launch_copy(dt(self.dtype()), dt(in), ix, data(self), number(value), stream_for(self));
   check_launch("fill_");
 }
 
