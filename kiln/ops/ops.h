@@ -10,9 +10,9 @@
 #include "kiln/ops/distance.h"
 #include "kiln/ops/fold.h"  // fold, unfold (sliding blocks)
 #include "kiln/ops/grid_sample.h"
+#include "kiln/ops/norm.h"  // batch_norm, group_norm, native_*_norm
 #include "kiln/ops/pad.h"   // pad, interpolate, constant/reflection/replication pads, upsampling
 #include "kiln/ops/pool.h"  // max_pool, avg_pool, adaptive_avg_pool (1-3 spatial dims)
-#include "kiln/ops/norm.h"  // batch_norm, group_norm, native_*_norm
 
 namespace kiln {
 

@@ -129,12 +129,23 @@ Tensor run_upsample_backward(const PadKernels& k, bool bilinear, const Tensor& g
   }
 
 // Registers the kernels KILN_PAD_KERNEL_FUNCTIONS defined, through `reg(op)`.
-#define KILN_PAD_FOR_EACH_KERNEL(_)                                                        \
-  _(constant_pad_nd)                                                                       \
-  _(reflection_pad1d)                                                                      \
-  _(reflection_pad1d_backward) _(reflection_pad2d) _(reflection_pad2d_backward)            \
-      _(reflection_pad3d) _(reflection_pad3d_backward) _(replication_pad1d)                \
-          _(replication_pad1d_backward) _(replication_pad2d) _(replication_pad2d_backward) \
-              _(replication_pad3d) _(replication_pad3d_backward) _(upsample_nearest2d)     \
-                  _(upsample_nearest2d_backward) _(upsample_bilinear2d)                    \
-                      _(upsample_bilinear2d_backward)
+// clang-format off
+#define KILN_PAD_FOR_EACH_KERNEL(_) \
+  _(constant_pad_nd) \
+  _(reflection_pad1d) \
+  _(reflection_pad1d_backward) \
+  _(reflection_pad2d) \
+  _(reflection_pad2d_backward) \
+  _(reflection_pad3d) \
+  _(reflection_pad3d_backward) \
+  _(replication_pad1d) \
+  _(replication_pad1d_backward) \
+  _(replication_pad2d) \
+  _(replication_pad2d_backward) \
+  _(replication_pad3d) \
+  _(replication_pad3d_backward) \
+  _(upsample_nearest2d) \
+  _(upsample_nearest2d_backward) \
+  _(upsample_bilinear2d) \
+  _(upsample_bilinear2d_backward)
+// clang-format on

@@ -131,12 +131,21 @@ detail::PoolGeom adaptive_avg_pool_backward(int64_t nd, const Tensor& grad_outpu
   }
 
 // Registers the kernels KILN_POOL_KERNEL_FUNCTIONS defined, through `reg(op, fn)`.
-#define KILN_POOL_FOR_EACH_KERNEL(_)                                                         \
-  _(max_pool2d_with_indices)                                                                 \
-  _(max_pool3d_with_indices) _(max_pool2d_with_indices_backward)                             \
-      _(max_pool3d_with_indices_backward) _(avg_pool2d) _(avg_pool3d) _(avg_pool2d_backward) \
-          _(avg_pool3d_backward) _(adaptive_avg_pool2d) _(adaptive_avg_pool3d)               \
-              _(adaptive_avg_pool2d_backward) _(adaptive_avg_pool3d_backward)
+// clang-format off
+#define KILN_POOL_FOR_EACH_KERNEL(_) \
+  _(max_pool2d_with_indices) \
+  _(max_pool3d_with_indices) \
+  _(max_pool2d_with_indices_backward) \
+  _(max_pool3d_with_indices_backward) \
+  _(avg_pool2d) \
+  _(avg_pool3d) \
+  _(avg_pool2d_backward) \
+  _(avg_pool3d_backward) \
+  _(adaptive_avg_pool2d) \
+  _(adaptive_avg_pool3d) \
+  _(adaptive_avg_pool2d_backward) \
+  _(adaptive_avg_pool3d_backward)
+// clang-format on
 
 namespace kiln::detail {
 

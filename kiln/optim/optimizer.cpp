@@ -211,7 +211,7 @@ void SGD::step(const Tensor& found_inf) {
   autograd::NoGradGuard no_grad;
   bool stepped = false;
   for (const Group& group : groups_) {  // See Note [Parameter groups].
-    Tensor skip;  // 0-d bool beside the group: found_inf != 0
+    Tensor skip;                        // 0-d bool beside the group: found_inf != 0
     if (found_inf.defined())
       skip = ne(found_inf_beside(found_inf, params_[group.params.front()]), 0);
     TensorList ps, ds, bufs;

@@ -619,72 +619,72 @@ void add_foreach(Cases& cs) {
              return ps;
            }});
   // A skipped step (a GradScaler's found_inf is 1): nothing is written, steps included.
-  cs.push_back(
-      {.name = "foreach_adamw__skipped",
-       .ops = {"foreach_adamw_"},
-       .dtypes = kFloatDTypes,
-       .make = make_lists({draw_any(), draw_any(), draw_any(), draw_positive()}),
-       .kiln =
-           [](const KArgs& x) {
-             auto clones = [](TensorList l) {
-               for (Tensor& t : l) t = t.clone();
-               return l;
-             };
-             TensorList p = clones(list(x, 0, 4)), m = clones(list(x, 2, 4)),
-                        v = clones(list(x, 3, 4));
-             TensorList steps;
-             for (size_t i = 0; i < p.size(); ++i)
-               steps.push_back(full({}, 2.0, kFloat64, p[i].device()));
-             const Device d = p[0].device();
-             foreach_adamw_(p, list(x, 1, 4), m, v, steps, full({}, 0.01, kFloat64, d), 0.9, 0.99,
-                            1e-8, 0.1, ones({}, kFloat32, d));
-             for (const Tensor& s : steps)
-               KILN_CHECK(s.device().is_meta() || s.item<double>() == 2.0, "steps incremented");
-             TensorList out = p;
-             out.insert(out.end(), m.begin(), m.end());
-             out.insert(out.end(), v.begin(), v.end());
-             return out;
-           },
-       .aten =
-           [](const AArgs& a) {
-             size_t n = a.in.size() / 4;
-             ATensors out;
-             for (size_t l : {0, 2, 3})
-               for (size_t i = 0; i < n; ++i) out.push_back(a[l * n + i]);
-             return out;
-           }});
+  cs.push_back({.name = "foreach_adamw__skipped",
+                .ops = {"foreach_adamw_"},
+                .dtypes = kFloatDTypes,
+                .make = make_lists({draw_any(), draw_any(), draw_any(), draw_positive()}),
+                .kiln =
+                    [](const KArgs& x) {
+                      auto clones = [](TensorList l) {
+                        for (Tensor& t : l) t = t.clone();
+                        return l;
+                      };
+                      TensorList p = clones(list(x, 0, 4)), m = clones(list(x, 2, 4)),
+                                 v = clones(list(x, 3, 4));
+                      TensorList steps;
+                      for (size_t i = 0; i < p.size(); ++i)
+                        steps.push_back(full({}, 2.0, kFloat64, p[i].device()));
+                      const Device d = p[0].device();
+                      foreach_adamw_(p, list(x, 1, 4), m, v, steps, full({}, 0.01, kFloat64, d),
+                                     0.9, 0.99, 1e-8, 0.1, ones({}, kFloat32, d));
+                      for (const Tensor& s : steps)
+                        KILN_CHECK(s.device().is_meta() || s.item<double>() == 2.0,
+                                   "steps incremented");
+                      TensorList out = p;
+                      out.insert(out.end(), m.begin(), m.end());
+                      out.insert(out.end(), v.begin(), v.end());
+                      return out;
+                    },
+                .aten =
+                    [](const AArgs& a) {
+                      size_t n = a.in.size() / 4;
+                      ATensors out;
+                      for (size_t l : {0, 2, 3})
+                        for (size_t i = 0; i < n; ++i) out.push_back(a[l * n + i]);
+                      return out;
+                    }});
   // Loss scaling: gradients times 1 / scale, found_inf 0 on finite values and 1 (never reset)
   // when one tensor holds an inf or a NaN (tensor 0 below, whose values are then not compared).
   auto unscale_row = [&](const std::string& name, float poison) {
-    cs.push_back(
-        {.name = name,
-         .ops = {"amp_non_finite_check_and_unscale_"},
-         .dtypes = kFloatDTypes,
-         .make = make_lists({draw_any()}),
-         .kiln =
-             [poison](const KArgs& x) {
-               TensorList g = x.in;
-               for (Tensor& t : g) t = t.clone();
-               const bool poisoned = poison != 0;
-               if (poisoned) g[0].fill_(poison);
-               const Device d = g[0].device();
-               Tensor found = zeros({}, kFloat32, d);
-               amp_non_finite_check_and_unscale_(g, found, full({}, 0.25, kFloat32, d));
-               KILN_CHECK(d.is_meta() || found.item<float>() == (poisoned ? 1.f : 0.f),
-                          "found_inf is {}", found.item<float>());
-               if (!poisoned) return g;
-               // Already 1: stays 1 on finite values.
-               amp_non_finite_check_and_unscale_({g[1]}, found, ones({}, kFloat32, d));
-               KILN_CHECK(d.is_meta() || found.item<float>() == 1.f, "found_inf was reset");
-               return TensorList(g.begin() + 1, g.end());
-             },
-         .aten =
-             [poison](const AArgs& a) {
-               ATensors out;
-               for (size_t i = poison != 0 ? 1 : 0; i < a.in.size(); ++i)
-                 out.push_back(at::mul(a[i], 0.25));
-               return out;
-             }});
+    cs.push_back({.name = name,
+                  .ops = {"amp_non_finite_check_and_unscale_"},
+                  .dtypes = kFloatDTypes,
+                  .make = make_lists({draw_any()}),
+                  .kiln =
+                      [poison](const KArgs& x) {
+                        TensorList g = x.in;
+                        for (Tensor& t : g) t = t.clone();
+                        const bool poisoned = poison != 0;
+                        if (poisoned) g[0].fill_(poison);
+                        const Device d = g[0].device();
+                        Tensor found = zeros({}, kFloat32, d);
+                        amp_non_finite_check_and_unscale_(g, found, full({}, 0.25, kFloat32, d));
+                        KILN_CHECK(d.is_meta() || found.item<float>() == (poisoned ? 1.f : 0.f),
+                                   "found_inf is {}", found.item<float>());
+                        if (!poisoned) return g;
+                        // Already 1: stays 1 on finite values.
+                        amp_non_finite_check_and_unscale_({g[1]}, found, ones({}, kFloat32, d));
+                        KILN_CHECK(d.is_meta() || found.item<float>() == 1.f,
+                                   "found_inf was reset");
+                        return TensorList(g.begin() + 1, g.end());
+                      },
+                  .aten =
+                      [poison](const AArgs& a) {
+                        ATensors out;
+                        for (size_t i = poison != 0 ? 1 : 0; i < a.in.size(); ++i)
+                          out.push_back(at::mul(a[i], 0.25));
+                        return out;
+                      }});
   };
   unscale_row("amp_non_finite_check_and_unscale_", 0);
   unscale_row("amp_non_finite_check_and_unscale__inf", -INFINITY);

@@ -221,8 +221,7 @@ void adamw_(const TensorList& p, const TensorList& g, const TensorList& m, const
     }
   };
   each_step_table([&](const StepTable& st, bool first) {
-    launch_adamw_check(st, lr, found, flag_p, first, error_word(index), kBadLr, kBadStep,
-                       stream);
+    launch_adamw_check(st, lr, found, flag_p, first, error_word(index), kBadLr, kBadStep, stream);
   });
 
   std::vector<Tensor> keep;

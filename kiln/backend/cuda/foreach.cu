@@ -321,9 +321,8 @@ template void launch_foreach<2>(ForeachOp, Dt, const ForeachTable<2>&, const For
 template void launch_foreach<3>(ForeachOp, Dt, const ForeachTable<3>&, const ForeachScalar&,
                                 cudaStream_t);
 
-void launch_adamw_check(const StepTable& steps, const double* lr, const float* found_inf,
-                        int* flag, bool first, int* err, int lr_code, int step_code,
-                        cudaStream_t stream) {
+void launch_adamw_check(const StepTable& steps, const double* lr, const float* found_inf, int* flag,
+                        bool first, int* err, int lr_code, int step_code, cudaStream_t stream) {
   adamw_check_kernel<<<1, kThreads, 0, stream>>>(steps, lr, found_inf, flag, first, err, lr_code,
                                                  step_code);
 }

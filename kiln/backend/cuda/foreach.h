@@ -61,9 +61,8 @@ struct AdamWArgs {
 // *flag to whether one fails, later calls only set it; a failure also sets *err (atomicCAS)
 // to lr_code, or to step_code when lr is fine. A nonzero *found_inf (nullable: a GradScaler's
 // skipped step) sets *flag too, without an error.
-void launch_adamw_check(const StepTable& steps, const double* lr, const float* found_inf,
-                        int* flag, bool first, int* err, int lr_code, int step_code,
-                        cudaStream_t stream);
+void launch_adamw_check(const StepTable& steps, const double* lr, const float* found_inf, int* flag,
+                        bool first, int* err, int lr_code, int step_code, cudaStream_t stream);
 // One AdamW update (PyTorch's arithmetic) of lists 0-3 = param, grad, exp_avg, exp_avg_sq,
 // dtype `dt`; list 4 holds each tensor's step (double*), read, not written. Skipped if *flag.
 void launch_adamw(Dt dt, const ForeachTable<5>& tab, const AdamWArgs& args, cudaStream_t stream);

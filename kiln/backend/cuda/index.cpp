@@ -1,5 +1,6 @@
 // CUDA kernels of cat, index_select, gather, scatter, scatter_add, index_add, select_scatter,
-// slice_scatter, triu/tril and one_hot: host glue. Index values live on the device, so the kernels check them (see index.h).
+// slice_scatter, triu/tril and one_hot: host glue. Index values live on the device, so the kernels
+// check them (see index.h).
 #include <vector>
 
 #include "kiln/backend/cuda/common.h"
