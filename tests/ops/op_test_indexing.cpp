@@ -236,92 +236,83 @@ struct ApiCase {
   std::function<std::vector<ai::TensorIndex>(const ATensors&)> a;
 };
 
+// libtorch 1.13's TensorIndex copies an uninitialised bool member (UBSan: "load of value 128,
+// which is not a valid value for type 'bool'"), so the index lists are built in place, never
+// copied element by element.
+template <class... A>
+std::vector<ai::TensorIndex> aidx(A&&... a) {
+  std::vector<ai::TensorIndex> v;
+  v.reserve(sizeof...(A));
+  (v.emplace_back(std::forward<A>(a)), ...);
+  return v;
+}
+
 void add_tensor_index_api(Cases& cs) {
   const std::vector<ApiCase> cases = {
       {"int",
        {"select"},
        [](const KTensors&) { return std::vector<TensorIndex>{1}; },
-       [](const ATensors&) { return std::vector<ai::TensorIndex>{1}; }},
+       [](const ATensors&) { return aidx(1); }},
       {"negative_int_slice",
        {"select", "slice"},
        [](const KTensors&) {
          return std::vector<TensorIndex>{-1, Slice(1, 3)};
        },
-       [](const ATensors&) {
-         return std::vector<ai::TensorIndex>{-1, ai::Slice(1, 3)};
-       }},
+       [](const ATensors&) { return aidx(-1, ai::Slice(1, 3)); }},
       {"slice_step_open",
        {"slice"},
        [](const KTensors&) {
          return std::vector<TensorIndex>{Slice(None, None, 2), Slice(1)};
        },
-       [](const ATensors&) {
-         return std::vector<ai::TensorIndex>{ai::Slice(ai::None, ai::None, 2), ai::Slice(1)};
-       }},
+       [](const ATensors&) { return aidx(ai::Slice(ai::None, ai::None, 2), ai::Slice(1)); }},
       {"slice_negative_clamped",
        {"slice"},
        [](const KTensors&) {
          return std::vector<TensorIndex>{Slice(-2, 100), Slice(-9, -1)};
        },
-       [](const ATensors&) {
-         return std::vector<ai::TensorIndex>{ai::Slice(-2, 100), ai::Slice(-9, -1)};
-       }},
+       [](const ATensors&) { return aidx(ai::Slice(-2, 100), ai::Slice(-9, -1)); }},
       {"none_ellipsis",
        {"unsqueeze"},
        [](const KTensors&) {
          return std::vector<TensorIndex>{None, Ellipsis, None};
        },
-       [](const ATensors&) {
-         return std::vector<ai::TensorIndex>{ai::None, ai::Ellipsis, ai::None};
-       }},
+       [](const ATensors&) { return aidx(ai::None, ai::Ellipsis, ai::None); }},
       {"ellipsis_int",
        {"select"},
        [](const KTensors&) {
          return std::vector<TensorIndex>{Ellipsis, 2};
        },
-       [](const ATensors&) {
-         return std::vector<ai::TensorIndex>{ai::Ellipsis, 2};
-       }},
+       [](const ATensors&) { return aidx(ai::Ellipsis, 2); }},
       {"tensor_slice_none",
        {"index", "slice", "unsqueeze"},
        [](const KTensors& x) {
          return std::vector<TensorIndex>{Slice(1, 3), x[1], None};
        },
-       [](const ATensors& x) {
-         return std::vector<ai::TensorIndex>{ai::Slice(1, 3), x[1], ai::None};
-       }},
+       [](const ATensors& x) { return aidx(ai::Slice(1, 3), x[1], ai::None); }},
       {"tensor_ellipsis_tensor",
        {"index"},
        [](const KTensors& x) {
          return std::vector<TensorIndex>{x[1], Ellipsis, x[1]};
        },
-       [](const ATensors& x) {
-         return std::vector<ai::TensorIndex>{x[1], ai::Ellipsis, x[1]};
-       }},
+       [](const ATensors& x) { return aidx(x[1], ai::Ellipsis, x[1]); }},
       {"int_tensor_separated",
        {"index", "select"},
        [](const KTensors& x) {
          return std::vector<TensorIndex>{x[1], 0, Slice(), x[1]};
        },
-       [](const ATensors& x) {
-         return std::vector<ai::TensorIndex>{x[1], 0, ai::Slice(), x[1]};
-       }},
+       [](const ATensors& x) { return aidx(x[1], 0, ai::Slice(), x[1]); }},
       {"mask",
        {"index", "nonzero"},
        [](const KTensors& x) {
          return std::vector<TensorIndex>{Slice(), x[2]};
        },
-       [](const ATensors& x) {
-         return std::vector<ai::TensorIndex>{ai::Slice(), x[2]};
-       }},
+       [](const ATensors& x) { return aidx(ai::Slice(), x[2]); }},
       {"bools",
        {"index", "unsqueeze"},
        [](const KTensors&) {
          return std::vector<TensorIndex>{true, Slice(0, 2), false};
        },
-       [](const ATensors&) {
-         return std::vector<ai::TensorIndex>{true, ai::Slice(0, 2), false};
-       }},
+       [](const ATensors&) { return aidx(true, ai::Slice(0, 2), false); }},
   };
   for (const ApiCase& c : cases) {
     ApiCase ac = c;
