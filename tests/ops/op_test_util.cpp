@@ -185,8 +185,9 @@ OpCase& head(Cases& cs, const std::string& op) {
 
 std::pair<double, double> tolerance(Tol tol, DType dtype, Where where) {
   if (tol == Tol::Exact || !is_floating(dtype)) return {0, 0};
-  bool intermediate = tol == Tol::Intermediate16;
   bool device = where == Where::Device;
+  if (tol == Tol::Searched16) tol = device ? Tol::Unordered16 : Tol::Intermediate16;
+  bool intermediate = tol == Tol::Intermediate16;
   bool summed = device && (tol == Tol::Accum || intermediate || tol == Tol::Unordered16);
   double sum_atol = summed ? 1e-4 : 1e-5;
   switch (dtype) {
