@@ -16,6 +16,7 @@
 #include "kiln/io/safetensors.h"
 #include "kiln/nn/cnn.h"
 #include "kiln/nn/conv.h"
+#include "kiln/nn/embedding_bag.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/pooling.h"

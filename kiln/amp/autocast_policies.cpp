@@ -66,6 +66,8 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     {"index_add", P::Promote},
     {"index_put", P::Promote},
     {"scatter", P::Promote},
+    {"scatter_reduce", P::Promote},
+    {"embedding_bag", P::Promote},  // weight and per_sample_weights share a dtype
     {"select_scatter", P::Promote},
     {"slice_scatter", P::Promote},
     // In the inputs' dtypes: elementwise ops (type promotion mixes dtypes), comparisons, mean
@@ -137,6 +139,7 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     {"flip", P::Passthrough},
     {"repeat", P::Passthrough},
     {"embedding", P::Passthrough},
+    {"embedding_dense_backward", P::Passthrough},
     {"index_select", P::Passthrough},
     {"gather", P::Passthrough},
     {"index", P::Passthrough},

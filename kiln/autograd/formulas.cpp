@@ -318,10 +318,39 @@ void rms_norm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
     gi[0] = mul(rstd, sub(gx, mul(xhat, mean(mul(gx, xhat), dims, true))));
   }
 }
+// See Note [Embedding gradients] in kiln/ops/embedding_meta.cpp.
 void embedding_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
-  Tensor idx = c.input(1).reshape({-1});
-  IntArrayRef w = c.sizes(0);
-  gi[0] = index_add(zeros_of(c, 0), 0, idx, g[0].reshape({idx.numel(), w[1]}));
+  gi[0] = ops::op_embedding_dense_backward(g[0], c.input(1), c.sizes(0)[0], c.get<int64_t>(2),
+                                           c.get<bool>(3));
+}
+// embedding_bag (Note [embedding_bag] in kiln/ops/embedding_meta.cpp), as ATen's
+// _embedding_bag_backward: each index's row of the gradient is its bag's (offset2bag), divided by
+// the bag's size for mean and times its per-sample weight, then summed into weight's rows by
+// embedding_dense_backward (padding_idx and scale_grad_by_freq there); max sends each bag's
+// gradient to the rows max_indices names (empty bags send nothing). per_sample_weights' gradient
+// is each index's row of weight dotted with its bag's gradient (0 at padding_idx).
+void embedding_bag_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  if (!g[0].defined()) return;
+  const bool scale = c.get<bool>(3);
+  const int64_t mode = c.get<int64_t>(4), padding = c.get<int64_t>(8);
+  Tensor indices = c.input(1), offset2bag = c.output(1), bag_size = c.output(2);
+  Tensor rows = index_select(g[0], 0, offset2bag);
+  if (c.needs(0) && mode == 2) {
+    Tensor keep = unsqueeze(gt(bag_size, 0), 1);
+    gi[0] = scatter_add(zeros_of(c, 0), 0, c.output(3).to(kInt64), where(keep, g[0], 0.0));
+  } else if (c.needs(0)) {
+    Tensor r = rows;
+    if (mode == 1) {
+      Tensor n = index_select(masked_fill(bag_size, eq(bag_size, 0), 1), 0, offset2bag);
+      r = div(r, unsqueeze(n.to(r.dtype()), 1));
+    }
+    if (Tensor psw = c.input(3); psw.defined()) r = mul(r, unsqueeze(psw, 1));
+    gi[0] = ops::op_embedding_dense_backward(r, indices, c.sizes(0)[0], padding, scale);
+  }
+  if (c.needs(3)) {
+    Tensor d = sum(mul(rows, embedding(c.input(0), indices)), {1});
+    gi[3] = padding >= 0 ? masked_fill(d, eq(indices, padding), 0) : d;
+  }
 }
 // loss = -mean over kept rows of input[n, target[n]].
 void nll_loss_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
@@ -398,20 +427,67 @@ void index_put_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
 }
 // scatter(self, dim, index, src): self's gradient is g with the written positions zeroed, src's
 // is g read at them (src may be larger than index: its other elements get zero).
+// `picked` (a gradient read at the index's coordinates) in the leading corner of zeros shaped as
+// tensor slot `slot`.
+Tensor padded_to_slot(const BackwardCtx& c, size_t slot, const Tensor& picked) {
+  if (picked.sizes() == c.sizes(slot)) return picked;
+  Tensor r = zeros_of(c, slot);
+  Tensor part = r;
+  for (int64_t d = 0; d < picked.dim(); ++d) part = narrow(part, d, 0, picked.size(d));
+  part.copy_(picked);
+  return r;
+}
 void scatter_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   const int64_t dim = c.get<int64_t>(1);
   if (c.needs(0)) gi[0] = scatter(g[0], dim, c.input(1), Scalar(0));
-  if (c.needs(2)) {
-    Tensor picked = gather(g[0], dim, c.input(1));
-    if (picked.sizes() == c.sizes(2)) {
-      gi[2] = picked;
-    } else {
-      gi[2] = zeros_of(c, 2);
-      Tensor part = gi[2];
-      for (int64_t d = 0; d < picked.dim(); ++d) part = narrow(part, d, 0, picked.size(d));
-      part.copy_(picked);
-    }
+  if (c.needs(2)) gi[2] = padded_to_slot(c, 2, gather(g[0], dim, c.input(1)));
+}
+// scatter_reduce (Note [scatter_reduce] in kiln/ops/scatter_meta.cpp), as ATen's
+// scatter_reduce_backward: sum passes g to self and gathers it for src; mean divides both by the
+// count of values each position reduced; prod is the product of the others (the product over a
+// zero computed without dividing by it, when a position has one zero); amax/amin split g evenly
+// among the values equal to the result. include_self=false zeroes self's gradient where some
+// index writes. src's gradient is zero outside the index's shape.
+void scatter_reduce_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
+  const int64_t dim = c.get<int64_t>(1), reduce = c.get<int64_t>(4);
+  const bool include_self = c.get<bool>(5);
+  const Tensor& grad = g[0];
+  Tensor self = c.input(0), index = c.input(1), src = c.input(2);
+  for (int64_t k = 0; k < index.dim() && k < src.dim(); ++k) src = narrow(src, k, 0, index.size(k));
+  Tensor gself, gsrc;
+  if (reduce == 0) {
+    gself = grad;
+    gsrc = gather(grad, dim, index);
+  } else if (reduce == 1) {
+    Tensor result = c.output(0);
+    Tensor masked_self = masked_fill(self, eq(self, 0), 1);
+    gself = div(mul(grad, ops::op_scatter_reduce(masked_self, dim, index, src, 1, include_self)),
+                masked_self);
+    Tensor src_zero = eq(src, 0);
+    Tensor zeros_at =
+        gather(scatter_add(zeros_like(self), dim, index, src_zero.to(self.dtype())), dim, index);
+    Tensor single_zero = logical_and(src_zero, eq(zeros_at, 1));
+    Tensor masked_src_result =
+        ops::op_scatter_reduce(self, dim, index, masked_fill(src, single_zero, 1), 1, include_self);
+    gsrc = where(single_zero, gather(mul(grad, masked_src_result), dim, index),
+                 div(gather(mul(grad, result), dim, index), masked_fill(src, src_zero, 1)));
+  } else if (reduce == 2) {
+    Tensor n =
+        scatter_add(include_self ? ones_like(grad) : zeros_like(grad), dim, index, ones_like(src));
+    n = masked_fill(n, eq(n, 0), 1);
+    gself = div(grad, n);
+    gsrc = div(gather(grad, dim, index), gather(n, dim, index));
+  } else {
+    Tensor result = c.output(0);
+    Tensor self_is = eq(self, result).to(grad.dtype());
+    Tensor src_is = eq(src, gather(result, dim, index)).to(grad.dtype());
+    Tensor shared = div(grad, scatter_add(self_is, dim, index, src_is));
+    gself = mul(self_is, shared);
+    gsrc = mul(src_is, gather(shared, dim, index));
   }
+  if (!include_self) gself = scatter(gself, dim, index, Scalar(0));
+  if (c.needs(0)) gi[0] = gself;
+  if (c.needs(2)) gi[2] = padded_to_slot(c, 2, gsrc);
 }
 // select_scatter/slice_scatter(self, src, ...): self's gradient is g with the view zeroed, src's
 // the view of g.
@@ -857,6 +933,7 @@ const Entry kOthers[] = {
     {&ops::op_layer_norm.def, F(layer_norm_bw, S(0) | S(1))},
     {&ops::op_rms_norm.def, F(rms_norm_bw, S(0) | S(1))},
     {&ops::op_embedding.def, F(embedding_bw, S(1))},
+    {&ops::op_embedding_bag.def, F(embedding_bag_bw, S(0) | S(1) | S(3), S(1) | S(2) | S(3))},
     {&ops::op_nll_loss.def, F(nll_loss_bw, S(1))},
     {&ops::op_cat.def, F(cat_bw)},
     {&ops::op_index_select.def, F(index_select_bw, S(1))},
@@ -867,6 +944,7 @@ const Entry kOthers[] = {
     {&ops::op_index_put.def, F(index_put_bw, ~S(0))},
     {&ops::op_nonzero.def, kNone},
     {&ops::op_scatter.def, F(scatter_bw, S(1))},
+    {&ops::op_scatter_reduce.def, F(scatter_reduce_bw, S(0) | S(1) | S(2), S(0))},
     {&ops::op_select_scatter.def, F(select_scatter_bw)},
     {&ops::op_slice_scatter.def, F(slice_scatter_bw)},
     {&ops::op_triu.def, F(triu_bw)},

@@ -38,8 +38,9 @@ namespace {
 //     Partial of its reduction (the op picks elements, which commutes with any elementwise
 //     reduction over ranks); otherwise everything is gathered to Replicate. Shards are not kept
 //     yet: which list element indexes which dim is not visible from the DTensor inputs alone.
-//   - index_put(self, indices, values, accumulate), scatter, select_scatter and slice_scatter:
-//     gathered to Replicate (not yet: keeping shards of the dims they do not write).
+//   - index_put(self, indices, values, accumulate), scatter, scatter_reduce, select_scatter and
+//     slice_scatter: gathered to Replicate (not yet: keeping shards of the dims they do not
+//     write; scatter_reduce's prod, mean, amax and amin are not linear, so no Partial either).
 //   - one_hot: input dims keep their shards; the new last dim (the classes) is whole; a Partial
 //     input (of integers) is reduced first, since one_hot is not linear.
 
@@ -303,8 +304,8 @@ const ShardingRule kIndexAdd{"index_add (other dims chunked, or Partial(sum) ter
                              &index_add_rule};
 const ShardingRule kIndex{"index (a Partial self stays Partial, else replicated)", &index_rule};
 const ShardingRule kIndexPut{"index_put (replicated)", &index_put_rule};
-const ShardingRule kReplicated{"scatter, select_scatter, slice_scatter (replicated)",
-                               &index_put_rule};
+const ShardingRule kReplicated{
+    "scatter, scatter_reduce, select_scatter, slice_scatter (replicated)", &index_put_rule};
 const ShardingRule kTriangle{"triu/tril (any placement; the diagonal shifted per rank)",
                              &triangle_rule};
 const ShardingRule kOneHot{"one_hot (input dims keep their shards)", &one_hot_rule};
@@ -322,6 +323,7 @@ const bool g_registered = [] {
   both(ops::op_index, ops::op_index_out, &kIndex);
   both(ops::op_index_put, ops::op_index_put_out, &kIndexPut);
   both(ops::op_scatter, ops::op_scatter_out, &kReplicated);
+  both(ops::op_scatter_reduce, ops::op_scatter_reduce_out, &kReplicated);
   both(ops::op_select_scatter, ops::op_select_scatter_out, &kReplicated);
   both(ops::op_slice_scatter, ops::op_slice_scatter_out, &kReplicated);
   set_sharding_exclusion(ops::op_nonzero.def,

@@ -31,12 +31,20 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, const Init& init) {
 }
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
 
-Embedding::Embedding(int64_t num, int64_t dim, const Init& init) {
+Embedding::Embedding(int64_t num, int64_t dim, const Init& init, std::optional<int64_t> padding) {
   KILN_CHECK(num > 0 && dim > 0, "[Embedding] sizes must be positive, got num={} dim={}", num, dim);
+  if (padding) {
+    KILN_CHECK(*padding >= -num && *padding < num,
+               "[Embedding] padding_idx must be within [-{}, {}), got {}", num, num, *padding);
+    padding_idx = *padding < 0 ? *padding + num : *padding;
+  }
   weight = randn({num, dim}, init.gen, init.dtype, init.device);
+  if (padding_idx) select(weight, 0, *padding_idx).fill_(0);  // as torch.nn.Embedding
   register_parameter("weight", &weight);
 }
-Tensor Embedding::forward(const Tensor& indices) { return embedding(weight, indices); }
+Tensor Embedding::forward(const Tensor& indices) {
+  return embedding(weight, indices, padding_idx.value_or(-1));
+}
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool has_bias, const Init& init) : eps(eps) {
   weight = ones({dim}, init.dtype, init.device);

@@ -1,6 +1,8 @@
 #pragma once
 // Layers: Linear, Embedding, LayerNorm, RMSNorm, Dropout, GELU, SiLU, Sequential.
 // Initialisation follows PyTorch's defaults; `gen` (optional) makes it reproducible.
+#include <optional>
+
 #include "kiln/core/generator.h"
 #include "kiln/nn/module.h"
 
@@ -22,11 +24,15 @@ class Linear : public UnaryModule {
 };
 
 // Rows of a [num, dim] table picked by integer indices; W ~ N(0, 1).
+// Rows of weight [num, dim], N(0, 1) at init. padding_idx (negative: counted from num, as
+// torch.nn.Embedding's) names a row that starts at zero and gets no gradient.
 class Embedding : public UnaryModule {
  public:
-  Embedding(int64_t num, int64_t dim, const Init& init = {});
+  Embedding(int64_t num, int64_t dim, const Init& init = {},
+            std::optional<int64_t> padding_idx = std::nullopt);
   Tensor forward(const Tensor& indices) override;
   Tensor weight;
+  std::optional<int64_t> padding_idx;  // in [0, num) when set
 };
 
 // Normalises over the last dim: weight ones, bias zeros (or no bias).

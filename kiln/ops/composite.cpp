@@ -156,8 +156,9 @@ Tensor layer_norm(const Tensor& x, IntArrayRef shape, const Tensor& w, const Ten
 Tensor rms_norm(const Tensor& x, IntArrayRef shape, const Tensor& w, double eps) {
   return op_rms_norm(x, shape, w, eps);
 }
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  return op_embedding(weight, indices);
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx,
+                 bool scale_grad_by_freq, bool sparse) {
+  return op_embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse);
 }
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index) {
   return op_nll_loss(log_probs, target, ignore_index);

@@ -32,6 +32,11 @@ Tensor broadcast_index(const IndexPlan& plan, const TensorList& indices, size_t 
 // end >= start), as slice_scatter and Slice take them.
 std::pair<int64_t, int64_t> slice_bounds(int64_t size, const OptInt& start, const OptInt& end);
 
+// scatter's checks (scatter, scatter_reduce): index int64, src of self's dtype, one rank (0-d
+// as 1-d), the index no larger than src and, off dim, than self. Returns the common device.
+Device check_scatter_args(const char* op, const Tensor& self, int64_t dim, const Tensor& index,
+                          const Tensor& src);
+
 // "[op] index v is out of bounds for dimension d with size n" unless -n <= v < n.
 void check_index_value(const char* op, int64_t v, int64_t dim, int64_t size);
 

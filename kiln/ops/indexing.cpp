@@ -79,6 +79,31 @@ Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Scalar& v
   return scatter_(self, dim, index,
                   expand(full({}, value, self.dtype(), self.device()), index.sizes()));
 }
+namespace {
+// scatter_reduce's reduce names, in the op's order (Note [scatter_reduce]).
+int64_t reduce_code(std::string_view reduce) {
+  constexpr std::string_view names[] = {"sum", "prod", "mean", "amax", "amin"};
+  for (int64_t i = 0; i < 5; ++i)
+    if (reduce == names[i]) return i;
+  KILN_CHECK(false,
+             "[scatter_reduce] reduce argument must be either sum, prod, mean, amax or amin, got "
+             "'{}'",
+             reduce);
+  return -1;
+}
+}  // namespace
+Tensor scatter_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                      std::string_view reduce, bool include_self) {
+  return ops::op_scatter_reduce(self, dim, index, src, reduce_code(reduce), include_self);
+}
+Tensor& scatter_reduce_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                        std::string_view reduce, bool include_self) {
+  const int64_t r = reduce_code(reduce);
+  if (records_grad(self, src))
+    return self.copy_(ops::op_scatter_reduce(self, dim, index, src, r, include_self));
+  ops::op_scatter_reduce_out(self, self, dim, index, src, r, include_self);
+  return self;
+}
 Tensor select_scatter(const Tensor& self, const Tensor& src, int64_t dim, int64_t index) {
   return ops::op_select_scatter(self, src, dim, index);
 }

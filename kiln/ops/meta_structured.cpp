@@ -196,16 +196,7 @@ TensorSpec rms_norm(const Tensor& x, IntArrayRef shape, const Tensor& w, double 
   return {Shape(x.sizes()), x.dtype(), x.device()};
 }
 
-TensorSpec embedding(const Tensor& weight, const Tensor& indices) {
-  check_defined("embedding", weight, "weight");
-  check_defined("embedding", indices, "indices");
-  KILN_CHECK(weight.dim() == 2, "[embedding] weight must be 2-D, got shape [{}]",
-             fmt::join(weight.sizes(), ", "));
-  check_index_dtype("embedding", indices, "indices");
-  Shape out(indices.sizes());
-  out.push_back(weight.size(1));
-  return {out, weight.dtype(), common_device("embedding", {&weight, &indices})};
-}
+// embedding and embedding_dense_backward: kiln/ops/embedding_meta.cpp.
 
 TensorSpec nll_loss(const Tensor& self, const Tensor& target, int64_t) {
   check_defined("nll_loss", self, "self");

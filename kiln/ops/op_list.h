@@ -15,6 +15,7 @@
 namespace kiln {
 using TensorPair = std::tuple<Tensor, Tensor>;
 using TensorTriple = std::tuple<Tensor, Tensor, Tensor>;
+using TensorQuad = std::tuple<Tensor, Tensor, Tensor, Tensor>;
 using OptScalar = std::optional<Scalar>;
 using OptInt = std::optional<int64_t>;
 using OptDouble = std::optional<double>;
@@ -130,7 +131,12 @@ namespace kiln::ops {
     "float eps=1e-5)")                                                                             \
   _(rms_norm, (const Tensor&, IntArrayRef, const Tensor&, double),                                 \
     "rms_norm(Tensor input, int[] normalized_shape, Tensor? weight, float eps=1e-6)")              \
-  _(embedding, (const Tensor&, const Tensor&), "embedding(Tensor weight, Tensor indices)")         \
+  _(embedding, (const Tensor&, const Tensor&, int64_t, bool, bool),                                \
+    "embedding(Tensor weight, Tensor indices, int padding_idx=-1, bool scale_grad_by_freq=False, " \
+    "bool sparse=False)")                                                                          \
+  _(embedding_dense_backward, (const Tensor&, const Tensor&, int64_t, int64_t, bool),              \
+    "embedding_dense_backward(Tensor grad_output, Tensor indices, int num_weights, int "           \
+    "padding_idx, bool scale_grad_by_freq)")                                                       \
   _(nll_loss, (const Tensor&, const Tensor&, int64_t),                                             \
     "nll_loss(Tensor self, Tensor target, int ignore_index=-100)")                                 \
   _(cat, (const TensorList&, int64_t), "cat(Tensor[] tensors, int dim=0)")                         \
@@ -146,6 +152,10 @@ namespace kiln::ops {
     "index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False)")             \
   _(scatter, (const Tensor&, int64_t, const Tensor&, const Tensor&),                               \
     "scatter(Tensor self, int dim, Tensor index, Tensor src)")                                     \
+  /* reduce: 0 sum, 1 prod, 2 mean, 3 amax, 4 amin (ATen's str; Note [scatter_reduce]) */          \
+  _(scatter_reduce, (const Tensor&, int64_t, const Tensor&, const Tensor&, int64_t, bool),         \
+    "scatter_reduce(Tensor self, int dim, Tensor index, Tensor src, int reduce, bool "             \
+    "include_self=True)")                                                                          \
   _(select_scatter, (const Tensor&, const Tensor&, int64_t, int64_t),                              \
     "select_scatter(Tensor self, Tensor src, int dim, int index)")                                 \
   _(slice_scatter, (const Tensor&, const Tensor&, int64_t, const OptInt&, const OptInt&, int64_t), \
@@ -378,6 +388,14 @@ namespace kiln::ops {
     "grid_sampler_2d_backward(Tensor grad_output, Tensor input, Tensor grid, int "                 \
     "interpolation_mode, int padding_mode, bool align_corners, int[] output_mask) -> (Tensor "     \
     "grad_input, Tensor grad_grid)")                                                               \
+  /* bags of embeddings (Note [embedding_bag] in kiln/ops/embedding_meta.cpp): mode 0 sum,         \
+     1 mean, 2 max; (output, offset2bag, bag_size, max_indices) as ATen's _embedding_bag */        \
+  _(embedding_bag, Functional,                                                                     \
+    TensorQuad(const Tensor&, const Tensor&, const Tensor&, bool, int64_t, bool, const Tensor&,    \
+               bool, int64_t),                                                                     \
+    "embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, " \
+    "int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool "                        \
+    "include_last_offset=False, int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor)")          \
   /* normalization (Note [Batch, group and layer norm] in kiln/ops/norm_meta.cpp): batch norm's    \
      running stats are written in place; output_mask three 0/1 flags */                            \
   _(native_batch_norm_legit, Functional,                                                           \

@@ -2,13 +2,15 @@
 // Kiln's functional API. Every function dispatches (see kiln/dispatch/op.h); errors are
 // raised before anything is written. Scalar arguments promote like PyTorch's wrapped numbers.
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "kiln/core/generator.h"
 #include "kiln/core/tensor.h"
 #include "kiln/ops/conv.h"  // conv1d/2d/3d, conv_transpose1d/2d/3d
 #include "kiln/ops/distance.h"
-#include "kiln/ops/fold.h"  // fold, unfold (sliding blocks)
+#include "kiln/ops/embedding_bag.h"  // embedding_bag, embedding_dense_backward
+#include "kiln/ops/fold.h"           // fold, unfold (sliding blocks)
 #include "kiln/ops/grid_sample.h"
 #include "kiln/ops/norm.h"  // batch_norm, group_norm, native_*_norm
 #include "kiln/ops/pad.h"   // pad, interpolate, constant/reflection/replication pads, upsampling
@@ -345,7 +347,11 @@ Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const Tensor& wei
 // the gradient of its output, in one pass per row (what layer_norm's backward uses).
 Tensor layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef normalized_shape,
                            const Tensor& weight = {}, double eps = 1e-5);
-Tensor embedding(const Tensor& weight, const Tensor& indices);
+// The rows of weight at indices, as at::embedding. Row padding_idx (negative: none) gets no
+// gradient; scale_grad_by_freq divides each row's gradient by how often its index occurs;
+// sparse=true is refused (Kiln has no sparse tensors).
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx = -1,
+                 bool scale_grad_by_freq = false, bool sparse = false);
 // Mean negative log-likelihood over targets != ignore_index. input is [N, C] log-probabilities.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100);
 // log_softmax + nll_loss over the last dim of [N, C] logits.
@@ -440,6 +446,14 @@ Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tenso
 Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Scalar& value);
 Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
 Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Scalar& value);
+// A copy of self with each src[p] reduced into the position index[p] names along dim, as
+// torch.scatter_reduce: reduce "sum", "prod", "mean", "amax" or "amin"; include_self=false
+// leaves self's value out where some index writes (Note [scatter_reduce]). scatter_reduce_ in
+// place.
+Tensor scatter_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                      std::string_view reduce, bool include_self = true);
+Tensor& scatter_reduce_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                        std::string_view reduce, bool include_self = true);
 // A copy of self with src written into self.select(dim, index) / self.slice(dim, start, end,
 // step) (src has that view's shape).
 Tensor select_scatter(const Tensor& self, const Tensor& src, int64_t dim, int64_t index);

@@ -1,31 +1,58 @@
-// Meta functions of scatter (scatter.src), select_scatter and slice_scatter: the checks ATen
-// makes, with the values, before any kernel writes.
+// Meta functions of scatter (scatter.src), scatter_reduce (scatter_reduce.two), select_scatter
+// and slice_scatter: the checks ATen makes, with the values, before any kernel writes.
 #include "kiln/ops/index_meta.h"
 
 namespace kiln::meta {
 
-TensorSpec scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined("scatter", self, "self");
-  check_defined("scatter", index, "index");
-  check_defined("scatter", src, "src");
-  KILN_CHECK_TYPE(index.dtype() == kInt64, "[scatter] index must be int64, got {}", index.dtype());
-  KILN_CHECK_TYPE(src.dtype() == self.dtype(), "[scatter] src dtype {} differs from self {}",
+Device check_scatter_args(const char* op, const Tensor& self, int64_t dim, const Tensor& index,
+                          const Tensor& src) {
+  check_defined(op, self, "self");
+  check_defined(op, index, "index");
+  check_defined(op, src, "src");
+  KILN_CHECK_TYPE(index.dtype() == kInt64, "[{}] index must be int64, got {}", op, index.dtype());
+  KILN_CHECK_TYPE(src.dtype() == self.dtype(), "[{}] src dtype {} differs from self {}", op,
                   src.dtype(), self.dtype());
-  const int64_t d = wrap_dim(dim, self.dim(), "scatter");
+  const int64_t d = wrap_dim(dim, self.dim(), op);
   KILN_CHECK(std::max<int64_t>(index.dim(), 1) == std::max<int64_t>(self.dim(), 1) &&
                  std::max<int64_t>(src.dim(), 1) == std::max<int64_t>(self.dim(), 1),
-             "[scatter] index, src and self must have the same number of dimensions, got {}, {} "
-             "and {}",
-             index.dim(), src.dim(), self.dim());
+             "[{}] index, src and self must have the same number of dimensions, got {}, {} and {}",
+             op, index.dim(), src.dim(), self.dim());
   for (int64_t i = 0; i < index.dim(); ++i) {
     KILN_CHECK(src.dim() == 0 || index.sizes()[i] <= src.sizes()[i],
-               "[scatter] index size {} exceeds src size {} at dim {}", index.sizes()[i],
+               "[{}] index size {} exceeds src size {} at dim {}", op, index.sizes()[i],
                src.sizes()[i], i);
     KILN_CHECK(i == d || self.dim() == 0 || index.sizes()[i] <= self.sizes()[i],
-               "[scatter] index size {} exceeds self size {} at dim {}", index.sizes()[i],
+               "[{}] index size {} exceeds self size {} at dim {}", op, index.sizes()[i],
                self.sizes()[i], i);
   }
-  return {Shape(self.sizes()), self.dtype(), common_device("scatter", {&self, &index, &src})};
+  return common_device(op, {&self, &index, &src});
+}
+
+TensorSpec scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  const Device device = check_scatter_args("scatter", self, dim, index, src);
+  return {Shape(self.sizes()), self.dtype(), device};
+}
+
+// Note [scatter_reduce]
+// scatter_reduce(self, dim, index, src, reduce, include_self) is ATen's scatter_reduce.two:
+// out = self, then every src element (read at the index's coordinates, as scatter reads it)
+// is reduced into out at its index along dim. ATen takes reduce as a string; Kiln's op
+// arguments have no string type, so the op takes ATen's names as ints (ScatterReduce in
+// kiln/ops/scatter_reduce_math.h: 0 sum, 1 prod, 2 mean, 3 amax, 4 amin) and the public
+// kiln::scatter_reduce (kiln/ops/indexing.h) takes the names. include_self=false leaves self's
+// value out of every position that some index writes (positions no index writes keep self's).
+// mean divides by the count of values reduced into the position (floor division for
+// integers, as ATen's); amax/amin propagate NaN. Every backend computes in a wider type
+// (float for the 16-bit floats, int64 for the integers: wrapping sums and products agree
+// after the cast back) and writes each result once; bool is refused.
+TensorSpec scatter_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                          int64_t reduce, bool) {
+  const Device device = check_scatter_args("scatter_reduce", self, dim, index, src);
+  KILN_CHECK(reduce >= 0 && reduce <= 4,
+             "[scatter_reduce] reduce must be 0-4 (sum, prod, mean, amax, amin), got {}", reduce);
+  KILN_CHECK_TYPE(self.dtype() != kBool, "[scatter_reduce] bool tensors are not supported, got {}",
+                  self.dtype());
+  return {Shape(self.sizes()), self.dtype(), device};
 }
 
 namespace {

@@ -211,6 +211,45 @@ std::vector<Case> cases() {
          return TensorList{g({7, 4}, d), ids({6, 0, 3, 5, 6, 1}, {2, 3}, d)};
        },
        one([](auto& x) { return embedding(x[0], x[1]); })},
+      // embedding's gradient: embedding-dim shards stay, index shards give Partial(sum) (Note
+      // [Embedding gradient placements]); the sums' order differs, so not bitwise.
+      {"embedding_dense_backward",
+       [](Device d) {
+         return TensorList{g({2, 3, 4}, d), ids({6, 0, 3, 5, 6, 1}, {2, 3}, d)};
+       },
+       one([](auto& x) { return embedding_dense_backward(x[0], x[1], 7, 3, false); }),
+       false,
+       {},
+       {1}},
+      {"embedding_dense_backward_scaled",
+       [](Device d) {
+         return TensorList{g({6, 4}, d), ids({6, 0, 3, 5, 6, 1}, {6}, d)};
+       },
+       one([](auto& x) { return embedding_dense_backward(x[0], x[1], 7, -1, true); }),
+       false,
+       {},
+       {1}},
+      {"embedding_bag",
+       [](Device d) {
+         return TensorList{g({7, 4}, d), ids({6, 0, 3, 5, 6, 1}, {6}, d), ids({0, 2, 2}, {3}, d)};
+       },
+       [](auto& x) {
+         auto [out, o2b, bs, mi] =
+             ops::op_embedding_bag(x[0], x[1], x[2], false, 2, false, {}, false, 5);
+         return TensorList{out, o2b, bs, mi};
+       },
+       true,
+       {},
+       {1, 2}},
+      {"scatter_reduce",
+       [](Device d) {
+         return TensorList{g({4, 5}, d), ids({1, 1, 4, 0, 2, 0, 3, 3, 3, 4, 0, 1}, {4, 3}, d),
+                           g({4, 3}, d, 2)};
+       },
+       one([](auto& x) { return scatter_reduce(x[0], 1, x[1], x[2], "amax", false); }),
+       true,
+       {},
+       {1}},
       {"nll_loss",
        [](Device d) {
          return TensorList{g({4, 5}, d, 0, 0.1), ids({1, -100, 4, 0}, {4}, d)};
@@ -644,7 +683,7 @@ TEST_P(ShardedNn, OutFormsWriteTheirShard) {
   EXPECT_TRUE(matches(dt::full_tensor(out), layer_norm(x, {6}), true));
   Tensor eout = dt::distribute_tensor(zeros({3, 4}, kFloat32, d), mesh, {Partial()});
   ops::op_embedding_out(eout, dt::distribute_tensor(table, mesh, {Shard(0)}),
-                        dt::distribute_tensor(idx, mesh, {Replicate()}));
+                        dt::distribute_tensor(idx, mesh, {Replicate()}), -1, false, false);
   EXPECT_TRUE(matches(dt::full_tensor(eout), embedding(table, idx), true));
 }
 

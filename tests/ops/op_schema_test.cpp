@@ -65,6 +65,10 @@ std::vector<std::string> result_types<TensorTriple>() {
   return {"Tensor", "Tensor", "Tensor"};
 }
 template <>
+std::vector<std::string> result_types<TensorQuad>() {
+  return {"Tensor", "Tensor", "Tensor", "Tensor"};
+}
+template <>
 std::vector<std::string> result_types<TensorList>() {
   return {"Tensor[]"};
 }

@@ -643,7 +643,7 @@ void add_embedding_losses(Cases& cs) {
     cs.push_back(row);
     if (std::string(c.label) == "2d_index")
       cs.push_back(out_variant(row, "embedding_out", [](const KArgs& x) {
-        ops::op_embedding_out(x.out, x[0], x[1]);
+        ops::op_embedding_out(x.out, x[0], x[1], -1, false, false);
         return KTensors{x.out};
       }));
   }

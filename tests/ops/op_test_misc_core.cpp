@@ -650,6 +650,10 @@ void add_grid_sampler(Cases& cs) {
 
 }  // namespace
 
+// embedding's padding_idx and scale_grad_by_freq, embedding_dense_backward, scatter_reduce and
+// embedding_bag (op_test_embedding_bag.cpp).
+void add_embedding_scatter_reduce(Cases& cs);
+
 Cases misc_core_cases() {
   Cases cs;
   add_randperm(cs);
@@ -658,6 +662,7 @@ Cases misc_core_cases() {
   add_pdist(cs);
   add_fold(cs);
   add_grid_sampler(cs);
+  add_embedding_scatter_reduce(cs);
   return cs;
 }
 

@@ -118,7 +118,9 @@ void layer_norm_backward_impl(const Tensor& out, const Tensor& g, const Tensor& 
   });
 }
 
-void embedding_impl(const Tensor& out, const Tensor& weight, const Tensor& indices) {
+// padding_idx and scale_grad_by_freq change only the gradient (Note [Embedding gradients]).
+void embedding_impl(const Tensor& out, const Tensor& weight, const Tensor& indices, int64_t, bool,
+                    bool) {
   int64_t V = weight.sizes()[0], D = weight.sizes()[1];
   std::vector<int64_t> idx = checked_indices("embedding", indices, V, "an embedding table");
   Tensor cw = contiguous_as(weight, weight.dtype());

@@ -1,6 +1,6 @@
-// CUDA kernels of cat, index_select, gather, scatter, scatter_add, index_add, select_scatter,
-// slice_scatter, triu/tril and one_hot: host glue. Index values live on the device, so the kernels
-// check them (see index.h).
+// CUDA kernels of cat, index_select, gather, scatter, scatter_add, scatter_reduce, index_add,
+// select_scatter, slice_scatter, triu/tril and one_hot: host glue. Index values live on the
+// device, so the kernels check them (see index.h).
 #include <vector>
 
 #include "kiln/backend/cuda/common.h"
@@ -173,6 +173,42 @@ void scatter_impl(const Tensor& out, const Tensor& self, int64_t dim, const Tens
   });
 }
 
+// See Note [scatter_reduce] in kiln/ops/scatter_meta.cpp: computed in float, double or int64 on
+// a copy of self, cast once into out.
+void scatter_reduce_impl(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index,
+                         const Tensor& src, int64_t reduce, bool include_self) {
+  static const int kBadIndex = error_code(
+      "[scatter_reduce] an index is out of range [0, size of dim) (found on the device)");
+  const std::vector<int64_t> one{1};
+  int64_t d = wrap_dim(dim, self.dim(), "scatter_reduce");
+  IntArrayRef self_sizes = self.dim() == 0 ? IntArrayRef(one) : self.sizes();
+  IntArrayRef index_sizes = index.dim() == 0 ? IntArrayRef(one) : index.sizes();
+  IndexGeom g = make_geom("scatter_reduce", index_sizes, self_sizes, d, self_sizes[d]);
+  const DType a = self.dtype() == kFloat64    ? kFloat64
+                  : is_floating(self.dtype()) ? kFloat32
+                                              : kInt64;
+  Tensor s = src;
+  for (int64_t k = 0; k < index.dim() && k < src.dim(); ++k)
+    s = ops::op_slice(s, k, 0, index.sizes()[k], 1);
+  Tensor cs = device_contiguous(s, a, out.device());
+  Tensor ci = device_contiguous(index, kInt64, out.device());
+  Tensor acc = empty_cuda(self.sizes(), a, out.device());
+  copy_kernel(acc, self);
+  cudaStream_t stream = stream_for(out);
+  Tensor count;
+  if (reduce == 2) {
+    count = empty_cuda(self.sizes(), kInt32, out.device());
+    KILN_CUDA_CHECK(
+        cudaMemsetAsync(count.impl()->data(), 0, static_cast<size_t>(count.numel()) * 4, stream));
+  }
+  launch_scatter_reduce(dt(a), acc.impl()->data(), static_cast<const int64_t*>(ci.impl()->data()),
+                        cs.impl()->data(),
+                        count.defined() ? static_cast<int*>(count.impl()->data()) : nullptr,
+                        acc.numel(), g, reduce, include_self, err_word_of(out), kBadIndex, stream);
+  check_launch("scatter_reduce");
+  copy_kernel(out, acc);
+}
+
 void select_scatter_impl(const Tensor& out, const Tensor& self, const Tensor& src, int64_t dim,
                          int64_t index) {
   const int64_t d = wrap_dim(dim, self.dim(), "select_scatter");
@@ -248,6 +284,7 @@ KILN_CUDA_STRUCTURED(gather, &gather_impl);
 KILN_CUDA_STRUCTURED(scatter_add, &scatter_add_impl);
 KILN_CUDA_STRUCTURED(index_add, &index_add_impl);
 KILN_CUDA_STRUCTURED(scatter, &scatter_impl);
+KILN_CUDA_STRUCTURED(scatter_reduce, &scatter_reduce_impl);
 KILN_CUDA_STRUCTURED(select_scatter, &select_scatter_impl);
 KILN_CUDA_STRUCTURED(slice_scatter, &slice_scatter_impl);
 KILN_CUDA_STRUCTURED(triu, &triu_impl);

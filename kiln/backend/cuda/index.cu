@@ -1,10 +1,11 @@
-// CUDA kernels of index_select (and embedding), gather, scatter_add, index_add, index,
-// index_put, one_hot and triu/tril. One thread per output (or source) element, kBlock threads a
-// block.
+// CUDA kernels of index_select (and embedding), gather, scatter_add, scatter_reduce, index_add,
+// index, index_put, one_hot and triu/tril. One thread per output (or source) element, kBlock
+// threads a block.
 #include <type_traits>
 
 #include "kiln/backend/cuda/index.h"
 #include "kiln/backend/cuda/loops.cuh"
+#include "kiln/ops/scatter_reduce_math.h"
 
 namespace kiln::cuda {
 namespace {
@@ -187,6 +188,77 @@ __global__ void __launch_bounds__(kBlock)
   atomic_axpy(acc + walk_offset(g, p, v), src[p], 1.0, 1);
 }
 
+namespace sr = detail::scatter_reduce;
+
+__device__ __forceinline__ unsigned to_bits(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ unsigned long long to_bits(double v) {
+  return static_cast<unsigned long long>(__double_as_longlong(v));
+}
+__device__ __forceinline__ unsigned long long to_bits(int64_t v) {
+  return static_cast<unsigned long long>(v);
+}
+template <class A, class B>
+__device__ __forceinline__ A of_bits(B b) {
+  if constexpr (std::is_same_v<A, float>)
+    return __uint_as_float(b);
+  else if constexpr (std::is_same_v<A, double>)
+    return __longlong_as_double(static_cast<long long>(b));
+  else
+    return static_cast<int64_t>(b);
+}
+
+// *p = combine(reduce, *p, v) atomically: atomicAdd for sums, else a CAS loop on p's bits.
+template <class A>
+__device__ void atomic_combine(A* p, A v, int64_t reduce) {
+  if (reduce == sr::kSum || reduce == sr::kMean) {
+    if constexpr (std::is_floating_point_v<A>)
+      atomicAdd(p, v);
+    else
+      atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+    return;
+  }
+  using B = decltype(to_bits(v));
+  B* w = reinterpret_cast<B*>(p);
+  B old = *w, assumed;
+  do {
+    assumed = old;
+    old = atomicCAS(w, assumed, to_bits(sr::combine<A>(reduce, of_bits<A>(assumed), v)));
+  } while (old != assumed);
+}
+
+// index and src have g.numel elements; the identity goes to every position some index writes.
+template <class A>
+__global__ void __launch_bounds__(kBlock)
+    scatter_identity_kernel(A* acc, const int64_t* index, IndexGeom g, int64_t reduce) {
+  int64_t p = thread_index();
+  if (p >= g.numel) return;
+  int64_t v = index[p];
+  if (v < 0 || v >= g.bound) return;  // reported by scatter_reduce_kernel
+  acc[walk_offset(g, p, v)] = sr::identity<A>(reduce);
+}
+template <class A>
+__global__ void __launch_bounds__(kBlock)
+    scatter_reduce_kernel(A* acc, const int64_t* index, const A* src, int* count, IndexGeom g,
+                          int64_t reduce, int* err, int code) {
+  int64_t p = thread_index();
+  if (p >= g.numel) return;
+  int64_t v = index[p];
+  if (v < 0 || v >= g.bound) {
+    report(err, code);
+    return;
+  }
+  const int64_t off = walk_offset(g, p, v);
+  atomic_combine(acc + off, src[p], reduce);
+  if (count) atomicAdd(count + off, 1);
+}
+template <class A>
+__global__ void __launch_bounds__(kBlock)
+    scatter_mean_kernel(A* acc, const int* count, int64_t n, bool include_self) {
+  int64_t i = thread_index();
+  if (i >= n) return;
+  acc[i] = sr::mean_of<A>(acc[i], count[i] + (include_self ? 1 : 0));
+}
+
 // acc is (outer, dim_size, inner), index is (k), source is (outer, k, inner) with n elements.
 template <class T, class I>
 __global__ void __launch_bounds__(kBlock)
@@ -326,6 +398,30 @@ void launch_scatter_add(Dt dt, void* acc, const int64_t* index, const void* src,
     scatter_add_kernel<scalar_t><<<blocks_for(g.numel), kBlock, 0, stream>>>(
         static_cast<scalar_t*>(acc), index, static_cast<const scalar_t*>(src), g, err, code);
   });
+}
+
+void launch_scatter_reduce(Dt a_dt, void* acc, const int64_t* index, const void* src, int* count,
+                           int64_t acc_numel, const IndexGeom& g, int64_t reduce, bool include_self,
+                           int* err, int code, cudaStream_t stream) {
+  if (g.numel == 0) return;
+  auto run = [&](auto a) {
+    using A = decltype(a);
+    A* pa = static_cast<A*>(acc);
+    if (!include_self)
+      scatter_identity_kernel<A><<<blocks_for(g.numel), kBlock, 0, stream>>>(pa, index, g, reduce);
+    scatter_reduce_kernel<A><<<blocks_for(g.numel), kBlock, 0, stream>>>(
+        pa, index, static_cast<const A*>(src), reduce == sr::kMean ? count : nullptr, g, reduce,
+        err, code);
+    if (reduce == sr::kMean && acc_numel > 0)
+      scatter_mean_kernel<A>
+          <<<blocks_for(acc_numel), kBlock, 0, stream>>>(pa, count, acc_numel, include_self);
+  };
+  if (a_dt == Dt::Float32)
+    run(float{});
+  else if (a_dt == Dt::Float64)
+    run(double{});
+  else
+    run(int64_t{});
 }
 
 void launch_index_add(Dt dt, void* acc, Dt index_dt, const void* index, const void* source,

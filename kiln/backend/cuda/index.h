@@ -1,8 +1,8 @@
 #pragma once
 // Launchers of the CUDA indexing kernels: index_select (and embedding), gather, scatter_add,
-// index_add, one_hot, triu/tril. Data pointers are device memory of contiguous tensors. A bad
-// index value (seen only on the device) skips its write and sets *err to `code` (see
-// error_word() in common.h). Internal to kiln/backend/cuda.
+// scatter_reduce, index_add, one_hot, triu/tril. Data pointers are device memory of contiguous
+// tensors. A bad index value (seen only on the device) skips its write and sets *err to `code`
+// (see error_word() in common.h). Internal to kiln/backend/cuda.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -40,6 +40,14 @@ void launch_scatter(Dt dt, void* acc, const int64_t* index, const void* src, con
 // acc[coords of p with dim g.d replaced by index[p]] += src[p], atomically.
 void launch_scatter_add(Dt dt, void* acc, const int64_t* index, const void* src, const IndexGeom& g,
                         int* err, int code, cudaStream_t stream);
+// scatter_reduce (Note [scatter_reduce] in kiln/ops/scatter_meta.cpp) on acc, contiguous in the
+// computing type `a_dt` (Float32, Float64 or Int64): where include_self is false, every written
+// position first takes the reduction's identity; then acc[walk position of p] = reduce(acc, src[p])
+// atomically (CAS loops for prod, amax and amin); for mean, `count` (int32, acc's numel, zeroed)
+// counts the values and a last pass divides.
+void launch_scatter_reduce(Dt a_dt, void* acc, const int64_t* index, const void* src, int* count,
+                           int64_t acc_numel, const IndexGeom& g, int64_t reduce, bool include_self,
+                           int* err, int code, cudaStream_t stream);
 // acc (outer, dim_size, inner) at index[j] along the middle dim += alpha * source (outer, k,
 // inner) at j, atomically; alpha is `alpha_f` for floating dtypes, `alpha_i` otherwise.
 void launch_index_add(Dt dt, void* acc, Dt index_dt, const void* index, const void* source,

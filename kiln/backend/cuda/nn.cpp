@@ -63,7 +63,9 @@ void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x,
 }
 
 // The rows of weight (V, D) at indices: index_select along dim 0, as (1, V, D) -> (1, N, D).
-void embedding_impl(const Tensor& out, const Tensor& weight, const Tensor& indices) {
+// padding_idx and scale_grad_by_freq change only the gradient (Note [Embedding gradients]).
+void embedding_impl(const Tensor& out, const Tensor& weight, const Tensor& indices, int64_t, bool,
+                    bool) {
   static const int kBadIndex =
       error_code("[embedding] an index is out of range [0, num_embeddings) (found on the device)");
   int64_t V = weight.sizes()[0], D = weight.sizes()[1];
