@@ -98,16 +98,12 @@ TensorTriple cuda_flash_attention_backward(const Tensor& g, const Tensor& q, con
   Tensor delta = empty_cuda({sh.n * sh.l}, kFloat32, s.device);
   Tensor clse = contiguous_as(lse, kFloat32);
   const bool deterministic = deterministic_algorithms();
-  Tensor acc;  // dq in float32 while atomics add to it (16-bit dtypes)
-  if (!deterministic && q.dtype() != kFloat32)
-    acc = empty_cuda({sh.n * sh.l * sh.e}, kFloat32, s.device);
   Tensor kq, kk, kv, ko, kg;
   launch_flash_backward(dt(q.dtype()), use_tensor_cores(q.dtype()), sh, operand_of(q, kq),
                         operand_of(k, kk), operand_of(v, kv), operand_of(out, ko),
                         operand_of(g, kg), static_cast<const float*>(clse.impl()->data()),
-                        static_cast<float*>(delta.impl()->data()), deterministic,
-                        acc.defined() ? static_cast<float*>(acc.impl()->data()) : nullptr,
-                        dq.impl()->data(), dk.impl()->data(), dv.impl()->data(), stream_for(dq));
+                        static_cast<float*>(delta.impl()->data()), deterministic, dq.impl()->data(),
+                        dk.impl()->data(), dv.impl()->data(), stream_for(dq));
   check_launch(op);
   return {dq, dk, dv};
 }

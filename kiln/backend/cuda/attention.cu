@@ -1,12 +1,12 @@
-// Fused attention kernels (FlashAttention-2 style; Note [Fused attention] in kiln/ops/ops.h).
+// Fused attention kernels for float32 (FlashAttention-2 style; Note [Fused attention] in
+// kiln/ops/ops.h; float16 and bfloat16 run attention16.cu's, Note [16-bit fused attention]).
 // A block of 4 warps owns a tile of 64 queries (forward, dq) or 64 keys (dk, dv) and walks the
 // tiles of the other side, 64 at a time: the scores of one 64 x 64 tile live in shared memory,
-// never the whole L x S matrix. Tiles are held in shared memory as float (the 16-bit inputs
-// convert exactly), zero-padded to HD (64 or 128) columns. The products run either on TF32
-// tensor cores (wmma m16n16k8, float accumulation) or as exact float32 FMAs (TC = false), each
-// warp computing 16 rows of a tile. The softmax is online: a running max and sum per query,
-// the output rescaled as the max grows; the forward saves each query's logsumexp, from which
-// the backward recomputes the probabilities.
+// never the whole L x S matrix. Tiles are zero-padded to HD (64 or 128) columns. The products
+// run either on TF32 tensor cores (wmma m16n16k8, float accumulation) or as exact float32 FMAs
+// (TC = false), each warp computing 16 rows of a tile. The softmax is online: a running max and
+// sum per query, the output rescaled as the max grows; the forward saves each query's
+// logsumexp, from which the backward recomputes the probabilities.
 #include <mma.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "kiln/backend/cuda/attention.h"
+#include "kiln/backend/cuda/attention_common.cuh"
 #include "kiln/backend/cuda/loops.cuh"
 
 namespace kiln::cuda {
@@ -24,8 +25,9 @@ using namespace nvcuda;
 
 constexpr int kTile = 64;      // queries per block (forward, dq) and keys per step
 constexpr int kThreads = 128;  // 4 warps of 16 rows
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+using attn::kLn2;
+using attn::kLog2e;
+using attn::visible;
 constexpr int kLdS = kTile + 4;  // leading dim of the 64 x 64 score tiles (wmma: multiple of 4)
 
 template <int HD>
@@ -221,11 +223,6 @@ struct RowAcc<false, HD> {
       for (int j = 0; j < HD / 8; ++j) C[(warp * 16 + rg + 4 * i) * LD + cg + 8 * j] = a[i][j];
   }
 };
-
-// Whether query i may attend to key j.
-__device__ __forceinline__ bool visible(const AttnShape& sh, int64_t i, int64_t j) {
-  return i < sh.l && j < sh.s && (!sh.causal || j <= i);
-}
 
 // Shared memory of each kernel, in floats.
 template <int HD>
@@ -492,31 +489,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// out = acc over n elements (grid-stride).
-template <class T>
-__global__ void __launch_bounds__(256) convert_kernel(const float* acc, T* out, int64_t n) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * 256)
-    out[i] = cvt<T>(acc[i]);
-}
+unsigned blocks_of(int64_t batch, int64_t rows) { return attn::blocks_of(batch, rows, kTile); }
 
-// Opts a kernel into the shared memory it needs (over the 48 KiB default), once per device;
-// `done` is the kernel's own.
-constexpr int kMaxDevices = 64;
 template <class K>
 void allow_smem(K kernel, int floats, std::atomic<bool>* done) {
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (dev < kMaxDevices && done[dev].load(std::memory_order_relaxed)) return;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         floats * static_cast<int>(sizeof(float)));
-  if (err != cudaSuccess) return;  // the launch fails and check_launch names it
-  if (dev < kMaxDevices) done[dev].store(true, std::memory_order_relaxed);
+  attn::allow_smem(kernel, static_cast<size_t>(floats) * sizeof(float), done);
 }
-
-unsigned blocks_of(int64_t batch, int64_t rows) {
-  return static_cast<unsigned>(batch * ((rows + kTile - 1) / kTile));
-}
+using attn::kMaxDevices;
 
 template <class T, bool TC, int HD>
 void forward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k, const AttnOperand& v,
@@ -530,11 +509,8 @@ void forward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k, co
 
 template <class T, bool TC, int HD>
 void backward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k, const AttnOperand& v,
-              const AttnOperand& o, const AttnOperand& g, const float* lse, float* delta,
-              bool deterministic, float* dq_acc, void* dq, void* dk, void* dv, cudaStream_t st) {
-  constexpr int kRowsPerBlock = kThreads / 32;
-  unsigned rows = static_cast<unsigned>((sh.n * sh.l + kRowsPerBlock - 1) / kRowsPerBlock);
-  attention_delta_kernel<T><<<rows, kThreads, 0, st>>>(sh, o, g, delta);
+              const AttnOperand& g, const float* lse, const float* delta, bool deterministic,
+              void* dq, void* dk, void* dv, cudaStream_t st) {
   const size_t bytes = backward_smem<HD>() * sizeof(float);
   if (deterministic) {
     auto kv = flash_backward_kv_kernel<T, TC, HD, false>;
@@ -548,47 +524,41 @@ void backward(const AttnShape& sh, const AttnOperand& q, const AttnOperand& k, c
                                                        static_cast<T*>(dq));
     return;
   }
-  constexpr bool kFloat = std::is_same_v<T, float>;
-  float* acc = kFloat ? static_cast<float*>(dq) : dq_acc;  // float32 dq accumulates in place
-  const int64_t n = sh.n * sh.l * sh.e;
-  cudaMemsetAsync(acc, 0, static_cast<size_t>(n) * sizeof(float), st);
+  // dq accumulates in place with atomics.
+  cudaMemsetAsync(dq, 0, static_cast<size_t>(sh.n * sh.l * sh.e) * sizeof(float), st);
   auto kv = flash_backward_kv_kernel<T, TC, HD, true>;
   static std::atomic<bool> done_kv[kMaxDevices];
   allow_smem(kv, backward_smem<HD>(), done_kv);
   kv<<<blocks_of(sh.n, sh.s), kThreads, bytes, st>>>(sh, q, k, v, g, lse, delta,
-                                                     static_cast<T*>(dk), static_cast<T*>(dv), acc);
-  if constexpr (!kFloat) {
-    const int64_t blocks = std::min<int64_t>((n + 255) / 256, int64_t{1} << 20);
-    convert_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, st>>>(acc, static_cast<T*>(dq), n);
-  }
+                                                     static_cast<T*>(dk), static_cast<T*>(dv),
+                                                     static_cast<float*>(dq));
 }
 
-// Calls f.template operator()<T, TC, HD>() for the dtype, the product kind and the head dim
-// (exact float32 FMAs only for float32: the 16-bit dtypes always use the tensor cores).
+// delta = rowwise (grad_out . out), the backward's first kernel in every dtype.
+template <class T>
+void launch_delta(const AttnShape& sh, const AttnOperand& o, const AttnOperand& g, float* delta,
+                  cudaStream_t st) {
+  constexpr int kRowsPerBlock = kThreads / 32;
+  unsigned rows = static_cast<unsigned>((sh.n * sh.l + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (rows > 0) attention_delta_kernel<T><<<rows, kThreads, 0, st>>>(sh, o, g, delta);
+}
+
+bool is_16bit(Dt dt) { return dt == Dt::Float16 || dt == Dt::BFloat16; }
+
+// Calls f.template operator()<float, TC, HD>() for the product kind and the head dim (the
+// 16-bit dtypes run attention16.cu's kernels).
 template <class F>
-void dispatch(Dt dt, bool tensor_cores, int e, F&& f) {
-  auto by_hd = [&]<class T, bool TC>() {
+void dispatch(bool tensor_cores, int e, F&& f) {
+  auto by_hd = [&]<bool TC>() {
     if (e <= 64)
-      f.template operator()<T, TC, 64>();
+      f.template operator()<float, TC, 64>();
     else
-      f.template operator()<T, TC, 128>();
+      f.template operator()<float, TC, 128>();
   };
-  switch (dt) {
-    case Dt::Float32:
-      if (tensor_cores)
-        by_hd.template operator()<float, true>();
-      else
-        by_hd.template operator()<float, false>();
-      break;
-    case Dt::Float16:
-      by_hd.template operator()<__half, true>();
-      break;
-    case Dt::BFloat16:
-      by_hd.template operator()<__nv_bfloat16, true>();
-      break;
-    default:
-      break;
-  }
+  if (tensor_cores)
+    by_hd.template operator()<true>();
+  else
+    by_hd.template operator()<false>();
 }
 
 }  // namespace
@@ -596,18 +566,25 @@ void dispatch(Dt dt, bool tensor_cores, int e, F&& f) {
 void launch_flash_forward(Dt dt, bool tensor_cores, const AttnShape& sh, const AttnOperand& q,
                           const AttnOperand& k, const AttnOperand& v, void* out, float* lse,
                           cudaStream_t stream) {
-  dispatch(dt, tensor_cores, sh.e,
+  if (is_16bit(dt)) return launch_flash16_forward(dt, sh, q, k, v, out, lse, stream);
+  dispatch(tensor_cores, sh.e,
            [&]<class T, bool TC, int HD>() { forward<T, TC, HD>(sh, q, k, v, out, lse, stream); });
 }
 
 void launch_flash_backward(Dt dt, bool tensor_cores, const AttnShape& sh, const AttnOperand& q,
                            const AttnOperand& k, const AttnOperand& v, const AttnOperand& out,
                            const AttnOperand& grad_out, const float* lse, float* delta,
-                           bool deterministic, float* dq_acc, void* dq, void* dk, void* dv,
-                           cudaStream_t stream) {
-  dispatch(dt, tensor_cores, sh.e, [&]<class T, bool TC, int HD>() {
-    backward<T, TC, HD>(sh, q, k, v, out, grad_out, lse, delta, deterministic, dq_acc, dq, dk, dv,
-                        stream);
+                           bool deterministic, void* dq, void* dk, void* dv, cudaStream_t stream) {
+  if (is_16bit(dt)) {
+    if (dt == Dt::BFloat16)
+      launch_delta<__nv_bfloat16>(sh, out, grad_out, delta, stream);
+    else
+      launch_delta<__half>(sh, out, grad_out, delta, stream);
+    return launch_flash16_backward(dt, sh, q, k, v, grad_out, lse, delta, dq, dk, dv, stream);
+  }
+  launch_delta<float>(sh, out, grad_out, delta, stream);
+  dispatch(tensor_cores, sh.e, [&]<class T, bool TC, int HD>() {
+    backward<T, TC, HD>(sh, q, k, v, grad_out, lse, delta, deterministic, dq, dk, dv, stream);
   });
 }
 

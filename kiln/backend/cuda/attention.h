@@ -29,19 +29,25 @@ struct AttnShape {
   float scale = 1;
 };
 
-// out: [n, l, e] contiguous in dt; lse: [n, l] float32. tensor_cores: the products on TF32
-// tensor cores (required for the 16-bit dtypes), else exact float32 FMAs.
+// out: [n, l, e] contiguous in dt; lse: [n, l] float32. tensor_cores (float32): the products on
+// TF32 tensor cores, else exact float32 FMAs; float16 and bfloat16 always use tensor cores.
 void launch_flash_forward(Dt dt, bool tensor_cores, const AttnShape& sh, const AttnOperand& q,
                           const AttnOperand& k, const AttnOperand& v, void* out, float* lse,
                           cudaStream_t stream);
-// dq: [n, l, e]; dk, dv: [n, s, e], contiguous in dt. delta: n * l floats of scratch.
-// deterministic: dq from a kernel of its own (recomputing the scores); otherwise each key
-// tile's share is added with atomics into dq (float32) or into dq_acc (n * l * e floats of
-// scratch, for the 16-bit dtypes), then converted.
+// dq: [n, l, e]; dk, dv: [n, s, e], contiguous in dt. delta: n * l floats of scratch. float32,
+// deterministic: dq from a kernel of its own (recomputing the scores); otherwise each key tile's
+// share is added into dq with atomics. The 16-bit kernels always take the first way.
 void launch_flash_backward(Dt dt, bool tensor_cores, const AttnShape& sh, const AttnOperand& q,
                            const AttnOperand& k, const AttnOperand& v, const AttnOperand& out,
                            const AttnOperand& grad_out, const float* lse, float* delta,
-                           bool deterministic, float* dq_acc, void* dq, void* dk, void* dv,
-                           cudaStream_t stream);
+                           bool deterministic, void* dq, void* dk, void* dv, cudaStream_t stream);
+
+// The float16 and bfloat16 kernels (attention16.cu; Note [16-bit fused attention]), which the
+// two above call. launch_flash16_backward expects delta computed.
+void launch_flash16_forward(Dt dt, const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
+                            const AttnOperand& v, void* out, float* lse, cudaStream_t stream);
+void launch_flash16_backward(Dt dt, const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
+                             const AttnOperand& v, const AttnOperand& grad_out, const float* lse,
+                             const float* delta, void* dq, void* dk, void* dv, cudaStream_t stream);
 
 }  // namespace kiln::cuda
