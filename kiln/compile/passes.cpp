@@ -35,28 +35,64 @@ std::string attr_key(const IValue& v) {
 
 int eliminate_dead_code(Graph& g) {
   std::vector<bool> used(g.values.size(), false);
-  for (int v : g.outputs) used[v] = true;
+  // A node is needed when anything reads the buffer it makes, through its outputs or through
+  // another value over that buffer (autograd's saved result, traced without a node of its own).
+  std::vector<bool> buffer_used(g.buffers.size(), false);
+  auto use = [&](int v) {
+    used[v] = true;
+    buffer_used[g.values[v].buffer] = true;
+  };
+  for (int v : g.outputs) use(v);
   std::vector<bool> keep(g.nodes.size(), false);
   int removed = 0;
   for (size_t i = g.nodes.size(); i-- > 0;) {
     const Node& n = g.nodes[i];
     bool needed = n.has_effects();
-    for (int o : n.outputs) needed = needed || used[o];
+    for (int o : n.outputs) {
+      const int b = g.values[o].buffer;
+      needed =
+          needed || used[o] || (g.buffers[b].producer == static_cast<int>(i) && buffer_used[b]);
+    }
     if (!needed) {
       ++removed;
       continue;
     }
     keep[i] = true;
-    for_each_value_arg(n, [&](int v) { used[v] = true; });
+    for_each_value_arg(n, use);
   }
   if (removed) compact(g, keep);
   return removed;
 }
 
+// Note [Merging equal nodes]
+// A pure functional node whose op, attributes and input values (at the versions they had when
+// it ran) equal an earlier node's is dropped, and its outputs become the earlier node's. Two
+// things make that more than renaming outputs:
+//   - A node's result is one buffer, and values other than its outputs may live in it (the
+//     tensor autograd saved for backward, traced as a value of its own over the same storage).
+//     The dropped node's buffers are therefore merged into the kept node's: every value in one
+//     moves to the other, at the same offset, so it has storage at replay.
+//   - After the merge both names share one buffer, so a write to either would show through the
+//     other. Nodes whose own result buffers are ever written (by an in-place or out= node, or a
+//     write through a view) are never merged, neither as the kept node nor as the dropped one.
+// The merged result buffers must be the same size; otherwise the nodes stay apart.
 int eliminate_common_subexpressions(Graph& g) {
   std::vector<int> remap(g.values.size());
   std::iota(remap.begin(), remap.end(), 0);
   std::vector<uint64_t> version(g.buffers.size(), 0);  // writes seen so far, per buffer
+  std::vector<bool> written(g.buffers.size(), false);  // by any node of the graph
+  for (const Node& n : g.nodes)
+    for (int b : n.writes) written[b] = true;
+  // Whether output k of node i can be merged: its buffer is its own and never written, or it is
+  // a view of something else (then equal inputs make it the same view).
+  auto mergeable = [&](int i, int v) {
+    const Buffer& b = g.buffers[g.values[v].buffer];
+    return b.producer != i || !written[g.values[v].buffer];
+  };
+  // Values per buffer, to move a dropped node's buffers wholesale.
+  std::vector<std::vector<int>> in_buffer(g.buffers.size());
+  for (size_t v = 0; v < g.values.size(); ++v)
+    in_buffer[g.values[v].buffer].push_back(static_cast<int>(v));
   struct Seen {
     int node;
     std::vector<uint64_t> out_versions;
@@ -97,12 +133,30 @@ int eliminate_common_subexpressions(Graph& g) {
       std::string key = fmt::to_string(kb);
       auto it = seen.find(key);
       if (it != seen.end()) {
-        const Node& first = g.nodes[it->second.node];
+        const int f = it->second.node;
+        const Node& first = g.nodes[f];
         bool unchanged = first.outputs.size() == n.outputs.size();
-        for (size_t k = 0; unchanged && k < first.outputs.size(); ++k)
-          unchanged = version[g.values[first.outputs[k]].buffer] == it->second.out_versions[k];
+        for (size_t k = 0; unchanged && k < first.outputs.size(); ++k) {
+          const Value &a = g.values[first.outputs[k]], &b = g.values[n.outputs[k]];
+          const bool own_a = g.buffers[a.buffer].producer == f;
+          const bool own_b = g.buffers[b.buffer].producer == static_cast<int>(i);
+          unchanged =
+              version[a.buffer] == it->second.out_versions[k] && mergeable(f, first.outputs[k]) &&
+              mergeable(static_cast<int>(i), n.outputs[k]) && own_a == own_b &&
+              (!own_b ||
+               (a.offset == b.offset && g.buffers[a.buffer].nbytes == g.buffers[b.buffer].nbytes));
+        }
         if (unchanged) {
-          for (size_t k = 0; k < n.outputs.size(); ++k) remap[n.outputs[k]] = first.outputs[k];
+          for (size_t k = 0; k < n.outputs.size(); ++k) {
+            remap[n.outputs[k]] = first.outputs[k];
+            // See Note [Merging equal nodes]: the dropped buffer's other values move along.
+            const int from = g.values[n.outputs[k]].buffer, to = g.values[first.outputs[k]].buffer;
+            if (from == to || g.buffers[from].producer != static_cast<int>(i)) continue;
+            for (int v : in_buffer[from]) g.values[v].buffer = to;
+            in_buffer[to].insert(in_buffer[to].end(), in_buffer[from].begin(),
+                                 in_buffer[from].end());
+            in_buffer[from].clear();
+          }
           keep[i] = false;
           ++merged;
           continue;

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kiln/autograd/engine.h"
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/compile/trace.h"
 #include "kiln/ops/ops.h"
@@ -637,6 +638,49 @@ TEST(CompilePasses, NoMergeAcrossAWrite) {
     expect_equal(got, fn(a, w_ref), fmt::format("call {}", i));
   }
   EXPECT_EQ(f.entries()[0].cse_merged, 0);
+}
+
+// Two equal calls whose results are written later must stay two buffers: merging them would
+// make the write to one show through the other.
+TEST(CompilePasses, NoMergeOfAResultWrittenLater) {
+  auto fn = [](const Tensor& a, const Tensor& b) {
+    autograd::NoGradGuard ng;
+    Tensor p = mul(a, b), q = mul(a, b);
+    add_(q, 1.0);
+    Tensor r = mul(a, b), s = mul(a, b);
+    add_(r, 2.0);  // the first of the pair written after the second was made
+    return add(sub(q, p), sub(r, s));
+  };
+  CompiledFunction f = compile(fn);
+  Tensor a = rnd({4}, 5), b = rnd({4}, 6);
+  for (int i = 0; i < 3; ++i) expect_equal(f({a, b})[0], fn(a, b), fmt::format("call {}", i));
+  EXPECT_EQ(f.entries()[0].cse_merged, 0);
+}
+
+// A node whose outputs nobody reads is still needed when another value over its buffer is read
+// (the result a ReLU saved for its backward, when only the gradient is returned).
+TEST(CompilePasses, DeadCodeKeepsANodeWhoseBufferIsRead) {
+  Tensor w = rnd({4}, 9).requires_grad_(true);
+  auto fn = [&](const Tensor& x) { return autograd::grad({sum(relu(mul(x, w)))}, {w})[0]; };
+  CompiledFunction f = compile(fn);
+  Tensor x = rnd({4}, 10);
+  Tensor want = fn(x);
+  for (int i = 0; i < 3; ++i) expect_equal(f({x})[0], want, fmt::format("call {}", i));
+}
+
+// A value over a merged node's buffer without being its output (autograd's saved result of
+// the second of two equal calls) is moved to the kept node's buffer.
+TEST(CompilePasses, MergedBufferKeepsItsOtherValues) {
+  Tensor w = rnd({4}, 7).requires_grad_(true);
+  auto fn = [&](const Tensor& x) {
+    Tensor y = add(relu(mul(x, w)), relu(mul(x, w)));
+    return autograd::grad({sum(y)}, {w})[0];
+  };
+  CompiledFunction f = compile(fn);
+  Tensor x = rnd({4}, 8);
+  Tensor want = fn(x);
+  for (int i = 0; i < 3; ++i) expect_equal(f({x})[0], want, fmt::format("call {}", i));
+  EXPECT_GT(f.entries()[0].cse_merged, 0);
 }
 
 TEST(CompileMemory, ArenaReusesDeadBuffers) {

@@ -4,6 +4,7 @@
 
 #include "kiln/compile/compile.h"
 #include "kiln/nn/cnn.h"
+#include "kiln/nn/conv.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
@@ -159,6 +160,48 @@ TEST(CompileTrain, CnnTenStepsMatchEagerBitwise) {
   }
   ASSERT_EQ(f.entries().size(), 1u);
   EXPECT_EQ(f.entries()[0].hits, 8);
+}
+
+// A module applied twice to the same input: CSE merges the two calls (forward and, with equal
+// incoming gradients, backward), and the replay must still match eager. The convolution's
+// backward allocates its results (a Result step), the ReLU's backward reads a merged value.
+TEST(CompileTrain, ModuleAppliedTwiceMatchesEagerBitwise) {
+  struct Twice {
+    explicit Twice(uint64_t seed)
+        : gen(seed), conv(1, 4, {3}, {}, {.gen = &gen}), head(4 * 6 * 6, 10, true, {.gen = &gen}) {}
+    Generator gen;
+    nn::Conv2d conv;
+    nn::Linear head;
+    std::vector<Tensor> parameters() { return {conv.weight, conv.bias, head.weight, head.bias}; }
+    Tensor step(optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+      opt.zero_grad();
+      Tensor h = add(relu(conv.forward(x)), relu(conv.forward(x)));
+      Tensor loss = cross_entropy(head.forward(flatten(h, 1)), y);
+      loss.backward();
+      opt.step();
+      return loss.detach();
+    }
+  };
+  Twice eager(3), compiled(3);
+  optim::AdamW eager_opt(eager.parameters(), {.lr = 1e-2});
+  optim::AdamW opt(compiled.parameters(), {.lr = 1e-2});
+  CompiledFunction f =
+      compile([&](const Tensor& x, const Tensor& y) { return compiled.step(opt, x, y); },
+              {.name = "twice"});
+  Generator data(17);
+  for (int s = 1; s <= 5; ++s) {
+    Tensor x = randn({3, 1, 8, 8}, &data), y = randint(0, 10, {3}, &data);
+    Tensor want = eager.step(eager_opt, x, y);
+    Tensor got = f({x, y})[0];
+    EXPECT_EQ(got.item<float>(), want.item<float>()) << "loss at step " << s;
+    std::vector<Tensor> pe = eager.parameters(), pc = compiled.parameters();
+    for (size_t i = 0; i < pe.size(); ++i)
+      EXPECT_EQ(pe[i].to_vector<float>(), pc[i].to_vector<float>())
+          << "parameter " << i << " after step " << s;
+  }
+  ASSERT_EQ(f.entries().size(), 1u);
+  EXPECT_EQ(f.entries()[0].hits, 3);
+  EXPECT_GT(f.entries()[0].cse_merged, 0);
 }
 
 TEST(CompileTrain, GptWithDynamicBatchDerivesNewSizes) {
