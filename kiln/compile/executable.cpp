@@ -15,6 +15,20 @@
 // outputs to buffers handed to the caller: when the caller still holds the previous call's
 // output, a new buffer is allocated rather than overwriting it, so outputs are always tensors
 // the caller owns.
+//
+// Note [Errors during a replay]
+// A kernel that raises during a replay (a value only the kernel sees: an index or a target out
+// of range) raises its own exception, unchanged, to the caller of the compiled function:
+// nothing between the caller and the kernel catches it, and no destructor on the way throws.
+// The steps before it have run and their writes stand (free tensors, inputs written in place),
+// as the ops before a failing op stand in eager code; the steps after it have not, and the
+// call returns no outputs. The executable stays valid and the entry stays in the cache: every
+// buffer is bound anew at the start of each call and a bound call keeps no state between
+// calls, so the next call replays the same entry (no recompile). A failure in the warm-up run
+// of a device-graph executable leaves it uncaptured, and the next call captures. On a device
+// (sim, CUDA) a kernel's error is reported by the device at the next synchronisation, which
+// may be in a later call; a CUDA device-side assert leaves the whole context unusable, which
+// no replay can repair. Tests: CompileReplayErrors.* (cpu), SimCompile.AKernelError* (sim).
 #include "kiln/compile/executable.h"
 
 #include <algorithm>

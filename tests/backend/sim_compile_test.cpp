@@ -302,5 +302,33 @@ TEST(SimCompileTrain, MlpStepsMatchEagerBitwise) {
   EXPECT_EQ(f.entries().size(), 1u);
 }
 
+// A kernel that fails during a replay, on the warm-up and on a captured graph: the caller gets
+// an exception (sim reports a kernel's error at the next synchronisation, as CUDA does), and
+// the next call with good inputs replays the same entry.
+TEST(SimCompile, AKernelErrorDuringAReplayIsAnExceptionAndTheNextCallReplays) {
+  auto fn = [](const Tensor& x, const Tensor& y) { return nll_loss(log_softmax(x, -1), y); };
+  CompiledFunction f = compile(fn, {.name = "loss"});
+  Tensor x = srand_({3, 5}, 4);
+  Tensor good = from_vector<int64_t>({1, 4, 0}).to(sim()),
+         bad = from_vector<int64_t>({1, 9, 0}).to(sim());
+  const float want = fn(x, good).item<float>();
+  auto call_bad = [&](const char* when) {
+    try {
+      Tensor r = f({x, bad})[0];
+      synchronize(sim());
+      ADD_FAILURE() << "expected an error " << when;
+    } catch (const Error& e) {
+      EXPECT_TRUE(contains(e.what(), "target 9 is out of bounds for 5 classes")) << e.what();
+    }
+  };
+  EXPECT_EQ(f({x, good})[0].item<float>(), want);  // traced
+  call_bad("in the warm-up replay");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(f({x, good})[0].item<float>(), want) << "call " << i;
+  call_bad("in a graph replay");
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(f({x, good})[0].item<float>(), want) << "after " << i;
+  ASSERT_EQ(f.entries().size(), 1u);
+  EXPECT_EQ(f.entries()[0].hits, 7);
+}
+
 }  // namespace
 }  // namespace kiln::test

@@ -603,6 +603,31 @@ TEST(CompileBreaks, PiecewiseRunsTheReadBetweenSegments) {
   EXPECT_NE(f.steps_str().find("host read: segment break"), std::string::npos) << f.steps_str();
 }
 
+// ---------------------------------------------------------------- errors during a replay
+// A kernel that raises while a compiled function replays (here nll_loss on a target out of
+// range, which only the kernel can see) raises the kernel's own error to the caller, and the
+// compiled function stays usable: the next call with good inputs replays the same entry.
+TEST(CompileReplayErrors, AKernelErrorReachesTheCallerAndTheNextCallReplays) {
+  auto fn = [](const Tensor& x, const Tensor& y) { return nll_loss(log_softmax(x, -1), y); };
+  CompiledFunction f = compile(fn, {.name = "loss"});
+  Tensor x = rnd({3, 5}, 11);
+  Tensor good = from_vector<int64_t>({1, 4, 0}), bad = from_vector<int64_t>({1, 9, 0});
+  expect_equal(f({x, good})[0], fn(x, good), "traced call");
+  expect_equal(f({x, good})[0], fn(x, good), "replay");
+  try {
+    f({x, bad});
+    FAIL() << "expected an IndexError";
+  } catch (const IndexError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("[nll_loss] target 9 is out of bounds for 5 classes"), std::string::npos) << m;
+  }
+  EXPECT_EQ(f.entries().size(), 1u);
+  for (int i = 0; i < 2; ++i)
+    expect_equal(f({x, good})[0], fn(x, good), fmt::format("after {}", i));
+  EXPECT_EQ(f.entries().size(), 1u);
+  EXPECT_EQ(f.entries()[0].hits, 4);
+}
+
 // ---------------------------------------------------------------- passes and memory
 TEST(CompilePasses, DeadCodeCseAndNoops) {
   CompiledFunction f = compile([](const Tensor& a, const Tensor& b) {
