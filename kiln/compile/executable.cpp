@@ -4,7 +4,8 @@
 // kernel of its backend bound to slots and attributes (OpDef::bind), so a replay is a loop of
 // indirect calls with no dispatch, no boxing, no autograd and no allocation:
 //   - functional ops with an out= variant run that variant into their planned buffer; `full`
-//     becomes fill_, `to_copy` becomes copy_, `empty` needs no step;
+//     becomes fill_, `to_copy` becomes copy_, `empty` and `empty_strided` (OpDef::uninitialized)
+//     need no step;
 //   - in-place and out= ops run as they are, on the slots they were traced with;
 //   - ops without an out= variant (random factories, dropout, max_dim, ...) run their own
 //     kernel, which allocates; the slots of their buffer are then pointed at the result

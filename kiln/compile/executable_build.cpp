@@ -70,7 +70,7 @@ Executable::Lowered Executable::lower_nodes() const {
               own_buffers && g.buffers[g.values[o].buffer].producer == static_cast<int>(i);
         if (!own_buffers) {
           l.how[i] = How::Skip;
-        } else if (n.op == &ops::op_empty.def) {
+        } else if (n.op->uninitialized()) {  // empty, empty_strided: a buffer, no step
           l.how[i] = How::Skip;
         } else if (n.op == &ops::op_full.def) {
           l.how[i] = How::Fill;

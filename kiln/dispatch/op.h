@@ -171,6 +171,10 @@ class OpDef {
   // talks to other processes): compile never drops, merges or reorders such a call.
   void set_side_effects(bool on) { side_effects_ = on; }
   bool side_effects() const { return side_effects_; }
+  // Whether the op's result is memory left uninitialised (empty, empty_strided): compile gives
+  // it a buffer and no step, sim launches nothing for it.
+  void set_uninitialized(bool on) { uninitialized_ = on; }
+  bool uninitialized() const { return uninitialized_; }
 
   // Where the fast path found no kernel: walks down `ks` to the first key with a kernel or a
   // boxed fallback (layers above the backends fall through; a backend without either throws).
@@ -190,6 +194,7 @@ class OpDef {
   AutocastPolicy autocast_ = AutocastPolicy::Unset;
   PythonExposure python_ = PythonExposure::Unset;
   bool side_effects_ = false;
+  bool uninitialized_ = false;
   void* unboxed_[kNumDispatchKeys] = {};
 };
 

@@ -125,6 +125,7 @@ void reg(TypedOp<Sig>& op, Sig* fn) {
 const bool registered = [] {
   reg(ops::op_randperm, &meta_randperm);
   reg(ops::op_empty_strided, &any_empty_strided);
+  ops::op_empty_strided.def.set_uninitialized(true);
   return true;
 }();
 }  // namespace

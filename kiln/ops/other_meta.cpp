@@ -439,6 +439,7 @@ void reg(TypedOp<Sig>& op, Sig* fn) {
 }
 const bool registered = [] {
   reg(ops::op_empty, &meta_empty);
+  ops::op_empty.def.set_uninitialized(true);
   reg(ops::op_full, &meta_full);
   reg(ops::op_arange, &meta_arange);
   reg(ops::op_linspace, &meta_linspace);

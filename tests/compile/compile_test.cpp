@@ -11,6 +11,7 @@
 #include "kiln/autograd/engine.h"
 #include "kiln/autograd/grad_mode.h"
 #include "kiln/compile/trace.h"
+#include "kiln/ops/distance.h"
 #include "kiln/ops/ops.h"
 #include "kiln/profiler/profiler.h"
 
@@ -706,6 +707,29 @@ TEST(CompilePasses, MergedBufferKeepsItsOtherValues) {
   Tensor want = fn(x);
   for (int i = 0; i < 3; ++i) expect_equal(f({x})[0], want, fmt::format("call {}", i));
   EXPECT_GT(f.entries()[0].cse_merged, 0);
+}
+
+// empty and empty_strided leave their memory uninitialised: each becomes a planned buffer with
+// no step (their OpDef says so), where any other factory runs a kernel per replay.
+TEST(CompilePasses, UninitialisedFactoriesNeedNoStep) {
+  auto body = [](Tensor e, const Tensor& x) {
+    e.copy_(x);
+    return mul(e, 2.0);
+  };
+  CompiledFunction plain = compile([&](const Tensor& x) {
+    return body(empty({2, 3}, kFloat32), x);
+  });
+  CompiledFunction strided = compile([&](const Tensor& x) {
+    return body(empty_strided({2, 3}, {1, 2}), x);
+  });
+  Tensor x = rnd({2, 3}, 12);
+  for (int i = 0; i < 2; ++i) {
+    expect_equal(plain({x})[0], mul(x, 2.0));
+    expect_equal(strided({x})[0], mul(x, 2.0));
+  }
+  EXPECT_EQ(plain.entries()[0].steps, 2) << plain.steps_str();
+  EXPECT_EQ(strided.entries()[0].steps, 2) << strided.steps_str();
+  EXPECT_EQ(strided.steps_str().find("empty_strided"), std::string::npos) << strided.steps_str();
 }
 
 TEST(CompileMemory, ArenaReusesDeadBuffers) {
