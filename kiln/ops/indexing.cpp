@@ -113,7 +113,9 @@ Tensor slice_scatter(const Tensor& self, const Tensor& src, int64_t dim,
 }
 // Composite: the k-th true position of the mask (broadcast to self) takes source's k-th element,
 // found by a running count of the mask; no host read (too small a source is index_select's
-// out-of-range error).
+// out-of-range error). An empty source is allowed, as in ATen, when the mask is all false: it
+// gets one padding element that the false positions read (index 0) and where() discards, while
+// a true position reads index 1, out of range as before.
 Tensor masked_scatter(const Tensor& self, const Tensor& mask, const Tensor& source) {
   KILN_CHECK(self.defined() && mask.defined() && source.defined(),
              "[masked_scatter] self, mask and source must be defined");
@@ -123,6 +125,11 @@ Tensor masked_scatter(const Tensor& self, const Tensor& mask, const Tensor& sour
                   "[masked_scatter] source dtype {} differs from self {}", source.dtype(),
                   self.dtype());
   Tensor m = expand(mask, self.sizes());
+  if (source.numel() == 0) {
+    Tensor padded = cat({reshape(source, {-1}), zeros({1}, self.dtype(), self.device())}, 0);
+    Tensor taken = index_select(padded, 0, reshape(m, {-1}).to(kInt64));
+    return where(m, reshape(taken, self.sizes()), self);
+  }
   Tensor pos = sub(cumsum(reshape(m, {-1}), 0, kInt64), 1);
   Tensor taken = index_select(reshape(source, {-1}), 0, clamp(pos, 0, std::nullopt));
   return where(m, reshape(taken, self.sizes()), self);

@@ -669,6 +669,18 @@ void add_scatters(Cases& cs) {
          .aten = [](const AArgs& a) { return ATensors{at::masked_scatter(a[0], a[1], a[2])}; },
          .tol = Tol::Exact});
   }
+  // An empty source with a mask that is all false: self as it is.
+  cs.push_back(
+      {.name = "masked_scatter_empty_source",
+       .ops = {"cat", "index_select", "where"},
+       .dtypes = kAllDTypes,
+       .make =
+           [](Gen& g) {
+             return KTensors{g.any({{3, 4}, C}), zeros({3, 4}, kBool), g.any({{0}, C})};
+           },
+       .kiln = [](const KArgs& x) { return KTensors{masked_scatter(x[0], x[1], x[2])}; },
+       .aten = [](const AArgs& a) { return ATensors{at::masked_scatter(a[0], a[1], a[2])}; },
+       .tol = Tol::Exact});
 }
 
 GradSamples scatter_grads() {
@@ -768,6 +780,13 @@ std::vector<ErrorCase> scatter_errors() {
        "masked_scatter",
        {"bool", "float32"},
        [](const Watch&) { masked_scatter(f32({4}), f32({4}), f32({4})); }},
+      {"masked_scatter_empty_source_true_mask",
+       K::Index,
+       "index_select",
+       {"index 1 is out of range"},
+       [](const Watch&) {
+         masked_scatter(f32({4}), from_vector<bool>({false, true, false, false}), f32({0}));
+       }},
   };
 }
 
