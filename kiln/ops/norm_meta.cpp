@@ -30,8 +30,15 @@ namespace kiln {
 // channel when training"). In eval (no_training, or legit with training false) the running
 // stats normalise and save_mean/save_rstd are empty, as ATen returns them. Weight, bias and
 // running stats have the input's dtype, or float32 for a 16-bit input (mixed dtype); the
-// statistics are float32 for 16-bit inputs, the input's dtype otherwise. Every check runs
+// saved statistics are float32 for 16-bit inputs, the input's dtype otherwise. Every check runs
 // before the first write, so a failed call leaves the running stats as they were.
+//
+// Note [Norm statistics]
+// What the ops return as statistics follows ATen's CPU kernels (libtorch 1.13): batch norm's
+// save_mean/save_invstd are float32 for a 16-bit input, group and layer norm's mean/rstd have
+// the input's dtype (computed in float32 and rounded once at the end). Their backward ops take
+// either dtype and widen them to float32 again. ATen's CUDA layer norm returns float32 instead;
+// Kiln returns the same dtype on every device.
 
 namespace meta {
 namespace {
@@ -317,7 +324,7 @@ TensorTriple run_group_norm(const NormKernels& k, const Tensor& input, const Ten
   const Tensor x = input.contiguous();
   Tensor mean = stats_empty({N, G}, input), var = stats_empty({N, G}, input);
   Tensor out = empty_tensor(input.sizes(), input.dtype(), input.device());
-  if (N == 0) return {out, mean, var};
+  if (N == 0) return {out, mean.to(input.dtype()), var.to(input.dtype())};
   k.moments(x, 1, N * G, Cg * HxW, mean, var);
   Tensor rstd = rsqrt(add(var, eps));
   // scale[n, c] = rstd[n, g] * w[c], shift[n, c] = bias[c] - mean[n, g] * scale[n, c].
@@ -329,7 +336,7 @@ TensorTriple run_group_norm(const NormKernels& k, const Tensor& input, const Ten
   if (out.numel() > 0)
     k.apply(out, x, scale.contiguous(), Tensor(), Tensor(), shift.contiguous(), Tensor(), Tensor(),
             N, C, HxW, C, 1);
-  return {out, mean, rstd};
+  return {out, mean.to(input.dtype()), rstd.to(input.dtype())};  // See Note [Norm statistics]
 }
 
 TensorTriple run_group_norm_backward(const NormKernels& k, const Tensor& grad_out,
@@ -378,13 +385,14 @@ TensorTriple run_layer_norm(const NormKernels& k, const Tensor& input, IntArrayR
   const Tensor x = input.contiguous();
   Tensor mean = stats_empty({M}, input), var = stats_empty({M}, input);
   Tensor out = empty_tensor(input.sizes(), input.dtype(), input.device());
-  if (M == 0) return {out, mean.view(ss), var.view(ss)};
+  if (M == 0) return {out, mean.to(input.dtype()).view(ss), var.to(input.dtype()).view(ss)};
   k.moments(x, 1, M, D, mean, var);
   Tensor rstd = rsqrt(add(var, eps));
   if (out.numel() > 0)
     k.apply(out, x, rstd, Tensor(), Tensor(), neg(mul(mean, rstd)), as(weight, S), as(bias, S), M,
             1, D, 1, 0);
-  return {out, mean.view(ss), rstd.view(ss)};
+  // See Note [Norm statistics]: ATen's CPU kernels return them in the input's dtype.
+  return {out, mean.to(input.dtype()).view(ss), rstd.to(input.dtype()).view(ss)};
 }
 
 TensorTriple run_layer_norm_backward(const NormKernels& k, const Tensor& grad_out,
@@ -469,7 +477,7 @@ TensorTriple meta_bn_backward(const Tensor& g, const Tensor& x, const Tensor& w,
 TensorTriple meta_gn(const Tensor& x, const Tensor& w, const Tensor& b, int64_t N, int64_t C,
                      int64_t HxW, int64_t group, double eps) {
   meta::group_norm(x, w, b, N, C, HxW, group, eps);
-  return {me(x.sizes(), x.dtype()), me({N, group}, sd(x)), me({N, group}, sd(x))};
+  return {me(x.sizes(), x.dtype()), me({N, group}, x.dtype()), me({N, group}, x.dtype())};
 }
 TensorTriple meta_gn_backward(const Tensor& g, const Tensor& x, const Tensor& mean,
                               const Tensor& rstd, const Tensor& w, int64_t N, int64_t C,
@@ -490,7 +498,7 @@ TensorTriple meta_ln(const Tensor& x, IntArrayRef shape, const Tensor& w, const 
                      double eps) {
   const int64_t axis = meta::native_layer_norm(x, shape, w, b, eps);
   Shape s = ln_stat_shape(x, axis);
-  return {me(x.sizes(), x.dtype()), me(s, sd(x)), me(s, sd(x))};
+  return {me(x.sizes(), x.dtype()), me(s, x.dtype()), me(s, x.dtype())};
 }
 TensorTriple meta_ln_backward(const Tensor& g, const Tensor& x, IntArrayRef shape,
                               const Tensor& mean, const Tensor& rstd, const Tensor& w,

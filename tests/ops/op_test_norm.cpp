@@ -274,14 +274,16 @@ void add_group_norm_rows(Cases& cs) {
                         auto [out, m, r] =
                             native_group_norm(x[0], opt(x, 1, fc.affine), opt(x, 2, fc.affine), N,
                                               C, HW, fc.groups, kEps);
-                        return x[0].itemsize() == 2 ? KTensors{out} : KTensors{out, m, r};
+                        return KTensors{out, m, r};
                       },
                   .aten =
                       [=](const AArgs& a) {
                         auto [out, m, r] =
                             at::native_group_norm(a[0], opt(a, 1, fc.affine), opt(a, 2, fc.affine),
                                                   N, C, HW, fc.groups, kEps);
-                        return half(a) ? ATensors{out} : ATensors{out, m, r};
+                        // ATen's CPU kernel returns mean and rstd in the input's dtype.
+                        if (half(a)) return ATensors{out, m.to(a.dtype), r.to(a.dtype)};
+                        return ATensors{out, m, r};
                       },
                   .tol = Tol::Intermediate16});
     cs.push_back({.name = std::string("native_group_norm_backward_") + c.label,
@@ -356,13 +358,15 @@ void add_layer_norm_rows(Cases& cs) {
                       [fc](const KArgs& x) {
                         auto [out, m, r] = native_layer_norm(x[0], fc.shape, opt(x, 1, fc.affine),
                                                              opt(x, 2, fc.affine), kEps);
-                        return x[0].itemsize() == 2 ? KTensors{out} : KTensors{out, m, r};
+                        return KTensors{out, m, r};
                       },
                   .aten =
                       [fc](const AArgs& a) {
                         auto [out, m, r] = at::native_layer_norm(
                             a[0], fc.shape, opt(a, 1, fc.affine), opt(a, 2, fc.affine), kEps);
-                        return half(a) ? ATensors{out} : ATensors{out, m, r};
+                        // ATen's CPU kernel returns mean and rstd in the input's dtype.
+                        if (half(a)) return ATensors{out, m.to(a.dtype), r.to(a.dtype)};
+                        return ATensors{out, m, r};
                       },
                   .tol = Tol::Intermediate16});
     if (!c.affine) continue;  // ATen's backward needs weight and bias for their gradients
