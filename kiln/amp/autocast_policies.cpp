@@ -164,14 +164,15 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     // grid_sampler runs in the widest of input's and grid's dtypes: PyTorch's CUDA promote list.
     {"grid_sampler_2d", P::Promote},
     {"grid_sampler_2d_backward", P::Passthrough},
-    // Pooling runs in the input's dtype (PyTorch's CUDA lists leave it out; a max is exact in
-    // any dtype, and the means sum in float32 inside the kernels).
+    // 2-D pooling runs in the input's dtype (PyTorch's lists leave it out; a max is exact in any
+    // dtype, and the means sum in float32 inside the kernels). The 3-D pools are on PyTorch's CPU
+    // float32 list (max_pool3d, avg_pool3d, adaptive_avg_pool3d in autocast_mode.cpp).
     {"max_pool2d_with_indices", P::Passthrough},
-    {"max_pool3d_with_indices", P::Passthrough},
+    {"max_pool3d_with_indices", P::Float32},
     {"avg_pool2d", P::Passthrough},
-    {"avg_pool3d", P::Passthrough},
+    {"avg_pool3d", P::Float32},
     {"adaptive_avg_pool2d", P::Passthrough},
-    {"adaptive_avg_pool3d", P::Passthrough},
+    {"adaptive_avg_pool3d", P::Float32},
     {"max_pool2d_with_indices_backward", P::Passthrough},
     {"max_pool3d_with_indices_backward", P::Passthrough},
     {"avg_pool2d_backward", P::Passthrough},

@@ -57,6 +57,25 @@ TEST(Autocast, ReductionsSoftmaxNormsAndLossesRunInFloat32) {
   EXPECT_EQ(layer_norm(x, {6}).dtype(), kFloat32);
 }
 
+// The 3-D pools are on PyTorch's CPU float32 list (max_pool3d, avg_pool3d,
+// adaptive_avg_pool3d); the 2-D pools are on no list and keep the input's dtype.
+TEST(Autocast, ThreeDPoolsRunInFloat32) {
+  Tensor x = randn({1, 2, 4, 4, 4}).to(kBFloat16);
+  amp::AutocastGuard autocast(kCpu, kBFloat16);
+  Tensor want;
+  {
+    amp::AutocastGuard off(kCpu, kBFloat16, false);
+    want = avg_pool3d(x.to(kFloat32), {2});
+  }
+  EXPECT_TRUE(same(avg_pool3d(x, {2}), want));
+  EXPECT_EQ(max_pool3d(x, {2}).dtype(), kFloat32);
+  EXPECT_EQ(std::get<1>(max_pool3d_with_indices(x, {2})).dtype(), kInt64);
+  EXPECT_EQ(adaptive_avg_pool3d(x, {2, 2, 2}).dtype(), kFloat32);
+  Tensor x2 = randn({1, 2, 4, 4}).to(kBFloat16);
+  EXPECT_EQ(max_pool2d(x2, {2}).dtype(), kBFloat16);
+  EXPECT_EQ(avg_pool2d(x2, {2}).dtype(), kBFloat16);
+}
+
 TEST(Autocast, PromoteCastsToTheWidestAndPassthroughLeavesInputs) {
   Tensor f = randn({2, 3}), h = randn({2, 3}).to(kBFloat16);
   amp::AutocastGuard autocast(kCpu, kBFloat16);
