@@ -125,6 +125,29 @@ TEST(CudaErrors, AnIndexOutOfRangeOnTheDeviceIsReportedAtTheNextSync) {
   synchronize(gpu());  // reported once
 }
 
+// Max-pool backward checks its indices as the CPU kernel does: one outside its input plane is
+// reported by the device (the gathering kernel alone would drop its gradient without a word).
+TEST(CudaErrors, MaxPoolBackwardReportsAnIndexOutsideItsPlane) {
+  SKIP_WITHOUT_CUDA();
+  for (const bool three_d : {false, true}) {
+    const std::string op =
+        three_d ? "[max_pool3d_with_indices_backward]" : "[max_pool2d_with_indices_backward]";
+    Tensor x = ones(three_d ? Shape{1, 2, 4, 4, 4} : Shape{1, 2, 4, 4}, kFloat32, gpu());
+    Tensor gy = ones(three_d ? Shape{1, 2, 2, 2, 2} : Shape{1, 2, 2, 2}, kFloat32, gpu());
+    const int64_t plane = three_d ? 64 : 16;
+    Tensor idx = full(gy.sizes(), static_cast<double>(plane), kInt64, gpu());
+    Tensor gx = three_d ? max_pool3d_with_indices_backward(gy, x, {2}, {}, {0}, {1}, false, idx)
+                        : max_pool2d_with_indices_backward(gy, x, {2}, {}, {0}, {1}, false, idx);
+    try {
+      synchronize(gpu());
+      ADD_FAILURE() << "no error for index " << plane << " in a plane of " << plane;
+    } catch (const IndexError& err) {
+      EXPECT_NE(std::string(err.what()).find(op), std::string::npos) << err.what();
+    }
+    synchronize(gpu());  // reported once
+  }
+}
+
 TEST(CudaErrors, OutOfMemorySaysWhatIsHeld) {
   SKIP_WITHOUT_CUDA();
   try {

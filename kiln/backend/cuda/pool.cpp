@@ -41,13 +41,21 @@ TensorPair forward(const Tensor& x_, const PoolGeom& g) {
 }
 
 Tensor backward(const Tensor& gy_, const Tensor& indices, const PoolGeom& g) {
+  // The CPU kernel's message (kiln/backend/cpu/pool.cpp), reported from the device.
+  static const int kBad2d = error_code(
+      "[max_pool2d_with_indices_backward] an index is out of range for its input plane (found "
+      "on the device)");
+  static const int kBad3d = error_code(
+      "[max_pool3d_with_indices_backward] an index is out of range for its input plane (found "
+      "on the device)");
   Tensor gy = contiguous_as(gy_, gy_.dtype());
   Tensor idx = indices.defined() ? contiguous_as(indices, kInt64) : Tensor();
   Tensor gx = empty_cuda(g.in_sizes, gy.dtype(), gy.device());
   KILN_DEBUG_ASSERT(fits_grid(gx.numel()), "[pooling] {} inputs do not fit a grid", gx.numel());
   launch_pool_backward(dt(gy.dtype()), args(g), gy.impl()->data(),
                        idx.defined() ? static_cast<const int64_t*>(idx.impl()->data()) : nullptr,
-                       gx.impl()->data(), stream_for(gy));
+                       gx.impl()->data(), error_word(gy.device().index()),
+                       g.nd == 2 ? kBad2d : kBad3d, stream_for(gy));
   check_launch("pooling backward");
   return gx;
 }

@@ -132,6 +132,16 @@ __global__ void pool_backward_kernel(PoolArgs a, const T* gy, const int64_t* ind
   gx[t] = cvt<T>(sum);
 }
 
+// indices [planes, *y]: an index outside its plane [0, xp) sets the device's error word (the
+// CPU kernel's check; the backward kernel above never matches such an index, so without this
+// check the gradient it was meant for would be dropped without a word).
+__global__ void pool_check_indices_kernel(const int64_t* indices, int64_t xp, int64_t n, int* err,
+                                          int code) {
+  int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n) return;
+  if (indices[t] < 0 || indices[t] >= xp) atomicCAS(err, 0, code);
+}
+
 unsigned blocks(int64_t n) { return static_cast<unsigned>((n + kBlock - 1) / kBlock); }
 
 }  // namespace
@@ -147,8 +157,11 @@ void launch_pool_forward(Dt dt, const PoolArgs& a, const void* x, void* y, int64
 }
 
 void launch_pool_backward(Dt dt, const PoolArgs& a, const void* gy, const int64_t* indices,
-                          void* gx, cudaStream_t stream) {
-  const int64_t n = a.planes * a.x[0] * a.x[1] * a.x[2];
+                          void* gx, int* err, int code, cudaStream_t stream) {
+  const int64_t xp = a.x[0] * a.x[1] * a.x[2], n = a.planes * xp;
+  const int64_t n_out = a.planes * a.y[0] * a.y[1] * a.y[2];
+  if (a.kind == kMax && n_out > 0)
+    pool_check_indices_kernel<<<blocks(n_out), kBlock, 0, stream>>>(indices, xp, n_out, err, code);
   if (n == 0) return;
   KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
     pool_backward_kernel<scalar_t><<<blocks(n), kBlock, 0, stream>>>(

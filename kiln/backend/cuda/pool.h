@@ -26,7 +26,8 @@ void launch_pool_forward(Dt dt, const PoolArgs& a, const void* x, void* y, int64
                          cudaStream_t stream);
 // gx [planes, *x] from gy [planes, *y] (and for max the indices): one thread per input element,
 // summing over the windows that cover it in a fixed order (no atomics: the same bits every run).
+// For max, an index outside its plane sets *err to `code` (the device's error word, common.h).
 void launch_pool_backward(Dt dt, const PoolArgs& a, const void* gy, const int64_t* indices,
-                          void* gx, cudaStream_t stream);
+                          void* gx, int* err, int code, cudaStream_t stream);
 
 }  // namespace kiln::cuda
