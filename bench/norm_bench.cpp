@@ -1,14 +1,17 @@
 // Batch norm forward + backward in training at a CNN-sized input (issue 16) against libtorch in
-// the same process, on the CPU (and on CUDA when both have a GPU): native_batch_norm_legit then
-// native_batch_norm_backward against at::native_batch_norm and at::native_batch_norm_backward,
-// float32. Prints milliseconds per forward, per backward and per step, and Kiln / ATen.
-// Usage: kiln_norm_bench [N C H W] [threads]
+// the same process, on the CPU: native_batch_norm_legit then native_batch_norm_backward against
+// at::native_batch_norm and at::native_batch_norm_backward, float32. Each result (output, saved
+// statistics, running statistics, the three gradients) is checked against ATen's before timing.
+// Prints milliseconds per forward, per backward and per step, and Kiln / ATen; --smoke checks a
+// small input and times nothing.
+// Usage: kiln_norm_bench [--smoke] [N C H W] [threads]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "bench/timing.h"
 #include "kiln/kiln.h"
@@ -19,12 +22,21 @@ using kiln::bench::median_seconds_per_call;
 
 // A Kiln copy of a contiguous float32 ATen tensor.
 kiln::Tensor copy_of(const at::Tensor& a) {
-  kiln::Tensor t = kiln::empty({a.size(0), a.size(1), a.size(2), a.size(3)}, kiln::kFloat32);
+  kiln::Tensor t = kiln::empty(a.sizes().vec(), kiln::kFloat32);
   std::memcpy(t.impl()->data(), a.data_ptr(), t.nbytes());
   return t;
 }
 
-void run(int64_t n, int64_t c, int64_t h, int64_t w) {
+void check(const kiln::Tensor& got, const at::Tensor& want, const char* what) {
+  kiln::Tensor g = got.contiguous();
+  at::Tensor a = at::from_blob(g.impl()->data(), want.sizes(), at::kFloat).clone();
+  if (!at::allclose(a, want, 1e-4, 1e-5)) {
+    fmt::print(stderr, "{}: Kiln and ATen differ\n", what);
+    std::exit(1);
+  }
+}
+
+void run(int64_t n, int64_t c, int64_t h, int64_t w, bool smoke) {
   at::manual_seed(1);
   at::Tensor ax = at::randn({n, c, h, w}), agy = at::randn({n, c, h, w});
   kiln::Tensor x = copy_of(ax), gy = copy_of(agy);
@@ -50,6 +62,22 @@ void run(int64_t n, int64_t c, int64_t h, int64_t w) {
     at::native_batch_norm_backward(agy, ax, aw, arm, arv, asm_, asr, true, 1e-5,
                                    {true, true, true});
   };
+  // One step of each, checked: the running statistics are updated the same way too.
+  auto [y, m, r] = kiln::native_batch_norm_legit(x, wt, b, rm, rv, true, 0.1, 1e-5);
+  auto [ay, am, ar] = at::native_batch_norm(ax, aw, ab, arm, arv, true, 0.1, 1e-5);
+  check(y, ay, "batch_norm output");
+  check(m, am, "batch_norm save_mean");
+  check(r, ar, "batch_norm save_invstd");
+  check(rm, arm, "batch_norm running_mean");
+  check(rv, arv, "batch_norm running_var");
+  auto [gx, gw, gb] =
+      kiln::native_batch_norm_backward(gy, x, wt, rm, rv, m, r, true, 1e-5, {1, 1, 1});
+  auto [agx, agw, agb] =
+      at::native_batch_norm_backward(agy, ax, aw, arm, arv, am, ar, true, 1e-5, {true, true, true});
+  check(gx, agx, "batch_norm grad_input");
+  check(gw, agw, "batch_norm grad_weight");
+  check(gb, agb, "batch_norm grad_bias");
+  if (smoke) return;
   const int iters = 20, repeats = 7, warmup = 5;
   const double kf = median_seconds_per_call(k_fwd, iters, repeats, warmup);
   const double kb = median_seconds_per_call(k_bwd, iters, repeats, warmup);
@@ -68,16 +96,26 @@ void run(int64_t n, int64_t c, int64_t h, int64_t w) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool smoke = false;
+  std::vector<const char*> pos;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--smoke"))
+      smoke = true;
+    else
+      pos.push_back(argv[i]);
+  }
   int64_t s[4] = {64, 32, 28, 28};
-  if (argc >= 5)
-    for (int i = 0; i < 4; ++i) s[i] = std::atoll(argv[i + 1]);
-  if (argc >= 6) {
-    const int t = std::atoi(argv[5]);
+  if (smoke) s[0] = 2, s[1] = 3, s[2] = 5, s[3] = 4;
+  if (pos.size() >= 4)
+    for (int i = 0; i < 4; ++i) s[i] = std::atoll(pos[i]);
+  if (pos.size() >= 5) {
+    const int t = std::atoi(pos[4]);
     kiln::set_num_threads(t);
     at::set_num_threads(t);
   } else {
     at::set_num_threads(kiln::get_num_threads());
   }
-  run(s[0], s[1], s[2], s[3]);
+  run(s[0], s[1], s[2], s[3], smoke);
+  if (smoke) fmt::print("kiln_norm_bench: smoke run passed\n");
   return 0;
 }

@@ -54,6 +54,8 @@ bench_smoke() {
   ./build/release/bench/kiln_bench --smoke
   ./build/release/bench/kiln_train_bench --smoke
   ./build/release/bench/kiln_conv_bench --smoke
+  ./build/release/bench/kiln_norm_bench --smoke
+  ./build/release/bench/kiln_pool_bench --smoke
   ./build/release/bench/kiln_sim_bench --smoke
   # Built with MPI: Kiln's all-reduce, bare MPI's and gloo's on 2 ranks (sums checked), and
   # the DDP step against the local one.
