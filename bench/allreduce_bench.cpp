@@ -25,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/main_guard.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/init.h"
 #include "kiln/ops/ops.h"
@@ -68,9 +69,7 @@ std::string size_name(int64_t bytes) {
   return bytes < (1 << 20) ? fmt::format("{} KB", bytes >> 10) : fmt::format("{} MB", bytes >> 20);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   kiln::workloads::Options o;
   std::string json_path;
   bool smoke = false;
@@ -162,4 +161,10 @@ int main(int argc, char** argv) {
     kiln::distributed::abort_job("kiln_allreduce_bench failed", 1);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return kiln::bench::guarded_main("kiln_allreduce_bench", bench_main, argc, argv);
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/main_guard.h"
 #include "bench/timing.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/conv.h"
@@ -29,9 +30,7 @@ double time_us(const std::function<void()>& fn, int iters) {
   return 1e6 * kiln::bench::median_seconds_per_call(fn, iters, 3, 1);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   bool smoke = false;
   int threads = 1, iters = 5;
   std::string json_path;
@@ -115,4 +114,10 @@ int main(int argc, char** argv) {
   }
   if (!json_path.empty()) std::ofstream(json_path) << json << "\n}\n";
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return kiln::bench::guarded_main("kiln_conv_bench", bench_main, argc, argv);
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/main_guard.h"
 #include "bench/timing.h"
 #include "kiln/kiln.h"
 #include "kiln/ops/op_list.h"
@@ -67,9 +68,7 @@ struct Cost {
   double target_ns;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--smoke"))
@@ -224,4 +223,10 @@ int main(int argc, char** argv) {
   json += "  \"unit\": \"ns\"\n}\n";
   if (!json_path.empty()) std::ofstream(json_path) << json;
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return kiln::bench::guarded_main("kiln_bench", bench_main, argc, argv);
 }

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/main_guard.h"
 #include "kiln/backend/backend.h"
 #include "kiln/backend/cuda/cuda.h"
 #include "kiln/backend/cuda/nccl.h"
@@ -84,9 +85,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   int iters = 20;
   const char* json_path = nullptr;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -162,4 +161,10 @@ int main(int argc, char** argv) {
     if (json_path) std::ofstream(json_path) << j.dump(2) << "\n";
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return kiln::bench::guarded_main("kiln_nccl_gpt_bench", bench_main, argc, argv);
 }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/main_guard.h"
 #include "bench/timing.h"
 #include "kiln/kiln.h"
 
@@ -93,9 +94,7 @@ void run(int64_t n, int64_t c, int64_t h, int64_t w, bool smoke) {
              (af + ab_) * 1e3, (kf + kb) / (af + ab_));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   bool smoke = false;
   std::vector<const char*> pos;
   for (int i = 1; i < argc; ++i) {
@@ -118,4 +117,10 @@ int main(int argc, char** argv) {
   run(s[0], s[1], s[2], s[3], smoke);
   if (smoke) fmt::print("kiln_norm_bench: smoke run passed\n");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return kiln::bench::guarded_main("kiln_norm_bench", bench_main, argc, argv);
 }

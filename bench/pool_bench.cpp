@@ -14,6 +14,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench/main_guard.h"
 #include "bench/timing.h"
 #include "kiln/kiln.h"
 #include "tests/ops/torch_bridge.h"
@@ -98,9 +99,7 @@ void run(int64_t n, int64_t c, int64_t h, int64_t w) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   std::vector<const char*> pos;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--smoke"))
@@ -122,4 +121,10 @@ int main(int argc, char** argv) {
   run(s[0], s[1], s[2], s[3]);
   if (g_smoke) fmt::print("kiln_pool_bench: smoke run passed\n");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return kiln::bench::guarded_main("kiln_pool_bench", bench_main, argc, argv);
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/main_guard.h"
 #include "bench/timing.h"
 #include "kiln/backend/backend.h"
 #include "kiln/kiln.h"
@@ -135,9 +136,7 @@ Row bench_mlp(const std::string& key, int64_t width, int64_t layers, int iters) 
   return {key, eager, graph, "µs"};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--smoke")) {
@@ -182,4 +181,10 @@ int main(int argc, char** argv) {
   json += fmt::format("  \"sim_modelled_launch_ratio\": {:.2f}\n}}\n", modelled);
   if (!json_path.empty()) std::ofstream(json_path) << json;
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return kiln::bench::guarded_main("kiln_sim_bench", bench_main, argc, argv);
 }

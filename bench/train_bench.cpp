@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/main_guard.h"
 #include "bench/timing.h"
 #include "kiln/kiln.h"
 
@@ -331,9 +332,7 @@ Row bench_cnn(std::vector<Row>& rows, int iters) {
                          {iters, 3, 1e-3, 1 / 1.2, 1 / 1.2});
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   std::string json_path;
   int threads = 1;
   int64_t gpt_width = 256;
@@ -413,4 +412,10 @@ int main(int argc, char** argv) {
   json += fmt::format("  \"threads\": {}\n}}\n", threads);
   if (!json_path.empty()) std::ofstream(json_path) << json;
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return kiln::bench::guarded_main("kiln_train_bench", bench_main, argc, argv);
 }
