@@ -1,5 +1,6 @@
 // Meta functions of reductions, matmul, normalisation, indexing and the other structured ops,
 // and their kernels on the meta device.
+#include "kiln/ops/index_meta.h"
 #include "kiln/ops/meta.h"
 #include "kiln/ops/structured.h"
 
@@ -281,28 +282,16 @@ TensorSpec gather(const Tensor& self, int64_t dim, const Tensor& index) {
   return {Shape(index.sizes()), self.dtype(), common_device("gather", {&self, &index})};
 }
 
+// scatter's checks (meta::check_scatter_args), then one rank to the letter: scatter_add's kernels
+// take a 0-d self, index or src only with all three 0-d (ATen also takes a 0-d one among 1-d
+// ones, as scatter does).
 TensorSpec scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined("scatter_add", self, "self");
-  check_defined("scatter_add", index, "index");
-  check_defined("scatter_add", src, "src");
-  KILN_CHECK_TYPE(index.dtype() == kInt64, "[scatter_add] index must be int64, got {}",
-                  index.dtype());
-  KILN_CHECK_TYPE(src.dtype() == self.dtype(), "[scatter_add] src dtype {} differs from self {}",
-                  src.dtype(), self.dtype());
-  int64_t d = wrap_dim(dim, self.dim(), "scatter_add");
+  const Device device = check_scatter_args("scatter_add", self, dim, index, src);
   KILN_CHECK(index.dim() == self.dim() && src.dim() == self.dim(),
              "[scatter_add] index, src and self must have the same number of dimensions, got {}, "
              "{} and {}",
              index.dim(), src.dim(), self.dim());
-  for (int64_t i = 0; i < index.dim(); ++i) {
-    KILN_CHECK(index.sizes()[i] <= src.sizes()[i],
-               "[scatter_add] index size {} exceeds src size {} at dim {}", index.sizes()[i],
-               src.sizes()[i], i);
-    KILN_CHECK(i == d || index.sizes()[i] <= self.sizes()[i],
-               "[scatter_add] index size {} exceeds self size {} at dim {}", index.sizes()[i],
-               self.sizes()[i], i);
-  }
-  return {Shape(self.sizes()), self.dtype(), common_device("scatter_add", {&self, &index, &src})};
+  return {Shape(self.sizes()), self.dtype(), device};
 }
 
 TensorSpec index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,

@@ -1,6 +1,8 @@
 // Meta functions of scatter (scatter.src), scatter_reduce (scatter_reduce.two), select_scatter
 // and slice_scatter: the checks ATen makes, with the values, before any kernel writes.
 #include "kiln/ops/index_meta.h"
+#include "kiln/ops/ops.h"
+#include "kiln/ops/scatter_operands.h"
 
 namespace kiln::meta {
 
@@ -26,6 +28,19 @@ Device check_scatter_args(const char* op, const Tensor& self, int64_t dim, const
                self.sizes()[i], i);
   }
   return common_device(op, {&self, &index, &src});
+}
+
+ScatterOperands scatter_operands(const char* op, const Tensor& self, int64_t dim,
+                                 const Tensor& index, const Tensor& src) {
+  ScatterOperands o;
+  o.d = wrap_dim(dim, self.dim(), op);
+  o.self_sizes = self.dim() == 0 ? Shape{1} : Shape(self.sizes());
+  o.index_sizes = index.dim() == 0 ? Shape{1} : Shape(index.sizes());
+  o.bound = o.self_sizes[o.d];
+  o.src = src;
+  for (int64_t k = 0; k < index.dim() && k < src.dim(); ++k)
+    o.src = ops::op_slice(o.src, k, 0, index.sizes()[k], 1);
+  return o;
 }
 
 TensorSpec scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {

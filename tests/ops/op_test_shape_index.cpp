@@ -889,7 +889,15 @@ void add_indexing(Cases& cs) {
                          watch(self);
                          scatter_add_(self, 1, from_vector<int64_t>({0, 7, 1, 2}, {2, 2}),
                                       f32({2, 2}));
-                       }}};
+                       }},
+                      // scatter's checks (meta::check_scatter_args), then one rank to the letter:
+                      // a 0-d index among 1-d operands, which scatter takes, is refused.
+                      {"scatter_add_0d_index_with_1d_self", ErrorKind::Value, "scatter_add",
+                       {"0, 1 and 1"},
+                       [](const Watch&) { scatter_add(zeros({3}), 0, zeros({}, kInt64), f32({3})); }},
+                      {"scatter_add_index_larger_than_src", ErrorKind::Value, "scatter_add",
+                       {"3", "2"},
+                       [](const Watch&) { scatter_add(zeros({4}), 0, zeros({3}, kInt64), f32({2})); }}};
   OpCase& ia_record = head(cs, "index_add");
   ia_record.grads = index_add_grads();
   ia_record.errors = {{"index_add__index_value", ErrorKind::Index, "index_add", {"5"},

@@ -1,6 +1,7 @@
 // CPU kernels of cat, index_select, gather, scatter_add, index_add, triu/tril and one_hot.
 #include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/ops.h"
+#include "kiln/ops/scatter_operands.h"
 #include "kiln/ops/structured.h"
 
 namespace kiln::cpu {
@@ -76,21 +77,17 @@ void gather_impl(const Tensor& out, const Tensor& self_in, int64_t dim, const Te
 
 void scatter_add_impl(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index,
                       const Tensor& src) {
-  int64_t d = wrap_dim(dim, self.dim(), "scatter_add");
-  int64_t bound = self.dim() == 0 ? 1 : self.sizes()[d];
-  std::vector<int64_t> idx = checked_indices("scatter_add", index, bound, "dimension");
+  const meta::ScatterOperands o = meta::scatter_operands("scatter_add", self, dim, index, src);
+  std::vector<int64_t> idx = checked_indices("scatter_add", index, o.bound, "dimension");
   Tensor acc = empty_cpu(self.sizes(), self.dtype());
   copy_kernel(acc, self);
-  // src is read at the index's coordinates: slice it down to the index's shape first.
-  Tensor s = src;
-  for (int64_t k = 0; k < index.dim(); ++k) s = ops::op_slice(s, k, 0, index.sizes()[k], 1);
-  Tensor cs = contiguous_as(s, self.dtype());
-  Shape st = contiguous_strides(self.sizes());
+  Tensor cs = contiguous_as(o.src, self.dtype());
+  Shape st = contiguous_strides(o.self_sizes);
   KILN_DISPATCH_TYPES(self.dtype(), "scatter_add", [&] {
     using V = acc_t<scalar_t>;
     const scalar_t* ps = static_cast<const scalar_t*>(cs.impl()->data());
     scalar_t* pa = static_cast<scalar_t*>(acc.impl()->data());
-    for_each_indexed(index.sizes(), st, d, idx, [&](int64_t p, int64_t off) {
+    for_each_indexed(o.index_sizes, st, o.d, idx, [&](int64_t p, int64_t off) {
       pa[off] = static_cast<scalar_t>(static_cast<V>(pa[off]) + static_cast<V>(ps[p]));
     });
   });

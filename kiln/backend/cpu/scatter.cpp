@@ -2,6 +2,7 @@
 // checks every index before writing; a repeated position keeps its last value.
 #include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/index_meta.h"
+#include "kiln/ops/scatter_operands.h"
 #include "kiln/ops/scatter_reduce_math.h"
 #include "kiln/ops/structured.h"
 
@@ -10,19 +11,14 @@ namespace {
 
 void scatter_impl(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index,
                   const Tensor& src) {
-  const int64_t d = wrap_dim(dim, self.dim(), "scatter");
-  const int64_t bound = self.dim() == 0 ? 1 : self.sizes()[d];
-  std::vector<int64_t> idx = checked_indices("scatter", index, bound, "dimension");
+  const meta::ScatterOperands o = meta::scatter_operands("scatter", self, dim, index, src);
+  const int64_t d = o.d;
+  std::vector<int64_t> idx = checked_indices("scatter", index, o.bound, "dimension");
   Tensor acc = empty_cpu(self.sizes(), self.dtype());
   copy_kernel(acc, self);
-  // src is read at the index's coordinates: slice it down to the index's shape first.
-  Tensor s = src;
-  for (int64_t k = 0; k < index.dim() && k < src.dim(); ++k)
-    s = ops::op_slice(s, k, 0, index.sizes()[k], 1);
-  Tensor cs = contiguous_as(s, self.dtype());
-  const std::vector<int64_t> one{1};
-  IntArrayRef walk = index.dim() == 0 ? IntArrayRef(one) : index.sizes();
-  Shape st = contiguous_strides(self.dim() == 0 ? IntArrayRef(one) : self.sizes());
+  Tensor cs = contiguous_as(o.src, self.dtype());
+  IntArrayRef walk = o.index_sizes;
+  Shape st = contiguous_strides(o.self_sizes);
   const int64_t nd = static_cast<int64_t>(walk.size());
   KILN_DISPATCH_TYPES(self.dtype(), "scatter", [&] {
     const scalar_t* ps = static_cast<const scalar_t*>(cs.impl()->data());
@@ -76,21 +72,17 @@ void scatter_reduce_run(const Tensor& acc, const Tensor& cs, const std::vector<i
 
 void scatter_reduce_impl(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index,
                          const Tensor& src, int64_t reduce, bool include_self) {
-  const int64_t d = wrap_dim(dim, self.dim(), "scatter_reduce");
-  const int64_t bound = self.dim() == 0 ? 1 : self.sizes()[d];
-  std::vector<int64_t> idx = checked_indices("scatter_reduce", index, bound, "dimension");
+  const meta::ScatterOperands o = meta::scatter_operands("scatter_reduce", self, dim, index, src);
+  std::vector<int64_t> idx = checked_indices("scatter_reduce", index, o.bound, "dimension");
   const DType a = self.dtype() == kFloat64    ? kFloat64
                   : is_floating(self.dtype()) ? kFloat32
                                               : kInt64;
   Tensor acc = empty_cpu(self.sizes(), a);
   copy_kernel(acc, self);
-  Tensor s = src;
-  for (int64_t k = 0; k < index.dim() && k < src.dim(); ++k)
-    s = ops::op_slice(s, k, 0, index.sizes()[k], 1);
-  Tensor cs = contiguous_as(s, a);
-  const std::vector<int64_t> one{1};
-  IntArrayRef walk = index.dim() == 0 ? IntArrayRef(one) : index.sizes();
-  Shape st = contiguous_strides(self.dim() == 0 ? IntArrayRef(one) : self.sizes());
+  Tensor cs = contiguous_as(o.src, a);
+  IntArrayRef walk = o.index_sizes;
+  Shape st = contiguous_strides(o.self_sizes);
+  const int64_t d = o.d;
   if (a == kFloat64)
     scatter_reduce_run<double>(acc, cs, idx, walk, st, d, reduce, include_self);
   else if (a == kFloat32)

@@ -6,6 +6,7 @@
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/index.h"
 #include "kiln/ops/index_meta.h"
+#include "kiln/ops/scatter_operands.h"
 
 namespace kiln::cuda {
 namespace {
@@ -130,16 +131,9 @@ void scatter_add_impl(const Tensor& out, const Tensor& self, int64_t dim, const 
                       const Tensor& src) {
   static const int kBadIndex =
       error_code("[scatter_add] an index is out of range [0, size of dim) (found on the device)");
-  const std::vector<int64_t> one{1};
-  int64_t d = wrap_dim(dim, self.dim(), "scatter_add");
-  // self, index and src have one rank (meta); 0-d ones act as 1-d of size 1.
-  IntArrayRef self_sizes = self.dim() == 0 ? IntArrayRef(one) : self.sizes();
-  IntArrayRef index_sizes = index.dim() == 0 ? IntArrayRef(one) : index.sizes();
-  IndexGeom g = make_geom("scatter_add", index_sizes, self_sizes, d, self_sizes[d]);
-  // src is read at the index's coordinates: slice it down to the index's shape first.
-  Tensor s = src;
-  for (int64_t k = 0; k < index.dim(); ++k) s = ops::op_slice(s, k, 0, index.sizes()[k], 1);
-  Tensor cs = device_contiguous(s, self.dtype(), out.device());
+  const meta::ScatterOperands o = meta::scatter_operands("scatter_add", self, dim, index, src);
+  IndexGeom g = make_geom("scatter_add", o.index_sizes, o.self_sizes, o.d, o.bound);
+  Tensor cs = device_contiguous(o.src, self.dtype(), out.device());
   Tensor ci = device_contiguous(index, kInt64, out.device());
   with_result(out, self.dtype(), true, [&](const Tensor& r) {
     copy_kernel(r, self);
@@ -154,15 +148,9 @@ void scatter_impl(const Tensor& out, const Tensor& self, int64_t dim, const Tens
                   const Tensor& src) {
   static const int kBadIndex =
       error_code("[scatter] an index is out of range [0, size of dim) (found on the device)");
-  const std::vector<int64_t> one{1};
-  int64_t d = wrap_dim(dim, self.dim(), "scatter");
-  IntArrayRef self_sizes = self.dim() == 0 ? IntArrayRef(one) : self.sizes();
-  IntArrayRef index_sizes = index.dim() == 0 ? IntArrayRef(one) : index.sizes();
-  IndexGeom g = make_geom("scatter", index_sizes, self_sizes, d, self_sizes[d]);
-  Tensor s = src;
-  for (int64_t k = 0; k < index.dim() && k < src.dim(); ++k)
-    s = ops::op_slice(s, k, 0, index.sizes()[k], 1);
-  Tensor cs = device_contiguous(s, self.dtype(), out.device());
+  const meta::ScatterOperands o = meta::scatter_operands("scatter", self, dim, index, src);
+  IndexGeom g = make_geom("scatter", o.index_sizes, o.self_sizes, o.d, o.bound);
+  Tensor cs = device_contiguous(o.src, self.dtype(), out.device());
   Tensor ci = device_contiguous(index, kInt64, out.device());
   with_result(out, self.dtype(), true, [&](const Tensor& r) {
     copy_kernel(r, self);
@@ -179,18 +167,12 @@ void scatter_reduce_impl(const Tensor& out, const Tensor& self, int64_t dim, con
                          const Tensor& src, int64_t reduce, bool include_self) {
   static const int kBadIndex = error_code(
       "[scatter_reduce] an index is out of range [0, size of dim) (found on the device)");
-  const std::vector<int64_t> one{1};
-  int64_t d = wrap_dim(dim, self.dim(), "scatter_reduce");
-  IntArrayRef self_sizes = self.dim() == 0 ? IntArrayRef(one) : self.sizes();
-  IntArrayRef index_sizes = index.dim() == 0 ? IntArrayRef(one) : index.sizes();
-  IndexGeom g = make_geom("scatter_reduce", index_sizes, self_sizes, d, self_sizes[d]);
+  const meta::ScatterOperands o = meta::scatter_operands("scatter_reduce", self, dim, index, src);
+  IndexGeom g = make_geom("scatter_reduce", o.index_sizes, o.self_sizes, o.d, o.bound);
   const DType a = self.dtype() == kFloat64    ? kFloat64
                   : is_floating(self.dtype()) ? kFloat32
                                               : kInt64;
-  Tensor s = src;
-  for (int64_t k = 0; k < index.dim() && k < src.dim(); ++k)
-    s = ops::op_slice(s, k, 0, index.sizes()[k], 1);
-  Tensor cs = device_contiguous(s, a, out.device());
+  Tensor cs = device_contiguous(o.src, a, out.device());
   Tensor ci = device_contiguous(index, kInt64, out.device());
   Tensor acc = empty_cuda(self.sizes(), a, out.device());
   copy_kernel(acc, self);
