@@ -2,45 +2,22 @@
 // The per-element arithmetic of cdist and pdist (Note [cdist and pdist] in
 // kiln/ops/distance_meta.cpp), shared by the CPU and CUDA kernels. `kind` is a
 // detail::NormKind as an int; A is float or double. No CUDA header: nvcc defines __CUDACC__.
-#include <cmath>
-#include <type_traits>
+#include <cstdint>
 
-#ifdef __CUDACC__
-#define KILN_DIST_HD __host__ __device__
-#else
-#define KILN_DIST_HD
-#endif
+#include "kiln/ops/hd_math.h"
 
 namespace kiln::detail::dist {
 
 enum : int { kZero, kOne, kTwo, kInf, kBelow2, kAbove2 };
 
-template <class A>
-KILN_DIST_HD inline A pw(A x, A y) {
-  if constexpr (std::is_same_v<A, float>)
-    return powf(x, y);
-  else
-    return pow(x, y);
-}
-template <class A>
-KILN_DIST_HD inline A sq(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return sqrtf(x);
-  else
-    return sqrt(x);
-}
-template <class A>
-KILN_DIST_HD inline A ab(A x) {
-  return x < A(0) ? -x : x;
-}
-template <class A>
-KILN_DIST_HD inline A sgn(A x) {
-  return A((A(0) < x) - (x < A(0)));
-}
+using hd::ab;
+using hd::pw;
+using hd::sgn;
+using hd::sq;
 
 // The running sum (or max) after one more difference t.
 template <class A>
-KILN_DIST_HD inline A step(int kind, A acc, A t, A p) {
+KILN_HD inline A step(int kind, A acc, A t, A p) {
   A a = ab(t);
   switch (kind) {
     case kZero:
@@ -57,14 +34,14 @@ KILN_DIST_HD inline A step(int kind, A acc, A t, A p) {
 }
 // The distance from the finished sum.
 template <class A>
-KILN_DIST_HD inline A finish(int kind, A acc, A p) {
+KILN_HD inline A finish(int kind, A acc, A p) {
   if (kind == kTwo) return sq(acc);
   if (kind == kBelow2 || kind == kAbove2) return pw(acc, A(1) / p);
   return acc;
 }
 // d(distance d)/d(difference t), 0 where the table of the Note says so.
 template <class A>
-KILN_DIST_HD inline A grad(int kind, A t, A d, A p) {
+KILN_HD inline A grad(int kind, A t, A d, A p) {
   switch (kind) {
     case kZero:
       return A(0);
@@ -83,7 +60,7 @@ KILN_DIST_HD inline A grad(int kind, A t, A d, A p) {
 }
 
 // Row i < j of pair k of pdist over n rows: k = i n - i (i + 1) / 2 + j - i - 1.
-KILN_DIST_HD inline int64_t pair_index(int64_t i, int64_t j, int64_t n) {
+KILN_HD inline int64_t pair_index(int64_t i, int64_t j, int64_t n) {
   return i * n - i * (i + 1) / 2 + j - i - 1;
 }
 

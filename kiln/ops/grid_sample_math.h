@@ -3,15 +3,9 @@
 // kiln/ops/grid_sample_meta.cpp), ATen's GridSampler.h step for step, shared by the CPU and
 // CUDA kernels. A is float or double. No CUDA header: nvcc defines __CUDACC__.
 #include <climits>
-#include <cmath>
 #include <cstdint>
-#include <type_traits>
 
-#ifdef __CUDACC__
-#define KILN_GRID_HD __host__ __device__
-#else
-#define KILN_GRID_HD
-#endif
+#include "kiln/ops/hd_math.h"
 
 namespace kiln::detail::grid {
 
@@ -25,39 +19,15 @@ struct Geom {
   bool align = false;
 };
 
-template <class A>
-KILN_GRID_HD inline A flo(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return floorf(x);
-  else
-    return floor(x);
-}
-template <class A>
-KILN_GRID_HD inline A fm(A x, A y) {
-  if constexpr (std::is_same_v<A, float>)
-    return fmodf(x, y);
-  else
-    return fmod(x, y);
-}
-template <class A>
-KILN_GRID_HD inline A rint_even(A x) {
-  if constexpr (std::is_same_v<A, float>)
-    return nearbyintf(x);
-  else
-    return nearbyint(x);
-}
-template <class A>
-KILN_GRID_HD inline A mn(A a, A b) {
-  return b < a ? b : a;
-}
-template <class A>
-KILN_GRID_HD inline A mx(A a, A b) {
-  return a < b ? b : a;
-}
+using hd::flo;
+using hd::fm;
+using hd::mn;
+using hd::mx;
+using hd::rint_even;
 
 // [-1, 1] to pixel coordinates; *grad the derivative.
 template <class A>
-KILN_GRID_HD inline A unnormalize(A coord, int64_t size, bool align, A* grad) {
+KILN_HD inline A unnormalize(A coord, int64_t size, bool align, A* grad) {
   if (align) {
     *grad = static_cast<A>(size - 1) / 2;
     return ((coord + 1) / 2) * static_cast<A>(size - 1);
@@ -67,7 +37,7 @@ KILN_GRID_HD inline A unnormalize(A coord, int64_t size, bool align, A* grad) {
 }
 // Clipped to [0, size - 1].
 template <class A>
-KILN_GRID_HD inline A clip(A in, int64_t size, A* grad) {
+KILN_HD inline A clip(A in, int64_t size, A* grad) {
   if (in <= A(0)) {
     *grad = 0;
     return 0;
@@ -82,7 +52,7 @@ KILN_GRID_HD inline A clip(A in, int64_t size, A* grad) {
 }
 // Reflected into [twice_low / 2, twice_high / 2].
 template <class A>
-KILN_GRID_HD inline A reflect(A in, int64_t twice_low, int64_t twice_high, A* grad) {
+KILN_HD inline A reflect(A in, int64_t twice_low, int64_t twice_high, A* grad) {
   if (twice_low == twice_high) {
     *grad = 0;
     return 0;
@@ -106,13 +76,13 @@ KILN_GRID_HD inline A reflect(A in, int64_t twice_low, int64_t twice_high, A* gr
 // A coordinate that no bounds check passes: not finite or past int's range (ATen's
 // safe_downgrade_to_int_range).
 template <class A>
-KILN_GRID_HD inline A safe(A x) {
+KILN_HD inline A safe(A x) {
   if (!(x <= static_cast<A>(INT_MAX - 1) && x >= static_cast<A>(INT_MIN))) return A(-100);
   return x;
 }
 // The padding mode applied to a pixel coordinate; *grad multiplied by its derivative.
 template <class A>
-KILN_GRID_HD inline A pad_coord(A c, int64_t size, int padding, bool align, A* grad) {
+KILN_HD inline A pad_coord(A c, int64_t size, int padding, bool align, A* grad) {
   A g1 = 1, g2 = 1;
   if (padding == kBorder) {
     c = clip(c, size, &g1);
@@ -124,17 +94,17 @@ KILN_GRID_HD inline A pad_coord(A c, int64_t size, int padding, bool align, A* g
   return safe(c);
 }
 template <class A>
-KILN_GRID_HD inline A source_index(A coord, int64_t size, int padding, bool align, A* grad) {
+KILN_HD inline A source_index(A coord, int64_t size, int padding, bool align, A* grad) {
   coord = unnormalize(coord, size, align, grad);
   return pad_coord(coord, size, padding, align, grad);
 }
 
-KILN_GRID_HD inline bool inside(int64_t y, int64_t x, int64_t H, int64_t W) {
+KILN_HD inline bool inside(int64_t y, int64_t x, int64_t H, int64_t W) {
   return y >= 0 && y < H && x >= 0 && x < W;
 }
 // plane[y, x] after the padding mode, 0 outside (bicubic's taps).
 template <class A>
-KILN_GRID_HD inline A bounded(const A* plane, A x, A y, const Geom& g) {
+KILN_HD inline A bounded(const A* plane, A x, A y, const Geom& g) {
   A unused = 1;
   const int64_t ix = static_cast<int64_t>(pad_coord(x, g.W, g.padding, g.align, &unused));
   const int64_t iy = static_cast<int64_t>(pad_coord(y, g.H, g.padding, g.align, &unused));
@@ -143,7 +113,7 @@ KILN_GRID_HD inline A bounded(const A* plane, A x, A y, const Geom& g) {
 
 // Keys' cubic convolution with A = -0.75 (ATen's upsampling coefficients) and its derivative.
 template <class A>
-KILN_GRID_HD inline void cubic_coeffs(A c[4], A t) {
+KILN_HD inline void cubic_coeffs(A c[4], A t) {
   const A a = -0.75;
   auto conv1 = [a](A x) { return ((a + 2) * x - (a + 3)) * x * x + 1; };
   auto conv2 = [a](A x) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; };
@@ -153,7 +123,7 @@ KILN_GRID_HD inline void cubic_coeffs(A c[4], A t) {
   c[3] = conv2(2 - t);
 }
 template <class A>
-KILN_GRID_HD inline void cubic_coeffs_grad(A c[4], A t) {
+KILN_HD inline void cubic_coeffs_grad(A c[4], A t) {
   const A a = -0.75;
   A x = -1 - t;
   c[0] = (-3 * a * x - 10 * a) * x - 8 * a;
@@ -167,7 +137,7 @@ KILN_GRID_HD inline void cubic_coeffs_grad(A c[4], A t) {
 
 // The sample of one input plane [H, W] at grid point (x, y).
 template <class A>
-KILN_GRID_HD inline A sample(const A* plane, const Geom& g, A x, A y) {
+KILN_HD inline A sample(const A* plane, const Geom& g, A x, A y) {
   A unused = 1;
   if (g.interp == kBicubic) {
     const A ix = unnormalize(x, g.W, g.align, &unused), iy = unnormalize(y, g.H, g.align, &unused);
@@ -204,8 +174,8 @@ KILN_GRID_HD inline A sample(const A* plane, const Geom& g, A x, A y) {
 // spread over the input gradient gin (planes [C, H, W]; null when not wanted) through
 // add(pointer, value), and the grid point's gradient is returned in (*gx, *gy).
 template <class A, class Add>
-KILN_GRID_HD inline void backward_at(const A* go, int64_t ohw, const A* in, A* gin, const Geom& g,
-                                     A x, A y, A* gx, A* gy, Add add) {
+KILN_HD inline void backward_at(const A* go, int64_t ohw, const A* in, A* gin, const Geom& g, A x,
+                                A y, A* gx, A* gy, Add add) {
   const int64_t HW = g.H * g.W;
   A mx_ = 1, my_ = 1, sx = 0, sy = 0;
   if (g.interp == kBicubic) {
