@@ -3,6 +3,7 @@
 #include "kiln/backend/cuda/pad.h"
 
 #include "kiln/backend/cuda/common.h"
+#include "kiln/backend/cuda/plane_args.h"
 #include "kiln/ops/pad_meta.h"
 
 namespace kiln::cuda {
@@ -14,12 +15,8 @@ using detail::UpsampleGeom;
 PadArgs args(const PadGeom& g) {
   PadArgs a;
   a.mode = static_cast<int>(g.mode);
-  a.planes = g.planes;
-  for (size_t j = 0; j < 3; ++j) {
-    a.x[j] = g.x[j];
-    a.y[j] = g.y[j];
-    a.left[j] = g.left[j];
-  }
+  set_planes(a, g);
+  copy3(a.left, g.left);
   return a;
 }
 

@@ -2,6 +2,7 @@
 #include "kiln/backend/cuda/pool.h"
 
 #include "kiln/backend/cuda/common.h"
+#include "kiln/backend/cuda/plane_args.h"
 #include "kiln/ops/pool_meta.h"
 
 namespace kiln::cuda {
@@ -13,15 +14,11 @@ using detail::PoolKind;
 PoolArgs args(const PoolGeom& g) {
   PoolArgs a;
   a.kind = static_cast<int>(g.kind);
-  a.planes = g.planes;
-  for (size_t j = 0; j < 3; ++j) {
-    a.x[j] = g.x[j];
-    a.y[j] = g.y[j];
-    a.k[j] = g.k[j];
-    a.stride[j] = g.stride[j];
-    a.pad[j] = g.pad[j];
-    a.dil[j] = g.dil[j];
-  }
+  set_planes(a, g);
+  copy3(a.k, g.k);
+  copy3(a.stride, g.stride);
+  copy3(a.pad, g.pad);
+  copy3(a.dil, g.dil);
   a.count_include_pad = g.count_include_pad;
   a.divisor = g.divisor;
   return a;
