@@ -15,32 +15,14 @@
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
 #include "kiln/parallel/fsdp.h"
-#include "tests/dtensor/dtensor_test_util.h"
+#include "tests/parallel/fsdp_test_util.h"
 
 namespace kiln::test {
 namespace {
 
 using namespace kiln::parallel;  // NOLINT
 
-const Device kCpu{kCPU};
-int64_t world() { return dist::world_size(); }
-int64_t rank() { return dist::rank(); }
-const dt::DeviceMesh& mesh() { return mesh_1d(kCpu); }
-
-::testing::AssertionResult close(const Tensor& got, const Tensor& want, double tol) {
-  if (got.sizes() != want.sizes()) return ::testing::AssertionFailure() << "sizes differ";
-  Tensor g = got.to(kFloat64), w = want.to(kFloat64);
-  double err = g.numel() ? amax(abs(sub(g, w))).item<double>() : 0;
-  double scale = w.numel() ? amax(abs(w)).item<double>() : 0;
-  if (err <= tol * (1 + scale)) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "max error " << err << " (scale " << scale << ")";
-}
-
 constexpr int64_t kRowsPerRank = 4;
-
-Tensor share(const Tensor& batch) {
-  return narrow(batch, 0, rank() * kRowsPerRank, kRowsPerRank).contiguous();
-}
 
 // Linear layers whose sizes give uneven shards at 2 ranks, GELUs between.
 std::shared_ptr<nn::Sequential> mlp(uint64_t seed, int64_t layers = 3) {
@@ -119,11 +101,11 @@ TEST(FSDPMixedPrecision, GatheredParametersAreBfloat16AndGradientsMatchARoundedR
         return x;
       });
     auto [x, target] = batch(0);
-    Tensor y = (*m)(share(x));
+    Tensor y = (*m)(share(x, kRowsPerRank));
     EXPECT_EQ(y.dtype(), kFloat32);  // the root's output_dtype
     ASSERT_EQ(seen.size(), 9u);
     for (DType t : seen) EXPECT_EQ(t, kBFloat16);
-    mse(y, share(target)).backward();
+    mse(y, share(target, kRowsPerRank)).backward();
     ref_loss(*ref, x, target, kBFloat16).backward();
     // Each rank's share rounds its own sums; bfloat16 keeps 8 bits.
     expect_grads_close(*m, *ref, 2e-2);
@@ -142,12 +124,11 @@ TEST(FSDPMixedPrecision, MasterWeightsStayFloat32ThroughSteps) {
   double first = 0, last = 0;
   for (int s = 0; s < 8; ++s) {
     auto [x, target] = batch(0);
-    Tensor l = mse((*m)(share(x)), share(target));
+    Tensor l = mse((*m)(share(x, kRowsPerRank)), share(target, kRowsPerRank));
     l.backward();
     opt.step();
     opt.zero_grad();
-    Tensor mean_l = world() == 1 ? l.detach() : dist::all_reduce(l.detach(), dist::ReduceOp::Avg);
-    (s == 0 ? first : last) = mean_l.item<double>();
+    (s == 0 ? first : last) = mean_over_ranks(l).item<double>();
   }
   EXPECT_LT(last, first);
   // The updated weights are float32 values that bfloat16 cannot hold: not rounded each step.
@@ -164,12 +145,13 @@ TEST(FSDPMixedPrecision, OutputDtypeAndInputCasts) {
   shard(*m, {.param_dtype = kBFloat16});
   auto& first = dynamic_cast<nn::UnaryModule&>((*m)[0]);
   auto [x, target] = batch(0);
-  EXPECT_EQ(first(share(x)).dtype(), kBFloat16);  // no output_dtype on the Linear's unit
-  EXPECT_EQ((*m)(share(x)).dtype(), kFloat32);
+  EXPECT_EQ(first(share(x, kRowsPerRank)).dtype(),
+            kBFloat16);  // no output_dtype on the Linear's unit
+  EXPECT_EQ((*m)(share(x, kRowsPerRank)).dtype(), kFloat32);
   // Without cast_forward_inputs a float32 input meets bfloat16 weights: the op raises.
   auto n = mlp(3);
   fully_shard((*n)[0], mesh(), {.mp = {.param_dtype = kBFloat16, .cast_forward_inputs = false}});
-  EXPECT_THROW(dynamic_cast<nn::UnaryModule&>((*n)[0])(share(x)), std::exception);
+  EXPECT_THROW(dynamic_cast<nn::UnaryModule&>((*n)[0])(share(x, kRowsPerRank)), std::exception);
 }
 
 // Four Linears, each a unit resharding (or not) and prefetching, then the root.
@@ -181,11 +163,11 @@ TEST(FSDPMixedPrecision, ReshardPrefetchAndARetainedGraphMatchARoundedRun) {
     auto [x, target] = batch(1, 6, 2);
     ref_loss(*ref, x, target, kBFloat16).backward();
     for (int step = 0; step < 2; ++step) {  // the second forward prefetches in its order
-      mse((*m)(share(x)), share(target)).backward();
+      mse((*m)(share(x, kRowsPerRank)), share(target, kRowsPerRank)).backward();
       expect_grads_close(*m, *ref, 2e-2, step + 1);
     }
     // A retained graph's second backward gathers the freed parameters again.
-    Tensor loss = mse((*m)(share(x)), share(target));
+    Tensor loss = mse((*m)(share(x, kRowsPerRank)), share(target, kRowsPerRank));
     autograd::backward({loss}, {}, /*retain_graph=*/true);
     autograd::backward({loss});
     expect_grads_close(*m, *ref, 2e-2, 4);
@@ -220,7 +202,7 @@ TEST(FSDPMixedPrecision, GathersMoveHalfTheBytes) {
     auto m = mlp(5);
     shard(*m, policies[k]);
     const double mark = calls_mark();
-    mse((*m)(share(x)), share(target)).backward();
+    mse((*m)(share(x, kRowsPerRank)), share(target, kRowsPerRank)).backward();
     std::tie(ag[k], rs[k]) =
         collective_bytes(mark, policies[k].param_dtype.value_or(kFloat32), reduces[k]);
   }
@@ -249,11 +231,11 @@ TEST(FSDPMixedPrecision, CompiledStepEqualsEager) {
       {.name = "fsdp_mp_step"});
   for (int s = 0; s < 4; ++s) {
     auto [x, target] = batch(s);
-    Tensor le = mse((*eager)(share(x)), share(target));
+    Tensor le = mse((*eager)(share(x, kRowsPerRank)), share(target, kRowsPerRank));
     le.backward();
     eager_opt.step();
     eager_opt.zero_grad(/*set_to_none=*/true);
-    Tensor lc = step({share(x), share(target)})[0];
+    Tensor lc = step({share(x, kRowsPerRank), share(target, kRowsPerRank)})[0];
     EXPECT_TRUE(close(lc, le, 1e-6)) << "step " << s;
   }
   ASSERT_EQ(step.entries().size(), 1u);
@@ -272,7 +254,7 @@ TEST(FSDPMixedPrecision, Float16WithAGradScaler) {
   optim::SGD opt(m->parameters(), {.lr = 0.1});
   amp::GradScaler scaler(kCpu, {.init_scale = 1024.0});  // 65536 would overflow float16 here
   auto [x, target] = batch(2);
-  scaler.scale(mse((*m)(share(x)), share(target))).backward();
+  scaler.scale(mse((*m)(share(x, kRowsPerRank)), share(target, kRowsPerRank))).backward();
   scaler.unscale_(opt);
   ref_loss(*ref, x, target, kFloat16).backward();
   expect_grads_close(*m, *ref, 1e-2);
@@ -281,16 +263,6 @@ TEST(FSDPMixedPrecision, Float16WithAGradScaler) {
   scaler.update();
   EXPECT_EQ(scaler.get_scale(), 1024.0);  // nothing overflowed
   EXPECT_GT(amax(abs(sub(dt::full_tensor(m->parameters()[0]), before))).item<double>(), 0.0);
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(FSDPMixedPrecision, Errors) {

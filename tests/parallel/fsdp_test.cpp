@@ -16,39 +16,12 @@
 #include "kiln/optim/optimizer.h"
 #include "kiln/parallel/fsdp.h"
 #include "kiln/parallel/tensor_parallel.h"
-#include "tests/dtensor/dtensor_test_util.h"
+#include "tests/parallel/fsdp_test_util.h"
 
 namespace kiln::test {
 namespace {
 
 using namespace kiln::parallel;  // NOLINT
-
-const Device kCpu{kCPU};
-int64_t world() { return dist::world_size(); }
-int64_t rank() { return dist::rank(); }
-const dt::DeviceMesh& mesh() { return mesh_1d(kCpu); }
-
-::testing::AssertionResult close(const Tensor& got, const Tensor& want, double tol) {
-  if (got.sizes() != want.sizes())
-    return ::testing::AssertionFailure() << fmt::format(
-               "sizes [{}] vs [{}]", fmt::join(got.sizes(), ", "), fmt::join(want.sizes(), ", "));
-  Tensor g = got.to(kFloat64), w = want.to(kFloat64);
-  double err = g.numel() ? amax(abs(sub(g, w))).item<double>() : 0;
-  double scale = w.numel() ? amax(abs(w)).item<double>() : 0;
-  if (err <= tol * (1 + scale)) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "max error " << err << " (scale " << scale << ")";
-}
-
-// This rank's rows of a batch whose dim 0 has `per_rank` rows per rank.
-Tensor share(const Tensor& batch, int64_t per_rank) {
-  return narrow(batch, 0, rank() * per_rank, per_rank).contiguous();
-}
-
-// The mean over the ranks of a local scalar (what the whole batch's mean loss is).
-Tensor mean_over_ranks(const Tensor& loss) {
-  Tensor l = loss.detach();
-  return world() == 1 ? l : dist::all_reduce(l, dist::ReduceOp::Avg);
-}
 
 // Every parameter of `sharded` (gathered) equals `ref`'s, and with `grads` so do the gradients,
 // which are Shard(0) DTensors with their parameter's spec.
@@ -565,16 +538,6 @@ TEST(FSDP, CompiledFsdpTpStepEqualsEager) {
 }
 
 // ---------------------------------------------------------------- errors
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // A module whose calls run no hooks, and one with a 0-d parameter.
 struct NotUnary : nn::Module {
