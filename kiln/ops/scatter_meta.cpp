@@ -43,6 +43,22 @@ ScatterOperands scatter_operands(const char* op, const Tensor& self, int64_t dim
   return o;
 }
 
+void select_scatter_by(CopyKernel copy, const Tensor& out, const Tensor& self, const Tensor& src,
+                       int64_t dim, int64_t index) {
+  const int64_t d = wrap_dim(dim, self.dim(), "select_scatter");
+  const int64_t size = self.sizes()[d];
+  copy(out, self);
+  copy(ops::op_select(out, d, index < 0 ? index + size : index), src);
+}
+
+void slice_scatter_by(CopyKernel copy, const Tensor& out, const Tensor& self, const Tensor& src,
+                      int64_t dim, const OptInt& start, const OptInt& end, int64_t step) {
+  const int64_t d = wrap_dim(dim, self.dim(), "slice_scatter");
+  const auto [s, e] = slice_bounds(self.sizes()[d], start, end);
+  copy(out, self);
+  copy(ops::op_slice(out, d, s, e, step), src);
+}
+
 TensorSpec scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   const Device device = check_scatter_args("scatter", self, dim, index, src);
   return {Shape(self.sizes()), self.dtype(), device};

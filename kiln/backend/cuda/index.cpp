@@ -193,18 +193,12 @@ void scatter_reduce_impl(const Tensor& out, const Tensor& self, int64_t dim, con
 
 void select_scatter_impl(const Tensor& out, const Tensor& self, const Tensor& src, int64_t dim,
                          int64_t index) {
-  const int64_t d = wrap_dim(dim, self.dim(), "select_scatter");
-  const int64_t size = self.sizes()[d];
-  copy_kernel(out, self);
-  copy_kernel(ops::op_select(out, d, index < 0 ? index + size : index), src);
+  meta::select_scatter_by(&copy_kernel, out, self, src, dim, index);
 }
 
 void slice_scatter_impl(const Tensor& out, const Tensor& self, const Tensor& src, int64_t dim,
                         const OptInt& start, const OptInt& end, int64_t step) {
-  const int64_t d = wrap_dim(dim, self.dim(), "slice_scatter");
-  const auto [s, e] = meta::slice_bounds(self.sizes()[d], start, end);
-  copy_kernel(out, self);
-  copy_kernel(ops::op_slice(out, d, s, e, step), src);
+  meta::slice_scatter_by(&copy_kernel, out, self, src, dim, start, end, step);
 }
 
 void index_add_impl(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index,
