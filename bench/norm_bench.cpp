@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/main_guard.h"
+#include "bench/nchw_args.h"
 #include "bench/timing.h"
 #include "kiln/kiln.h"
 
@@ -95,25 +96,9 @@ void run(int64_t n, int64_t c, int64_t h, int64_t w, bool smoke) {
 }
 
 int bench_main(int argc, char** argv) {
-  bool smoke = false;
-  std::vector<const char*> pos;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--smoke"))
-      smoke = true;
-    else
-      pos.push_back(argv[i]);
-  }
-  int64_t s[4] = {64, 32, 28, 28};
-  if (smoke) s[0] = 2, s[1] = 3, s[2] = 5, s[3] = 4;
-  if (pos.size() >= 4)
-    for (int i = 0; i < 4; ++i) s[i] = std::atoll(pos[i]);
-  if (pos.size() >= 5) {
-    const int t = std::atoi(pos[4]);
-    kiln::set_num_threads(t);
-    at::set_num_threads(t);
-  } else {
-    at::set_num_threads(kiln::get_num_threads());
-  }
+  const auto a = kiln::bench::parse_nchw_args(argc, argv, {64, 32, 28, 28}, {2, 3, 5, 4});
+  const bool smoke = a.smoke;
+  const auto& s = a.shape;
   run(s[0], s[1], s[2], s[3], smoke);
   if (smoke) fmt::print("kiln_norm_bench: smoke run passed\n");
   return 0;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench/main_guard.h"
+#include "bench/nchw_args.h"
 #include "bench/timing.h"
 #include "kiln/kiln.h"
 #include "tests/ops/torch_bridge.h"
@@ -100,24 +101,9 @@ void run(int64_t n, int64_t c, int64_t h, int64_t w) {
 }
 
 int bench_main(int argc, char** argv) {
-  std::vector<const char*> pos;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--smoke"))
-      g_smoke = true;
-    else
-      pos.push_back(argv[i]);
-  }
-  int64_t s[4] = {64, 32, 28, 28};
-  if (g_smoke) s[0] = 2, s[1] = 3, s[2] = 14, s[3] = 14;
-  if (pos.size() >= 4)
-    for (int i = 0; i < 4; ++i) s[i] = std::atoll(pos[i]);
-  if (pos.size() >= 5) {
-    const int t = std::atoi(pos[4]);
-    kiln::set_num_threads(t);
-    at::set_num_threads(t);
-  } else {
-    at::set_num_threads(kiln::get_num_threads());
-  }
+  const auto a = kiln::bench::parse_nchw_args(argc, argv, {64, 32, 28, 28}, {2, 3, 14, 14});
+  g_smoke = a.smoke;
+  const auto& s = a.shape;
   run(s[0], s[1], s[2], s[3]);
   if (g_smoke) fmt::print("kiln_pool_bench: smoke run passed\n");
   return 0;
