@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -32,8 +33,13 @@ kiln::Tensor copy_of(const at::Tensor& a) {
 void check(const kiln::Tensor& got, const at::Tensor& want, const char* what) {
   kiln::Tensor g = got.contiguous();
   at::Tensor a = at::from_blob(g.impl()->data(), want.sizes(), at::kFloat).clone();
-  if (!at::allclose(a, want, 1e-4, 1e-5)) {
-    fmt::print(stderr, "{}: Kiln and ATen differ\n", what);
+  // Relative to the largest value: grad_weight and grad_bias are per-channel sums of N H W
+  // terms (50,176 at the default size) in another order than ATen's, so a channel whose sum
+  // cancels to near 0 is off by far more than its own size times float32's epsilon.
+  const double worst = (a - want).abs().max().item<double>();
+  const double scale = std::max(1.0, want.abs().max().item<double>());
+  if (worst > 1e-4 * scale) {
+    fmt::print(stderr, "{}: Kiln and ATen differ by {} (largest value {})\n", what, worst, scale);
     std::exit(1);
   }
 }
