@@ -47,6 +47,14 @@ constexpr int kRows = 64;      // the rows a block owns: queries (forward, dq) o
 constexpr int kCols = 64;      // the columns one step walks: keys, or queries for dk and dv
 constexpr int kThreads = 128;  // 4 warps of 16 rows
 
+// Blocks an SM the backward kernels are compiled for (a register cap of 64K / (128 x blocks)):
+// left alone, nvcc gave the head-dim-64 dk/dv kernel 172 registers, two blocks an SM instead
+// of three.
+template <int HD>
+constexpr int backward_min_blocks() {
+  return HD <= 64 ? 3 : 2;
+}
+
 template <int HD>
 constexpr int pitch() {
   return HD + 8;  // elements per shared-memory row
@@ -80,13 +88,19 @@ __device__ void load_tile(T* tile, const AttnOperand& op, int64_t b, int64_t inn
                   (b % inner) * op.inner_stride;
   const int tid = static_cast<int>(threadIdx.x);
   if (e % 8 == 0 && op.row_stride % 8 == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0) {
-    constexpr int kPerRow = HD / 8;
-    for (int idx = tid; idx < kRows * kPerRow; idx += kThreads) {
-      const int r = idx / kPerRow, c = (idx % kPerRow) * 8;
-      const int64_t row = r0 + r;
-      const bool in = row < rows && c < e;
-      cp_async16(smem_u32(tile + r * P + c), in ? base + row * op.row_stride + c : base,
-                 in ? 16 : 0);
+    // Thread tid copies chunk tid % kPerRow of rows tid / kPerRow + i kRowStep: the
+    // addresses of one step are an increment apart, computed once.
+    constexpr int kPerRow = HD / 8, kRowStep = kThreads / kPerRow;
+    static_assert(kRows % kRowStep == 0);
+    const int r = tid / kPerRow, c = (tid % kPerRow) * 8;
+    const T* src = base + (r0 + r) * op.row_stride + c;
+    const int64_t src_step = kRowStep * op.row_stride;
+    const uint32_t dst = smem_u32(tile + r * P + c);
+    const int64_t left = rows - r0 - r;  // rows of this thread's first row on
+#pragma unroll
+    for (int i = 0; i < kRows / kRowStep; ++i) {
+      const bool in = i * kRowStep < left && c < e;
+      cp_async16(dst + i * kRowStep * P * 2, in ? src + i * src_step : base, in ? 16 : 0);
     }
     return;
   }
@@ -128,6 +142,8 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
 }
 
 // Two floats as a register of two T, `lo` in the low half (the lower column).
+static_assert(sizeof(__half) == 2 && sizeof(__nv_bfloat16) == 2);  // the 2-byte strides below
+
 template <class T>
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   uint32_t r;
@@ -152,17 +168,21 @@ template <class T, int HD>
 __device__ __forceinline__ void scores_abt(Acc<8>& s, const T* A, int a_row, const T* B) {
   constexpr int P = pitch<HD>();
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  // ldmatrix: lanes 0-7 address the rows of matrix 0, 8-15 of matrix 1, and so on.
-  const T* a_at = A + (a_row + (lane & 7) + ((lane >> 3) & 1) * 8) * P + (lane >> 4) * 8;
-  const T* b_at = B + ((lane & 7) + (lane >> 4) * 8) * P + ((lane >> 3) & 1) * 8;
+  // ldmatrix: lanes 0-7 address the rows of matrix 0, 8-15 of matrix 1, and so on. Addresses
+  // are shared-window bytes from one base a lane, the loops adding constants (which ptxas folds
+  // into the instructions: per-load pointer arithmetic was most of the kernels' instructions).
+  const uint32_t a_at =
+      smem_u32(A) + ((a_row + (lane & 7) + ((lane >> 3) & 1) * 8) * P + (lane >> 4) * 8) * 2;
+  const uint32_t b_at =
+      smem_u32(B) + (((lane & 7) + (lane >> 4) * 8) * P + ((lane >> 3) & 1) * 8) * 2;
 #pragma unroll
   for (int k = 0; k < HD; k += 16) {
     uint32_t a[4];
-    ldmatrix_x4(a, smem_u32(a_at + k));
+    ldmatrix_x4(a, a_at + k * 2);
 #pragma unroll
     for (int n = 0; n < 4; ++n) {  // B rows 16n .. 16n + 15: two 8-column tiles of s
       uint32_t b[4];
-      ldmatrix_x4(b, smem_u32(b_at + n * 16 * P + k));
+      ldmatrix_x4(b, b_at + (n * 16 * P + k) * 2);
       mma16816<T>(s[2 * n], a, b[0], b[1]);
       mma16816<T>(s[2 * n + 1], a, b[2], b[3]);
     }
@@ -174,7 +194,8 @@ template <class T, int HD>
 __device__ __forceinline__ void accumulate_pv(Acc<HD / 8>& o, const Acc<8>& p, const T* B) {
   constexpr int P = pitch<HD>();
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const T* b_at = B + ((lane & 7) + ((lane >> 3) & 1) * 8) * P + (lane >> 4) * 8;
+  const uint32_t b_at =
+      smem_u32(B) + (((lane & 7) + ((lane >> 3) & 1) * 8) * P + (lane >> 4) * 8) * 2;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {  // columns 16k .. 16k + 15 of p: its tiles 2k and 2k + 1
     const uint32_t a[4] = {pack<T>(p[2 * k][0], p[2 * k][1]), pack<T>(p[2 * k][2], p[2 * k][3]),
@@ -183,7 +204,7 @@ __device__ __forceinline__ void accumulate_pv(Acc<HD / 8>& o, const Acc<8>& p, c
 #pragma unroll
     for (int n = 0; n < HD / 16; ++n) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, smem_u32(b_at + k * 16 * P + n * 16));
+      ldmatrix_x4_trans(b, b_at + (k * 16 * P + n * 16) * 2);
       mma16816<T>(o[2 * n], a, b[0], b[1]);
       mma16816<T>(o[2 * n + 1], a, b[2], b[3]);
     }
@@ -348,7 +369,7 @@ __device__ __forceinline__ void load_stats(float* lse_s, float* del_s, const flo
 // scale; dv += P^T dO, dk += dS^T Q. Shared memory: K, V, then Q, dO and the query statistics
 // twice (this step's and the next one's).
 template <class T, int HD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, backward_min_blocks<HD>())
     flash16_backward_kv_kernel(AttnShape sh, AttnOperand q, AttnOperand k, AttnOperand v,
                                AttnOperand g, const float* lse, const float* delta, T* dk, T* dv) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -421,7 +442,7 @@ __global__ void __launch_bounds__(kThreads)
 // dq of one query tile (a warp: 16 queries), over the key tiles it sees: S = Q K^T,
 // dS = P (dO V^T - delta) scale, dq += dS K. Shared memory: Q, dO, then K and V twice.
 template <class T, int HD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, backward_min_blocks<HD>())
     flash16_backward_q_kernel(AttnShape sh, AttnOperand q, AttnOperand k, AttnOperand v,
                               AttnOperand g, const float* lse, const float* delta, T* dq) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
