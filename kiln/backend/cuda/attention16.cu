@@ -111,6 +111,20 @@ __device__ void load_tile(T* tile, const AttnOperand& op, int64_t b, int64_t inn
   }
 }
 
+// Starts the copies of the next step's tiles (load(), when there is a next step), waits for
+// this step's, and then for every thread of the block: the double buffer's turn.
+template <class Load>
+__device__ __forceinline__ void next_step(bool has_next, Load&& load) {
+  if (has_next) {
+    load();
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -286,15 +300,10 @@ __global__ void __launch_bounds__(kThreads)
   float m[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f};  // sum: this lane's columns only
   for (int64_t st = 0; st < steps; ++st) {
     const int cur = static_cast<int>(st & 1);
-    if (st + 1 < steps) {
+    next_step(st + 1 < steps, [&] {
       load_tile<T, HD>(Ks(cur ^ 1), k, b, sh.inner, (st + 1) * kCols, sh.s, sh.e);
       load_tile<T, HD>(Vs(cur ^ 1), v, b, sh.inner, (st + 1) * kCols, sh.s, sh.e);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    });
     const int64_t k0 = st * kCols;
     Acc<8> s;
     zero<8>(s);
@@ -403,16 +412,11 @@ __global__ void __launch_bounds__(kThreads, backward_min_blocks<HD>())
   for (int64_t st = 0; st < steps; ++st) {
     const int cur = static_cast<int>(st & 1);
     const int64_t i0 = istart + st * kCols;
-    if (st + 1 < steps) {
+    next_step(st + 1 < steps, [&] {
       load_tile<T, HD>(Qs(cur ^ 1), q, b, sh.inner, i0 + kCols, sh.l, sh.e);
       load_tile<T, HD>(Gs(cur ^ 1), g, b, sh.inner, i0 + kCols, sh.l, sh.e);
       load_stats(lse_s(cur ^ 1), del_s(cur ^ 1), lse, delta, sh, b, i0 + kCols);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    });
     Acc<8> p, ds;
     zero<8>(p);
     zero<8>(ds);
@@ -476,15 +480,10 @@ __global__ void __launch_bounds__(kThreads, backward_min_blocks<HD>())
   for (int64_t st = 0; st < steps; ++st) {
     const int cur = static_cast<int>(st & 1);
     const int64_t k0 = st * kCols;
-    if (st + 1 < steps) {
+    next_step(st + 1 < steps, [&] {
       load_tile<T, HD>(Ks(cur ^ 1), k, b, sh.inner, k0 + kCols, sh.s, sh.e);
       load_tile<T, HD>(Vs(cur ^ 1), v, b, sh.inner, k0 + kCols, sh.s, sh.e);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    });
     Acc<8> s, ds;
     zero<8>(s);
     zero<8>(ds);

@@ -1,15 +1,10 @@
 // CUDA kernels of embedding_dense_backward and embedding_bag (see embedding.h).
 #include "kiln/backend/cuda/embedding.h"
 #include "kiln/backend/cuda/kernel_args.h"
+#include "kiln/backend/cuda/thread_per_element.cuh"
 
 namespace kiln::cuda {
 namespace {
-
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kBlock - 1) / kBlock); }
-__device__ __forceinline__ int64_t thread_index() {
-  return static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
-}
-__device__ __forceinline__ void report(int* err, int code) { atomicCAS(err, 0, code); }
 
 __global__ void __launch_bounds__(kBlock)
     counts_kernel(const int64_t* idx, int64_t n, int64_t num_weights, int* count) {

@@ -5,19 +5,11 @@
 
 #include "kiln/backend/cuda/index.h"
 #include "kiln/backend/cuda/loops.cuh"
+#include "kiln/backend/cuda/thread_per_element.cuh"
 #include "kiln/ops/scatter_reduce_math.h"
 
 namespace kiln::cuda {
 namespace {
-
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kBlock - 1) / kBlock); }
-
-__device__ __forceinline__ int64_t thread_index() {
-  return static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
-}
-
-// Reports a bad index once per device (the first code wins); the caller skips its write.
-__device__ __forceinline__ void report(int* err, int code) { atomicCAS(err, 0, code); }
 
 // Calls f(U{}) with U an unsigned type of dt's width: for kernels that only move elements.
 template <class F>
