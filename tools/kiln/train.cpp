@@ -225,7 +225,10 @@ void check_writable(const std::string& path, const std::string& option) {
 // loss_parallel_cross_entropy over the vocabulary-sharded logits, replicated on every rank. The
 // optimizers and the gradient clipping take lists of both kinds (Note [Optimizers over sharded
 // parameters]). --fsdp shards every parameter as Shard(0) (parallel::fully_shard on each block,
-// then the model) and splits the batch as --ddp does. Under both, evaluation and checkpoints are
+// then the model) and splits the batch as --ddp does; with --amp its units gather the
+// parameters in the autocast dtype and reduce the gradients in float32 (FSDP2's
+// MixedPrecisionPolicy as PyTorch's recipes set it: half the gather bytes, float32 master
+// shards and gradient sums). Under both, evaluation and checkpoints are
 // collective: every rank evaluates, every rank gathers the parameters and the optimizer state
 // whole (full_tensor; the fused q, k, v rows back in the module's order), and rank 0 writes the
 // file a single-process run writes, which `kiln generate` and --resume read (in one process or
@@ -285,12 +288,17 @@ int run_train(const TrainOptions& o) {
     parallel::parallelize_module(model, *mesh, parallel::gpt_tensor_parallel_plan(cfg, *mesh));
   int64_t fsdp_units = 0;
   if (o.fsdp) {
+    parallel::FullyShardOptions shard_options;
+    if (!o.amp.empty()) {
+      shard_options.mp.param_dtype = o.amp == "fp16" ? kFloat16 : kBFloat16;
+      shard_options.mp.reduce_dtype = kFloat32;
+    }
     for (auto& [path, sub] : model.named_modules())
       if (sub->type_name() == "Block") {
-        parallel::fully_shard(*sub, *mesh);
+        parallel::fully_shard(*sub, *mesh, shard_options);
         ++fsdp_units;
       }
-    parallel::fully_shard(model, *mesh);
+    parallel::fully_shard(model, *mesh, shard_options);
     ++fsdp_units;
   }
   // Weight decay on matrices and embeddings only, as GPT-2 and nanoGPT do: decaying gains
@@ -411,7 +419,10 @@ int run_train(const TrainOptions& o) {
   if (o.tp > 0)
     fmt::print("tp: {} ranks, {} of {} heads each, the whole batch on every rank\n", ranks,
                cfg.heads / ranks, cfg.heads);
-  if (o.fsdp) fmt::print("fsdp: {} ranks, {} sequences each, {} units\n", ranks, share, fsdp_units);
+  if (o.fsdp)
+    fmt::print(
+        "fsdp: {} ranks, {} sequences each, {} units{}\n", ranks, share, fsdp_units,
+        o.amp.empty() ? "" : fmt::format(", gathers in {}, gradients reduced in float32", o.amp));
   if (!o.amp.empty())
     fmt::print("amp: {} autocast, float32 master weights{}\n", o.amp,
                scaler.is_enabled() ? fmt::format(", loss scale {}", scaler.get_scale()) : "");
