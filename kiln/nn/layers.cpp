@@ -85,6 +85,13 @@ void Sequential::push_back(std::shared_ptr<UnaryModule> m) {
   register_module(std::to_string(modules_.size()), m);
   modules_.push_back(std::move(m));
 }
+bool Sequential::on_replace_module(const std::string& name,
+                                   const std::shared_ptr<Module>& replacement) {
+  auto unary = std::dynamic_pointer_cast<UnaryModule>(replacement);
+  if (unary == nullptr) return false;
+  modules_.at(std::stoul(name)) = std::move(unary);  // children are named by index
+  return true;
+}
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   for (auto& m : modules_) y = (*m)(y);

@@ -122,6 +122,11 @@ class Sequential : public UnaryModule {
   size_t size() const { return modules_.size(); }
   UnaryModule& operator[](size_t i) { return *modules_.at(i); }
 
+ protected:
+  // Child "<i>" becomes the replacement (a UnaryModule; anything else is refused).
+  bool on_replace_module(const std::string& name,
+                         const std::shared_ptr<Module>& replacement) override;
+
  private:
   std::vector<std::shared_ptr<UnaryModule>> modules_;
 };

@@ -171,6 +171,20 @@ std::vector<std::pair<std::string, Tensor*>> Module::named_parameter_slots() {
   return out;
 }
 
+bool Module::on_replace_module(const std::string&, const std::shared_ptr<Module>&) { return false; }
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> replacement) {
+  auto it = std::find_if(children_.begin(), children_.end(),
+                         [&](const auto& c) { return c.first == name; });
+  KILN_CHECK(it != children_.end(), "[replace_module] {} has no submodule '{}'", type_name(), name);
+  KILN_CHECK(replacement != nullptr, "[replace_module] the replacement of '{}' is null", name);
+  KILN_CHECK(on_replace_module(name, replacement),
+             "[replace_module] {} cannot swap its submodule '{}' ({}) for a {}: its forward "
+             "calls a member of its own",
+             type_name(), name, it->second->type_name(), replacement->type_name());
+  set_child_path(*replacement, name);
+  it->second = std::move(replacement);
+}
+
 Tensor UnaryModule::call_with_hooks(const Tensor& x) {
   Tensor y = x;
   for (auto& hook : pre_hooks_) y = hook(y);

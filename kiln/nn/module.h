@@ -58,6 +58,11 @@ class Module {
   // reads through), by path: for wrappers that swap in other tensors around a forward (FSDP
   // puts the gathered parameters there during the call and the shards back after it).
   std::vector<std::pair<std::string, Tensor*>> named_parameter_slots();
+  // Swaps the direct submodule registered as `name` for `replacement`, which takes its path:
+  // what convert_sync_batchnorm does. The module's forward must then call
+  // the replacement, so only modules whose on_replace_module points their own member at it
+  // accept (Sequential); others raise "[replace_module] ..." naming the module and the child.
+  void replace_module(const std::string& name, std::shared_ptr<Module> replacement);
 
   // Hooks around UnaryModule::operator() (not forward): a pre-hook maps the input before
   // forward, a hook maps the output after it, each in the order registered. What the
@@ -77,6 +82,11 @@ class Module {
     children_.emplace_back(std::move(name), module);
     return module;
   }
+  // replace_module's hook, called before the swap: a module that holds child `name` in a
+  // member of its own points that member at `replacement` and returns true. The default
+  // returns false (the module cannot swap its children).
+  virtual bool on_replace_module(const std::string& name,
+                                 const std::shared_ptr<Module>& replacement);
 
  private:
   template <class F>
