@@ -20,6 +20,7 @@
 #include "kiln/nn/layers.h"
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/pooling.h"
+#include "kiln/nn/sync_batch_norm.h"
 #include "kiln/nn/transformer.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
