@@ -45,12 +45,14 @@ Tensor BatchNormNd::forward(const Tensor& x) {
   KILN_CHECK(x.size(1) == num_features, "[{}] expected {} channels (dim 1), got shape {}", name_,
              num_features, x.sizes());
   const bool training = is_training();
-  if (training && options.track_running_stats) add_(num_batches_tracked, 1);
   // Training, or no running stats: the batch's statistics (updating the running stats when
   // tracked); eval with running stats: those.
   const bool use_batch = training || !options.track_running_stats;
-  return batch_norm(x, running_mean, running_var, weight, bias, use_batch, options.momentum,
-                    options.eps);
+  Tensor y = batch_norm(x, running_mean, running_var, weight, bias, use_batch, options.momentum,
+                        options.eps);
+  // Counted once the op has accepted the batch: a refused one leaves every buffer as it was.
+  if (training && options.track_running_stats) add_(num_batches_tracked, 1);
+  return y;
 }
 
 GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine,

@@ -196,6 +196,8 @@ TEST(NormModuleTest, Errors) {
       },
       {"[batch_norm]", "Expected more than 1 value per channel"});
   EXPECT_TRUE(same_values(bn.running_mean, rm));
+  // Nothing is written when the op refuses: not even the batch count.
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 0);
   nn::BatchNorm1d b1(4);
   expect_value_error([&] { b1(ones({2, 4, 3, 3})); }, {"[BatchNorm1d]", "2-D or 3-D"});
   expect_value_error([] { nn::BatchNorm1d(0); }, {"[BatchNorm1d]", "num_features", "0"});

@@ -170,10 +170,7 @@ TEST(SyncBatchNorm, OneValuePerChannelAcrossTheGroupRaisesOnEveryRank) {
   const int64_t rows = world().rank() == 0 ? 1 : 0;
   EXPECT_THROW_CONTAINS(sync(zeros({rows, 3}, kFloat64)), ValueError,
                         "Expected more than 1 value per channel");
-  // (A world of one is BatchNorm's path, which counts the batch before batch_norm raises.)
-  if (world().size() > 1) {
-    EXPECT_EQ(sync.num_batches_tracked.item<int64_t>(), 0);
-  }
+  EXPECT_EQ(sync.num_batches_tracked.item<int64_t>(), 0);
   EXPECT_TRUE(equal(sync.running_var, ones({3}, kFloat64)));
 }
 
