@@ -498,6 +498,31 @@ TensorList list(const KArgs& x, size_t which, size_t lists) {
   size_t n = x.in.size() / lists;
   return TensorList(x.in.begin() + which * n, x.in.begin() + (which + 1) * n);
 }
+
+// foreach_adamw_'s rows: clones of a case's params, exp_avg and exp_avg_sq lists (so the row is
+// functional), step counts at 2 (the call is step 3), and the three lists as the row's outputs.
+struct AdamwState {
+  TensorList p, m, v, steps;
+  TensorList outputs() const {
+    TensorList out = p;
+    out.insert(out.end(), m.begin(), m.end());
+    out.insert(out.end(), v.begin(), v.end());
+    return out;
+  }
+  void check_steps(double want, const char* what) const {
+    for (const Tensor& s : steps)
+      KILN_CHECK(s.device().is_meta() || s.item<double>() == want, "{}", what);
+  }
+};
+AdamwState adamw_state(const KArgs& x) {
+  auto clones = [](TensorList l) {
+    for (Tensor& t : l) t = t.clone();
+    return l;
+  };
+  AdamwState st{clones(list(x, 0, 4)), clones(list(x, 2, 4)), clones(list(x, 3, 4)), {}};
+  for (const Tensor& t : st.p) st.steps.push_back(full({}, 2.0, kFloat64, t.device()));
+  return st;
+}
 using ARef = std::function<at::Tensor(const AArgs&, size_t i, size_t n)>;
 AtenFn per_tensor(size_t lists, ARef f) {
   return [lists, f](const AArgs& a) {
@@ -581,24 +606,11 @@ void add_foreach(Cases& cs) {
        .make = make_lists({draw_any(), draw_any(), draw_any(), draw_positive()}),
        .kiln =
            [](const KArgs& x) {
-             auto clones = [](TensorList l) {
-               for (Tensor& t : l) t = t.clone();
-               return l;
-             };
-             TensorList p = clones(list(x, 0, 4)), m = clones(list(x, 2, 4)),
-                        v = clones(list(x, 3, 4));
-             // Two steps already taken: this is step 3.
-             TensorList steps;
-             for (size_t i = 0; i < p.size(); ++i)
-               steps.push_back(full({}, 2.0, kFloat64, p[i].device()));
-             Tensor lr = full({}, 0.01, kFloat64, p[0].device());
-             foreach_adamw_(p, list(x, 1, 4), m, v, steps, lr, 0.9, 0.99, 1e-8, 0.1);
-             for (const Tensor& s : steps)
-               KILN_CHECK(s.device().is_meta() || s.item<double>() == 3.0, "steps not incremented");
-             TensorList out = p;
-             out.insert(out.end(), m.begin(), m.end());
-             out.insert(out.end(), v.begin(), v.end());
-             return out;
+             AdamwState st = adamw_state(x);
+             Tensor lr = full({}, 0.01, kFloat64, st.p[0].device());
+             foreach_adamw_(st.p, list(x, 1, 4), st.m, st.v, st.steps, lr, 0.9, 0.99, 1e-8, 0.1);
+             st.check_steps(3.0, "steps not incremented");
+             return st.outputs();
            },
        .aten =
            [](const AArgs& a) {
@@ -625,25 +637,13 @@ void add_foreach(Cases& cs) {
                 .make = make_lists({draw_any(), draw_any(), draw_any(), draw_positive()}),
                 .kiln =
                     [](const KArgs& x) {
-                      auto clones = [](TensorList l) {
-                        for (Tensor& t : l) t = t.clone();
-                        return l;
-                      };
-                      TensorList p = clones(list(x, 0, 4)), m = clones(list(x, 2, 4)),
-                                 v = clones(list(x, 3, 4));
-                      TensorList steps;
-                      for (size_t i = 0; i < p.size(); ++i)
-                        steps.push_back(full({}, 2.0, kFloat64, p[i].device()));
-                      const Device d = p[0].device();
-                      foreach_adamw_(p, list(x, 1, 4), m, v, steps, full({}, 0.01, kFloat64, d),
-                                     0.9, 0.99, 1e-8, 0.1, ones({}, kFloat32, d));
-                      for (const Tensor& s : steps)
-                        KILN_CHECK(s.device().is_meta() || s.item<double>() == 2.0,
-                                   "steps incremented");
-                      TensorList out = p;
-                      out.insert(out.end(), m.begin(), m.end());
-                      out.insert(out.end(), v.begin(), v.end());
-                      return out;
+                      AdamwState st = adamw_state(x);
+                      const Device d = st.p[0].device();
+                      foreach_adamw_(st.p, list(x, 1, 4), st.m, st.v, st.steps,
+                                     full({}, 0.01, kFloat64, d), 0.9, 0.99, 1e-8, 0.1,
+                                     ones({}, kFloat32, d));
+                      st.check_steps(2.0, "steps incremented");
+                      return st.outputs();
                     },
                 .aten =
                     [](const AArgs& a) {
