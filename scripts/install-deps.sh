@@ -12,9 +12,11 @@ set -euo pipefail
 # `mpirun`; without it Kiln builds as a world of one), zlib (kiln/data inflates gzip-compressed
 # IDX files), and Fashion-MNIST's IDX files under /usr/share/datasets/fashion-mnist (the data set
 # `kiln train --model cnn` trains on; tests/data reads it when present), and oneDNN (libdnnl-dev:
-# the CPU convolution kernels, kiln/backend/cpu/conv.cpp, as PyTorch uses it on the CPU).
+# the CPU convolution kernels, kiln/backend/cpu/conv.cpp, as PyTorch uses it on the CPU), with
+# ocl-icd-opencl-dev, which libdnnl-dev only recommends but whose CMake config requires (its
+# find_package(OpenCL) fails without it, and `--no-install-recommends` leaves it out).
 build=(cmake ninja-build g++ libfmt-dev libcli11-dev nlohmann-json3-dev libopenblas-dev openmpi-bin
-       libopenmpi-dev zlib1g-dev dataset-fashion-mnist libdnnl-dev)
+       libopenmpi-dev zlib1g-dev dataset-fashion-mnist libdnnl-dev ocl-icd-opencl-dev)
 # GoogleTest and Google Benchmark (tests/, bench/), libtorch 1.13 (the oracle the tests and
 # benchmarks compare against), clang-format (the format check), clang with its libFuzzer runtime
 # and LLVM's OpenMP (scripts/fuzz.sh builds with clang++), python3 (the safetensors interop test,
