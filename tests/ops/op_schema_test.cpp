@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/dispatch/schema.h"
 #include "kiln/ops/op_list.h"
 
 namespace kiln {
@@ -73,107 +74,12 @@ std::vector<std::string> result_types<TensorList>() {
   return {"Tensor[]"};
 }
 
-// ---------------------------------------------------------------- parsing a schema
-
-struct Param {
-  std::string type;  // alias annotations removed: "Tensor(a!)[]" -> "Tensor[]"
-  std::string name;
-  std::string default_value;  // empty when there is none
-};
-struct Parsed {
-  bool out_form = false;  // "out=name(...)"
-  std::string name;
-  std::vector<Param> params;
-  std::vector<Param> results;  // names may be empty
-};
-
-std::string trim(std::string_view s) {
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-  return std::string(s);
-}
-
-// Splits at top-level commas (not inside parentheses or brackets).
-std::vector<std::string> split_top(std::string_view s) {
-  std::vector<std::string> parts;
-  int depth = 0;
-  size_t start = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (c == '(' || c == '[') ++depth;
-    if (c == ')' || c == ']') --depth;
-    if (c == ',' && depth == 0) {
-      parts.push_back(trim(s.substr(start, i - start)));
-      start = i + 1;
-    }
-  }
-  std::string last = trim(s.substr(start));
-  if (!last.empty() || !parts.empty()) parts.push_back(last);
-  return parts;
-}
-
-// "Tensor(a!)[] self=..." -> {Tensor[], self, ...}
-Param parse_param(const std::string& text) {
-  Param p;
-  std::string decl = text;
-  if (size_t eq = text.find('='); eq != std::string::npos) {
-    decl = trim(std::string_view(text).substr(0, eq));
-    p.default_value = trim(std::string_view(text).substr(eq + 1));
-  }
-  size_t space = decl.rfind(' ');
-  std::string type = space == std::string::npos ? decl : decl.substr(0, space);
-  p.name = space == std::string::npos ? "" : decl.substr(space + 1);
-  for (size_t open; (open = type.find('(')) != std::string::npos;)
-    type.erase(open, type.find(')', open) - open + 1);
-  p.type = type;
-  return p;
-}
-
-Parsed parse(std::string_view schema) {
-  Parsed r;
-  if (schema.starts_with("out=")) {
-    r.out_form = true;
-    schema.remove_prefix(4);
-  }
-  size_t open = schema.find('(');
-  size_t arrow = schema.rfind(" -> ");
-  if (open == std::string_view::npos || arrow == std::string_view::npos) {
-    r.name = "<no '(' or no ' -> ' in the schema>";
-    return r;
-  }
-  size_t close = schema.rfind(')', arrow);
-  r.name = std::string(schema.substr(0, open));
-  for (const std::string& a : split_top(schema.substr(open + 1, close - open - 1)))
-    r.params.push_back(parse_param(a));
-  std::string ret = trim(schema.substr(arrow + 4));
-  if (ret == "()") return r;
-  if (ret.front() == '(') ret = ret.substr(1, ret.size() - 2);
-  for (const std::string& a : split_top(ret)) r.results.push_back(parse_param(a));
-  return r;
-}
-
-// Whether `value` is a default the schema type can hold.
+// The parser is kiln/dispatch/schema.h's.
+using Param = SchemaParam;
+using Parsed = Schema;
+Parsed parse(std::string_view schema) { return parse_schema(schema); }
 bool default_fits(const std::string& type, const std::string& value) {
-  if (value == "None") return type.ends_with("?");
-  std::string base = type.ends_with("?") ? type.substr(0, type.size() - 1) : type;
-  auto is_number = [](const std::string& v, bool integral) {
-    if (v.empty()) return false;
-    size_t used = 0;
-    try {
-      if (integral)
-        (void)std::stoll(v, &used);
-      else
-        (void)std::stod(v, &used);
-    } catch (...) {
-      return false;
-    }
-    return used == v.size();
-  };
-  if (base == "bool") return value == "True" || value == "False";
-  if (base == "int") return is_number(value, true);
-  if (base == "float" || base == "Scalar") return is_number(value, false);
-  if (base == "int[]") return value.front() == '[' && value.back() == ']';
-  return false;
+  return schema_default_fits(type, value);
 }
 
 // ---------------------------------------------------------------- the check

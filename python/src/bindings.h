@@ -1,0 +1,17 @@
+#pragma once
+// The parts of the `kiln` extension module, one per binding file; module.cpp calls them in order.
+#include "convert.h"
+
+namespace kiln::python {
+
+void bind_core(py::module_& m);                                 // errors, dtype, device, Generator
+py::class_<Tensor> bind_tensor(py::module_& m);                 // kiln.Tensor and its operators
+void bind_composites(py::module_& m, py::handle tensor_class);  // ops that are not in the op list
+void bind_numpy(py::module_& m, py::class_<Tensor>& tensor);    // NumPy and DLPack exchange
+void bind_autograd(py::module_& m);                             // kiln.autograd, grad modes
+void bind_compile(py::module_& m);                              // kiln.compile
+
+// The op-list names that bind_composites defines with a friendlier signature.
+const std::vector<std::string>& composite_names();
+
+}  // namespace kiln::python
