@@ -38,6 +38,10 @@ release_build() {
 release_tests() { ctest --preset release -j "$jobs" -LE distributed; }
 release_mpi_tests() { ctest --preset release -L distributed; }
 
+# The Python module (python/, built by the release build with Debian's pybind11) under pytest,
+# with Debian's interpreter, which has Debian's numpy and pytest.
+python_tests() { PYTHONPATH="$PWD/build/release/python" /usr/bin/python3 -m pytest -q python/tests; }
+
 consumer() {
   rm -rf build/install build/consumer
   cmake --install build/release --prefix build/install >/dev/null
@@ -57,6 +61,7 @@ bench_smoke() {
   ./build/release/bench/kiln_norm_bench --smoke
   ./build/release/bench/kiln_pool_bench --smoke
   ./build/release/bench/kiln_sim_bench --smoke
+  PYTHONPATH="$PWD/build/release/python" /usr/bin/python3 bench/python_op_bench.py --smoke >/dev/null
   # Built with MPI: Kiln's all-reduce, bare MPI's and gloo's on 2 ranks (sums checked), and
   # the DDP step against the local one.
   if [ -x build/release/bench/kiln_allreduce_bench ]; then
@@ -95,6 +100,7 @@ stage "format check" format_check
 stage "release build" release_build
 stage "release tests" release_tests
 stage "release multi-rank tests (mpirun, 2-4 ranks)" release_mpi_tests
+stage "Python module tests (pytest)" python_tests
 stage "install and build an out-of-tree consumer" consumer
 stage "benchmark smoke runs (no timing is checked)" bench_smoke
 stage "fuzz the safetensors reader for 30 s (clang, libFuzzer, ASan+UBSan)" fuzz

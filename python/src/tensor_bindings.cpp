@@ -12,6 +12,9 @@ namespace {
 
 using BinaryTT = Tensor (*)(const Tensor&, const Tensor&);
 
+// Operands (in elements, both together) from which an operator releases the GIL.
+constexpr int64_t kReleaseGilElements = 4096;
+
 // A binary operator: the other operand is a Tensor or a number (a wrapped number, promoting as
 // in PyTorch); anything else gives NotImplemented, so Python tries the reflected operator.
 template <BinaryTT fn, bool reflected = false>
@@ -23,6 +26,10 @@ py::object binary(const Tensor& self, py::handle other) {
     o = wrapped_number(to_scalar(other, "operator"));
   else
     return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+  // Note [Releasing the GIL for small operands]: handing the GIL over costs about as much as
+  // an elementwise op on a few thousand elements; below that the op runs holding it.
+  if (self.numel() + o.numel() < kReleaseGilElements)
+    return py::cast(reflected ? fn(o, self) : fn(self, o));
   Tensor r;
   {
     py::gil_scoped_release nogil;
