@@ -12,6 +12,8 @@ from ._kiln import *  # noqa: F401,F403 (the public API)
 from ._kiln import Tensor, autograd, dtype, device, Generator  # noqa: F401
 from ._kiln import Error, DeviceError, CompileError, DistributedError, InternalError  # noqa: F401
 
+del nn  # the extension's kiln._kiln.nn; kiln.nn (nn.py, imported below) re-exports it
+
 # `from ._kiln import *` binds the dtypes, among them kiln.bool, kiln.float and kiln.int (as
 # torch.bool, torch.float and torch.int): inside this file the builtins are _builtins.bool etc.
 
@@ -91,3 +93,7 @@ def compile(fn=None, *, name=None, recompile_limit=8, piecewise=False, capture=T
     compiled = _kiln._compile(fn, name or getattr(fn, "__name__", "compiled"), recompile_limit,
                               piecewise, capture)
     return compiled
+
+
+from . import nn  # noqa: E402 (kiln.nn uses the names above)
+from ._kiln import optim  # noqa: E402,F401

@@ -10,6 +10,8 @@ void bind_composites(py::module_& m, py::handle tensor_class);  // ops that are 
 void bind_numpy(py::module_& m, py::class_<Tensor>& tensor);    // NumPy and DLPack exchange
 void bind_autograd(py::module_& m);                             // kiln.autograd, grad modes
 void bind_compile(py::module_& m);                              // kiln.compile
+void bind_nn(py::module_& m);  // kiln.nn C++ modules, kiln.optim, kiln.save/load
+void bind_dlpack(py::module_& m, py::class_<Tensor>& tensor);  // DLPack exchange
 
 // The op-list names that bind_composites defines with a friendlier signature.
 const std::vector<std::string>& composite_names();

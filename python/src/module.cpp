@@ -127,10 +127,12 @@ PYBIND11_MODULE(_kiln, m) {
   bind_core(m);
   py::class_<Tensor> tensor = bind_tensor(m);
   bind_numpy(m, tensor);
+  bind_dlpack(m, tensor);
   bind_composites(m, tensor);
   bind_ops(m, tensor, composite_names());
   bind_autograd(m);
   bind_compile(m);
+  bind_nn(m);
   m.def("_op_signatures", &op_stub_lines, py::arg("methods"),
         "'name|python signature|schema' per generated function (or method): for the .pyi stubs.");
 }
