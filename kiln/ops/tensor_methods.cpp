@@ -8,8 +8,20 @@ namespace kiln {
 
 using namespace ops;  // NOLINT
 
+namespace {
+// A DTensor's impl is a wrapper without bytes of its own (its values are spread over the mesh):
+// reading it on the host would read nothing, so the host reads raise as data_ptr() does.
+void check_not_dtensor(const Tensor& t, const char* op) {
+  KILN_CHECK(!t.key_set().has(DispatchKey::Sharded),
+             "[{}] a DTensor has no data of its own; read kiln::dtensor::full_tensor(t) "
+             "(collective) or to_local(t)",
+             op);
+}
+}  // namespace
+
 Scalar Tensor::item() const {
   KILN_CHECK(defined(), "[item] undefined tensor");
+  check_not_dtensor(*this, "item");
   KILN_CHECK(numel() == 1, "[item] a tensor with {} elements cannot be converted to a Scalar",
              numel());
   KILN_CHECK_DEVICE(!device().is_meta(), "[item] a meta tensor has no data to read");
@@ -52,6 +64,7 @@ Tensor Tensor::detach() const { return op_detach(*this); }
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   KILN_CHECK(defined(), "[to_vector] undefined tensor");
+  check_not_dtensor(*this, "to_vector");
   KILN_CHECK_DEVICE(!device().is_meta(), "[to_vector] a meta tensor has no data to read");
   detail::note_host_read(*impl(), "to_vector");
   Tensor host = to(Device(kCPU)).to(dtype_of<T>::value).contiguous();

@@ -369,6 +369,11 @@ TEST_P(DTensorOnDevice, BadInputRaises) {
   if (device().is_cpu()) {
     EXPECT_THROW_PREFIX(d.data_ptr(), ValueError, "[data_ptr] a DTensor has no data of its own");
   }
+  // Host reads of a DTensor's values raise too (they read the wrapper's empty storage before).
+  Tensor one = dt::distribute_tensor(global_tensor({1}, kFloat32, device()), m, {Replicate()});
+  EXPECT_THROW_PREFIX(one.item(), ValueError, "[item] a DTensor has no data of its own");
+  EXPECT_THROW_PREFIX(d.to_vector<float>(), ValueError,
+                      "[to_vector] a DTensor has no data of its own");
 }
 
 TEST(DTensorFallback, PlainTensorsFallThroughAnIncludedShardedKey) {
