@@ -6,6 +6,7 @@ Python-shaped: grad-mode context managers, iteration, and kiln.compile's decorat
 """
 import builtins as _builtins
 import contextlib as _contextlib
+import sys as _sys
 
 from . import _kiln
 from ._kiln import *  # noqa: F401,F403 (the public API)
@@ -96,4 +97,9 @@ def compile(fn=None, *, name=None, recompile_limit=8, piecewise=False, capture=T
 
 
 from . import nn  # noqa: E402 (kiln.nn uses the names above)
-from ._kiln import optim  # noqa: E402,F401
+from ._kiln import optim, distributed, dtensor, profiler  # noqa: E402,F401
+
+# The extension's submodules, importable by name (`import kiln.distributed as dist`).
+for _name in ("autograd", "optim", "distributed", "dtensor", "profiler"):
+    _sys.modules[f"{__name__}.{_name}"] = getattr(_kiln, _name)
+del _name

@@ -77,7 +77,7 @@ Managed* make_export(const Tensor& t) {
     e->strides.push_back(t.strides()[size_t(i)]);
   }
   dlpack::Tensor& dl = e->managed.dl_tensor;
-  dl.data = t.impl()->data();
+  dl.data = t.numel() ? t.data_ptr() : t.impl()->data();  // data_ptr raises for a DTensor
   dl.device = {dlpack::kCPU, 0};
   dl.ndim = static_cast<int32_t>(t.dim());
   dl.dtype = dl_dtype(t.dtype());

@@ -133,6 +133,7 @@ PYBIND11_MODULE(_kiln, m) {
   bind_autograd(m);
   bind_compile(m);
   bind_nn(m);
+  bind_distributed_and_backends(m);
   m.def("_op_signatures", &op_stub_lines, py::arg("methods"),
         "'name|python signature|schema' per generated function (or method): for the .pyi stubs.");
 }

@@ -120,7 +120,8 @@ py::array to_numpy(const Tensor& t, bool force) {
   // The array keeps a Tensor alive (a capsule owning a copy of the handle): same memory.
   auto* keep = new Tensor(src);
   py::capsule owner(keep, [](void* p) { delete static_cast<Tensor*>(p); });
-  return py::array(dt, shape, strides, src.numel() ? src.impl()->data() : nullptr, owner);
+  // data_ptr() raises for a DTensor (no bytes of its own) and marks a host read for compile.
+  return py::array(dt, shape, strides, src.numel() ? src.data_ptr() : nullptr, owner);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "kiln/autograd/autograd.h"
 #include "kiln/core/error.h"
+#include "kiln/dtensor/dtensor.h"
 #include "kiln/ops/indexing.h"
 #include "kiln/ops/ops.h"
 
@@ -185,12 +186,14 @@ py::class_<Tensor> bind_tensor(py::module_& m) {
       .def_property_readonly("is_floating_point_",
                              [](const Tensor& t) { return is_floating(t.dtype()); })
       .def("is_floating_point", [](const Tensor& t) { return is_floating(t.dtype()); })
-      .def("data_ptr",
-           [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.impl()->data()); })
+      .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); })
       .def("__repr__",
            [](const Tensor& t) {
              py::gil_scoped_release nogil;
-             return t.str();
+             if (!dtensor::is_dtensor(t)) return t.str();
+             // A DTensor prints its spec and this rank's local tensor (no collective).
+             return fmt::format("DTensor({}, local={})", dtensor::spec_of(t)->str(),
+                                dtensor::to_local(t).str());
            })
       .def("__len__",
            [](const Tensor& t) {
