@@ -23,9 +23,10 @@ build=(cmake ninja-build g++ libfmt-dev libcli11-dev nlohmann-json3-dev libopenb
 # the fuzz corpus, scripts/gpu_ratios.py's test), gloo's headers (kiln_allreduce_bench times
 # libtorch's ProcessGroupGloo beside Kiln's all-reduce; libtorch ships gloo's library only),
 # and for the Python module (python/) pybind11 and Python's headers, with NumPy and pytest for
-# its tests (all for Debian's /usr/bin/python3).
+# its tests and venv, pip, setuptools and wheel to install it (all for Debian's /usr/bin/python3).
 test=(libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev clang-format clang libclang-rt-dev
-      libomp-dev python3 libgloo-dev pybind11-dev python3-dev python3-numpy python3-pytest)
+      libomp-dev python3 libgloo-dev pybind11-dev python3-dev python3-numpy python3-pytest python3-venv python3-pip
+      python3-setuptools python3-wheel)
 
 pkgs=("${build[@]}")
 case "${1:-}" in

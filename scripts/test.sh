@@ -38,9 +38,16 @@ release_build() {
 release_tests() { ctest --preset release -j "$jobs" -LE distributed; }
 release_mpi_tests() { ctest --preset release -L distributed; }
 
-# The Python module (python/, built by the release build with Debian's pybind11) under pytest,
-# with Debian's interpreter, which has Debian's numpy and pytest.
-python_tests() { PYTHONPATH="$PWD/build/release/python" /usr/bin/python3 -m pytest -q python/tests; }
+# The Python module (python/, built by the release build with Debian's pybind11), installed as a
+# user installs it (pip into a virtual environment that sees Debian's numpy, pytest and torch;
+# KILN_BUILD_DIR reuses the release build) and tested there with pytest.
+python_tests() {
+  rm -rf build/venv
+  /usr/bin/python3 -m venv --system-site-packages build/venv
+  KILN_BUILD_DIR=build/release build/venv/bin/pip install -q --no-build-isolation --no-index .
+  (cd build && venv/bin/python -c "import kiln; assert 'venv' in kiln.__file__, kiln.__file__")
+  build/venv/bin/python -m pytest -q python/tests
+}
 
 consumer() {
   rm -rf build/install build/consumer
@@ -61,7 +68,7 @@ bench_smoke() {
   ./build/release/bench/kiln_norm_bench --smoke
   ./build/release/bench/kiln_pool_bench --smoke
   ./build/release/bench/kiln_sim_bench --smoke
-  PYTHONPATH="$PWD/build/release/python" /usr/bin/python3 bench/python_op_bench.py --smoke >/dev/null
+  build/venv/bin/python bench/python_op_bench.py --smoke >/dev/null
   # Built with MPI: Kiln's all-reduce, bare MPI's and gloo's on 2 ranks (sums checked), and
   # the DDP step against the local one.
   if [ -x build/release/bench/kiln_allreduce_bench ]; then
