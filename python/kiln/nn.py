@@ -12,8 +12,11 @@ from . import _kiln
 
 # The built-in modules, implemented in C++.
 from ._kiln.nn import (  # noqa: F401
-    AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout, ELU, Embedding, Flatten, GELU,
-    GPT, GroupNorm, Hardtanh, LayerNorm, LeakyReLU, Linear, MaxPool2d, ReLU, RMSNorm, SiLU,
+    AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, BatchNorm3d, Block,
+    CausalSelfAttention, CNN, Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d,
+    ConvTranspose3d, Dropout, ELU, Embedding, EmbeddingBag, Flatten, GELU, GPT, GroupNorm,
+    Hardtanh, LayerNorm, LeakyReLU, Linear, MaxPool2d, MLP, ReLU, RMSNorm, SiLU, Upsample,
+    checkpoint,
 )
 from ._kiln.nn import _CppModule
 

@@ -3,11 +3,15 @@
 #include "bindings.h"
 
 #include "kiln/io/safetensors.h"
+#include "kiln/nn/checkpoint.h"
+#include "kiln/nn/cnn.h"
 #include "kiln/nn/conv.h"
+#include "kiln/nn/embedding_bag.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/pooling.h"
 #include "kiln/nn/transformer.h"
+#include "kiln/nn/upsample.h"
 #include "kiln/optim/optimizer.h"
 
 namespace kiln::python {
@@ -48,6 +52,68 @@ std::vector<int64_t> ints(py::handle v, const char* what) {
 // The keyword arguments every parameter-making module takes.
 #define KILN_INIT_ARGS \
   py::arg("generator") = py::none(), py::arg("dtype") = py::none(), py::arg("device") = py::none()
+
+// Conv1d/2d/3d: kernel_size, stride, padding (numbers or "same"/"valid") and dilation as an int
+// or one per spatial dim.
+template <class M>
+void def_conv(py::module_& nn, const char* name) {
+  Class<M>(nn, name, "Convolution; weight [out, in / groups, *kernel].")
+      .def(py::init([name](int64_t in, int64_t out, py::handle kernel, py::handle stride,
+                           py::handle padding, py::handle dilation, int64_t groups, bool bias,
+                           py::handle g, py::handle d, py::handle dev) {
+             nn::ConvOptions o;
+             o.stride = ints(stride, name);
+             if (py::isinstance<py::str>(padding))
+               o.padding_str = padding.cast<std::string>();
+             else
+               o.padding = ints(padding, name);
+             o.dilation = ints(dilation, name);
+             o.groups = groups;
+             o.bias = bias;
+             return std::make_shared<M>(in, out, ints(kernel, name), o, init_of(g, d, dev));
+           }),
+           py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"),
+           py::arg("stride") = 1, py::arg("padding") = 0, py::arg("dilation") = 1,
+           py::arg("groups") = 1, py::arg("bias") = true, py::kw_only(), KILN_INIT_ARGS)
+      .def_readwrite("weight", &M::weight)
+      .def_readwrite("bias", &M::bias);
+}
+
+template <class M>
+void def_conv_transpose(py::module_& nn, const char* name) {
+  Class<M>(nn, name, "Transposed convolution; weight [in, out / groups, *kernel].")
+      .def(py::init([name](int64_t in, int64_t out, py::handle kernel, py::handle stride,
+                           py::handle padding, py::handle output_padding, int64_t groups, bool bias,
+                           py::handle dilation, py::handle g, py::handle d, py::handle dev) {
+             nn::ConvTransposeOptions o;
+             o.stride = ints(stride, name);
+             o.padding = ints(padding, name);
+             o.output_padding = ints(output_padding, name);
+             o.dilation = ints(dilation, name);
+             o.groups = groups;
+             o.bias = bias;
+             return std::make_shared<M>(in, out, ints(kernel, name), o, init_of(g, d, dev));
+           }),
+           py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"),
+           py::arg("stride") = 1, py::arg("padding") = 0, py::arg("output_padding") = 0,
+           py::arg("groups") = 1, py::arg("bias") = true, py::arg("dilation") = 1, py::kw_only(),
+           KILN_INIT_ARGS)
+      .def_readwrite("weight", &M::weight)
+      .def_readwrite("bias", &M::bias);
+}
+
+template <class M>
+void def_batch_norm(py::module_& nn, const char* name) {
+  Class<M>(nn, name, "Batch norm per channel; running statistics as buffers.")
+      .def(py::init([](int64_t c, double eps, double momentum, bool affine, bool track,
+                       py::handle g, py::handle d, py::handle dev) {
+             nn::BatchNormOptions o{eps, momentum, affine, track};
+             return std::make_shared<M>(c, o, init_of(g, d, dev));
+           }),
+           py::arg("num_features"), py::arg("eps") = 1e-5, py::arg("momentum") = 0.1,
+           py::arg("affine") = true, py::arg("track_running_stats") = true, py::kw_only(),
+           KILN_INIT_ARGS);
+}
 
 void bind_modules(py::module_& nn) {
   py::class_<Module, std::shared_ptr<Module>>(nn, "_CppModule",
@@ -149,35 +215,78 @@ void bind_modules(py::module_& nn) {
       .def(py::init<double, double>(), py::arg("min_val") = -1.0, py::arg("max_val") = 1.0);
   Class<nn::Flatten>(nn, "Flatten")
       .def(py::init<int64_t, int64_t>(), py::arg("start_dim") = 1, py::arg("end_dim") = -1);
-  Class<nn::Conv2d>(nn, "Conv2d", "2-D convolution; weight [out, in / groups, kh, kw].")
-      .def(py::init([](int64_t in, int64_t out, py::handle kernel, py::handle stride,
-                       py::handle padding, py::handle dilation, int64_t groups, bool bias,
-                       py::handle g, py::handle d, py::handle dev) {
-             nn::ConvOptions o;
-             o.stride = ints(stride, "Conv2d");
-             if (py::isinstance<py::str>(padding))
-               o.padding_str = padding.cast<std::string>();
-             else
-               o.padding = ints(padding, "Conv2d");
-             o.dilation = ints(dilation, "Conv2d");
-             o.groups = groups;
-             o.bias = bias;
-             return std::make_shared<nn::Conv2d>(in, out, ints(kernel, "Conv2d"), o,
-                                                 init_of(g, d, dev));
+  def_conv<nn::Conv1d>(nn, "Conv1d");
+  def_conv<nn::Conv2d>(nn, "Conv2d");
+  def_conv<nn::Conv3d>(nn, "Conv3d");
+  def_conv_transpose<nn::ConvTranspose1d>(nn, "ConvTranspose1d");
+  def_conv_transpose<nn::ConvTranspose2d>(nn, "ConvTranspose2d");
+  def_conv_transpose<nn::ConvTranspose3d>(nn, "ConvTranspose3d");
+  def_batch_norm<nn::BatchNorm1d>(nn, "BatchNorm1d");
+  def_batch_norm<nn::BatchNorm2d>(nn, "BatchNorm2d");
+  def_batch_norm<nn::BatchNorm3d>(nn, "BatchNorm3d");
+  Class<nn::Upsample>(nn, "Upsample", "As torch.nn.Upsample: nearest, linear or bilinear.")
+      .def(py::init([](py::handle size, py::handle scale_factor, std::string mode,
+                       std::optional<bool> align_corners) {
+             nn::UpsampleOptions o;
+             if (!size.is_none()) o.size = ints(size, "Upsample");
+             if (!scale_factor.is_none()) {
+               std::vector<double> f;
+               if (py::isinstance<py::sequence>(scale_factor))
+                 for (py::handle v : scale_factor.cast<py::sequence>())
+                   f.push_back(v.cast<double>());
+               else
+                 f.push_back(scale_factor.cast<double>());
+               o.scale_factor = f;
+             }
+             o.mode = std::move(mode);
+             o.align_corners = align_corners;
+             return std::make_shared<nn::Upsample>(o);
            }),
-           py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"),
-           py::arg("stride") = 1, py::arg("padding") = 0, py::arg("dilation") = 1,
-           py::arg("groups") = 1, py::arg("bias") = true, py::kw_only(), KILN_INIT_ARGS)
-      .def_readwrite("weight", &nn::Conv2d::weight)
-      .def_readwrite("bias", &nn::Conv2d::bias);
-  Class<nn::BatchNorm2d>(nn, "BatchNorm2d", "Batch norm over [N, C, H, W] per channel.")
-      .def(py::init([](int64_t c, double eps, double momentum, bool affine, bool track,
-                       py::handle g, py::handle d, py::handle dev) {
-             nn::BatchNormOptions o{eps, momentum, affine, track};
-             return std::make_shared<nn::BatchNorm2d>(c, o, init_of(g, d, dev));
+           py::arg("size") = py::none(), py::arg("scale_factor") = py::none(),
+           py::arg("mode") = "nearest", py::arg("align_corners") = py::none());
+  Class<nn::EmbeddingBag>(nn, "EmbeddingBag", "Sums, means or maxes of bags of embedding rows.")
+      .def(py::init([](int64_t num, int64_t dim, std::string mode, bool include_last_offset,
+                       std::optional<int64_t> padding_idx, py::handle g, py::handle d,
+                       py::handle dev) {
+             nn::EmbeddingBagOptions o;
+             o.mode = std::move(mode);
+             o.include_last_offset = include_last_offset;
+             o.padding_idx = padding_idx;
+             return std::make_shared<nn::EmbeddingBag>(num, dim, o, init_of(g, d, dev));
            }),
-           py::arg("num_features"), py::arg("eps") = 1e-5, py::arg("momentum") = 0.1,
-           py::arg("affine") = true, py::arg("track_running_stats") = true, py::kw_only(),
+           py::arg("num_embeddings"), py::arg("embedding_dim"), py::arg("mode") = "mean",
+           py::arg("include_last_offset") = false, py::arg("padding_idx") = py::none(),
+           py::kw_only(), KILN_INIT_ARGS);
+  Class<nn::CNN>(nn, "CNN", "The Fashion-MNIST classifier of kiln train --model cnn.")
+      .def(py::init([](int64_t in_channels, int64_t image_size, std::vector<int64_t> channels,
+                       int64_t hidden, double dropout, int64_t classes, py::handle g, py::handle d,
+                       py::handle dev) {
+             nn::CNNConfig c{in_channels, image_size, std::move(channels),
+                             hidden,      dropout,    classes};
+             return std::make_shared<nn::CNN>(c, init_of(g, d, dev));
+           }),
+           py::arg("in_channels") = 1, py::arg("image_size") = 28,
+           py::arg("channels") = std::vector<int64_t>{32, 64}, py::arg("hidden") = 128,
+           py::arg("dropout") = 0.25, py::arg("classes") = 10, py::kw_only(), KILN_INIT_ARGS);
+  Class<nn::CausalSelfAttention>(nn, "CausalSelfAttention")
+      .def(py::init([](int64_t width, int64_t heads, bool bias, py::handle g, py::handle d,
+                       py::handle dev) {
+             return std::make_shared<nn::CausalSelfAttention>(width, heads, bias,
+                                                              init_of(g, d, dev));
+           }),
+           py::arg("width"), py::arg("heads"), py::arg("bias") = true, py::kw_only(),
+           KILN_INIT_ARGS);
+  Class<nn::MLP>(nn, "MLP", "The transformer's Linear(4w) -> GELU -> Linear(w).")
+      .def(py::init([](int64_t width, bool bias, py::handle g, py::handle d, py::handle dev) {
+             return std::make_shared<nn::MLP>(width, bias, init_of(g, d, dev));
+           }),
+           py::arg("width"), py::arg("bias") = true, py::kw_only(), KILN_INIT_ARGS);
+  Class<nn::Block>(nn, "Block", "A pre-norm transformer block.")
+      .def(py::init([](int64_t width, int64_t heads, bool bias, py::handle g, py::handle d,
+                       py::handle dev) {
+             return std::make_shared<nn::Block>(width, heads, bias, init_of(g, d, dev));
+           }),
+           py::arg("width"), py::arg("heads"), py::arg("bias") = true, py::kw_only(),
            KILN_INIT_ARGS);
   Class<nn::GroupNorm>(nn, "GroupNorm")
       .def(py::init([](int64_t groups, int64_t c, double eps, bool affine, py::handle g,
@@ -256,6 +365,13 @@ void bind_optim(py::module_& optim) {
            }),
            py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = std::make_pair(0.9, 0.999),
            py::arg("eps") = 1e-8, py::arg("weight_decay") = 1e-2);
+  py::class_<optim::WarmupCosineLR>(
+      optim, "WarmupCosineLR", "Linear warm-up to max_lr, then cosine decay to min_lr at total.")
+      .def(py::init([](double max_lr, double min_lr, int64_t warmup, int64_t total) {
+             return optim::WarmupCosineLR{max_lr, min_lr, warmup, total};
+           }),
+           py::arg("max_lr"), py::arg("min_lr"), py::arg("warmup"), py::arg("total"))
+      .def("__call__", &optim::WarmupCosineLR::operator(), py::arg("step"));
   optim.def(
       "clip_grad_norm_",
       [](TensorList params, double max_norm) {
@@ -271,6 +387,44 @@ void bind_optim(py::module_& optim) {
 void bind_nn(py::module_& m) {
   py::module_ nn = m.def_submodule("nn", "Built-in modules (C++); kiln.nn.Module for Python ones.");
   bind_modules(nn);
+  nn.def(
+      "checkpoint",
+      [](py::function fn, py::args inputs, std::vector<Generator*> generators) {
+        // Note [Checkpointing a Python function]: fn runs in forward and again in backward, each
+        // time with the GIL, on the saved inputs; it must compute the same thing both times.
+        TensorList in;
+        for (py::handle a : inputs) in.push_back(a.cast<Tensor>());
+        auto holder =
+            std::shared_ptr<py::function>(new py::function(std::move(fn)), [](py::function* p) {
+              if (!Py_IsInitialized()) return;
+              py::gil_scoped_acquire gil;
+              delete p;
+            });
+        auto single = std::make_shared<bool>(false);  // fn returned one Tensor (not a list)
+        auto run = [holder, single](const TensorList& xs) -> TensorList {
+          py::gil_scoped_acquire gil;
+          py::tuple args(xs.size());
+          for (size_t i = 0; i < xs.size(); ++i) args[i] = py::cast(xs[i]);
+          py::object r = (*holder)(*args);
+          if (py::isinstance<Tensor>(r)) {
+            *single = true;
+            return {r.cast<Tensor>()};
+          }
+          return r.cast<TensorList>();
+        };
+        nn::CheckpointOptions o;
+        o.generators = std::move(generators);
+        TensorList out;
+        {
+          py::gil_scoped_release nogil;
+          out = nn::checkpoint(std::function<TensorList(const TensorList&)>(run), in, o);
+        }
+        if (*single && out.size() == 1) return py::cast(out[0]);
+        return py::cast(out);
+      },
+      py::arg("function"), py::kw_only(), py::arg("generators") = std::vector<Generator*>{},
+      "checkpoint(fn, *inputs): runs fn without keeping its intermediates; backward runs it "
+      "again.");
   py::module_ optim = m.def_submodule("optim", "Optimizers.");
   bind_optim(optim);
   m.def(

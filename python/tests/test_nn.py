@@ -137,3 +137,76 @@ def test_gpt_trains_from_python_and_compiles():
     losses = [compiled(idx, idx).item() for _ in range(15)]
     assert losses[-1] < losses[0]
     assert compiled.explain().count("hits") >= 1
+
+
+def test_every_builtin_module_runs_forward_and_backward():
+    g = kiln.Generator(0)
+    cases = [
+        (kiln.nn.Conv1d(2, 3, 3, padding=1, generator=g), (2, 2, 8), (2, 3, 8)),
+        (kiln.nn.Conv2d(2, 4, (3, 3), stride=2, generator=g), (2, 2, 9, 9), (2, 4, 4, 4)),
+        (kiln.nn.Conv2d(2, 4, 3, padding="same", generator=g), (1, 2, 5, 5), (1, 4, 5, 5)),
+        (kiln.nn.Conv3d(1, 2, 2, generator=g), (1, 1, 3, 3, 3), (1, 2, 2, 2, 2)),
+        (kiln.nn.ConvTranspose2d(3, 2, 2, stride=2, generator=g), (1, 3, 4, 4), (1, 2, 8, 8)),
+        (kiln.nn.ConvTranspose1d(3, 2, 3, generator=g), (1, 3, 4), (1, 2, 6)),
+        (kiln.nn.BatchNorm1d(3), (4, 3), (4, 3)),
+        (kiln.nn.BatchNorm2d(3), (4, 3, 2, 2), (4, 3, 2, 2)),
+        (kiln.nn.BatchNorm3d(2), (2, 2, 2, 2, 2), (2, 2, 2, 2, 2)),
+        (kiln.nn.GroupNorm(2, 4), (2, 4, 3), (2, 4, 3)),
+        (kiln.nn.MaxPool2d(2), (1, 1, 4, 4), (1, 1, 2, 2)),
+        (kiln.nn.AvgPool2d(2, stride=1), (1, 1, 3, 3), (1, 1, 2, 2)),
+        (kiln.nn.AdaptiveAvgPool2d([1, 1]), (2, 3, 5, 5), (2, 3, 1, 1)),
+        (kiln.nn.Upsample(scale_factor=2.0, mode="bilinear"), (1, 1, 2, 2), (1, 1, 4, 4)),
+        (kiln.nn.Flatten(), (2, 3, 4), (2, 12)),
+        (kiln.nn.LayerNorm(4), (2, 4), (2, 4)),
+        (kiln.nn.RMSNorm(4), (2, 4), (2, 4)),
+        (kiln.nn.MLP(8, generator=g), (2, 8), (2, 8)),
+        (kiln.nn.CausalSelfAttention(8, 2, generator=g), (2, 3, 8), (2, 3, 8)),
+        (kiln.nn.Block(8, 2, generator=g), (2, 3, 8), (2, 3, 8)),
+        (kiln.nn.CNN(image_size=8, channels=[4], hidden=0, generator=g), (2, 1, 8, 8), (2, 10)),
+    ]
+    for module, shape, want in cases:
+        x = kiln.randn(*shape, generator=g).requires_grad_()
+        y = module(x)
+        assert y.shape == want, (module, y.shape)
+        y.sum().backward()
+        assert x.grad is not None and x.grad.shape == shape, module
+    bag = kiln.nn.EmbeddingBag(10, 3, mode="sum", generator=g)
+    out = bag(kiln.tensor([[1, 2], [3, 3]]))
+    close(out, (bag.state_dict()["weight"].numpy()[[1, 3]] + bag.state_dict()["weight"].numpy()[[2, 3]]))
+    with pytest.raises(ValueError):
+        kiln.nn.Conv2d(2, 4, 3, generator=g)(kiln.ones(1, 3, 5, 5))
+
+
+def test_conv_module_matches_the_functional_op(rng):
+    conv = kiln.nn.Conv2d(3, 2, 3, padding=1, generator=kiln.Generator(1))
+    x = kiln.from_numpy(rng.standard_normal((1, 3, 6, 6)).astype(np.float32))
+    want = kiln.convolution(x, conv.weight, conv.bias, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    close(conv(x), want.detach().numpy())
+
+
+def test_checkpoint_recomputes_and_gives_the_same_gradients():
+    g = kiln.Generator(0)
+    lin = kiln.nn.Linear(6, 6, generator=g)
+    x = kiln.randn(4, 6, generator=g, requires_grad=True)
+
+    def block(t):
+        return kiln.tanh(lin(t)) * 2
+
+    calls = []
+
+    def counted(t):
+        calls.append(1)
+        return block(t)
+
+    kiln.nn.checkpoint(counted, x).sum().backward()
+    g_ckpt, w_ckpt = x.grad.tolist(), lin.weight.grad.tolist()
+    assert len(calls) == 2  # forward, then again in backward
+    x.grad, lin.weight.grad = None, None
+    block(x).sum().backward()
+    assert x.grad.tolist() == g_ckpt and lin.weight.grad.tolist() == w_ckpt
+
+
+def test_warmup_cosine_schedule():
+    s = kiln.optim.WarmupCosineLR(1.0, 0.1, 10, 110)
+    assert s(0) < s(5) < s(10) and abs(s(10) - 1.0) < 1e-12
+    assert abs(s(110) - 0.1) < 1e-12 and s(60) < s(20)
