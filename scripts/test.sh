@@ -69,6 +69,8 @@ bench_smoke() {
   ./build/release/bench/kiln_pool_bench --smoke
   ./build/release/bench/kiln_sim_bench --smoke
   build/venv/bin/python bench/python_op_bench.py --smoke >/dev/null
+  build/venv/bin/python bench/python_train_bench.py --smoke >/dev/null
+  build/venv/bin/python examples/python/train_gpt.py --steps 5 >/dev/null
   # Built with MPI: Kiln's all-reduce, bare MPI's and gloo's on 2 ranks (sums checked), and
   # the DDP step against the local one.
   if [ -x build/release/bench/kiln_allreduce_bench ]; then
