@@ -97,9 +97,9 @@ def compile(fn=None, *, name=None, recompile_limit=8, piecewise=False, capture=T
 
 
 from . import nn  # noqa: E402 (kiln.nn uses the names above)
-from ._kiln import optim, distributed, dtensor, profiler  # noqa: E402,F401
+from ._kiln import optim, distributed, dtensor, profiler, amp  # noqa: E402,F401
 
 # The extension's submodules, importable by name (`import kiln.distributed as dist`).
-for _name in ("autograd", "optim", "distributed", "dtensor", "profiler"):
+for _name in ("autograd", "optim", "distributed", "dtensor", "profiler", "amp"):
     _sys.modules[f"{__name__}.{_name}"] = getattr(_kiln, _name)
 del _name

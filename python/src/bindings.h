@@ -13,6 +13,7 @@ void bind_compile(py::module_& m);                              // kiln.compile
 void bind_nn(py::module_& m);  // kiln.nn C++ modules, kiln.optim, kiln.save/load
 void bind_dlpack(py::module_& m, py::class_<Tensor>& tensor);  // DLPack exchange
 void bind_distributed_and_backends(py::module_& m);  // distributed, dtensor, backends, profiler
+void bind_amp(py::module_& m);                       // kiln.amp: autocast, GradScaler
 
 // The op-list names that bind_composites defines with a friendlier signature.
 const std::vector<std::string>& composite_names();
