@@ -11,9 +11,16 @@ namespace kiln::python {
 bool is_number(py::handle v) {
   if (py::isinstance<py::bool_>(v) || py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v))
     return true;
-  // NumPy scalars (numpy.float32(1), numpy.int64(2)) have __index__ or __float__ and no len.
-  py::object numpy_generic = py::module_::import("numpy").attr("generic");
-  return py::isinstance(v, numpy_generic);
+  // NumPy scalars (numpy.float32(1), numpy.int64(2)), when NumPy is there at all.
+  // Leaked on purpose: a static py::object would be released after the interpreter is gone.
+  static py::handle numpy_generic = []() -> py::handle {
+    try {
+      return py::object(py::module_::import("numpy").attr("generic")).release();
+    } catch (py::error_already_set&) {
+      return py::handle();
+    }
+  }();
+  return numpy_generic && py::isinstance(v, numpy_generic);
 }
 
 Scalar to_scalar(py::handle v, const char* what) {
