@@ -236,3 +236,15 @@ def test_every_exposed_op_is_bound_with_its_schema_as_doc():
     for name in methods:
         assert hasattr(kiln.Tensor, name), name
     assert "all_reduce" not in methods and not hasattr(kiln, "layer_norm_backward")
+
+
+def test_the_package_ships_a_stub_generated_from_the_op_record():
+    import ast
+    import os
+
+    path = os.path.join(os.path.dirname(kiln.__file__), "__init__.pyi")
+    text = open(path).read()
+    ast.parse(text)
+    assert "def mm(self: Tensor, mat2: Tensor) -> Tensor: ..." in text
+    assert "    def sort(self, dim: int = ..., descending: bool = False) -> tuple[Tensor, Tensor]: ..." in text
+    assert "def zeros(*args: Any, **kwargs: Any) -> Any: ..." in text
