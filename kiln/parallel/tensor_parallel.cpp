@@ -295,25 +295,34 @@ void PrepareModuleOutput::apply(nn::Module& m, const DeviceMesh& mesh) const {
 
 // ---------------------------------------------------------------- parallelize_module
 
-void parallelize_module(nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan) {
+void apply_parallel_styles(const std::vector<StyleTarget>& targets, const DeviceMesh& mesh) {
   KILN_CHECK(mesh.ndim() == 1,
              "[parallelize_module] expected a 1-D mesh, got {} (pass its tensor-parallel "
              "submesh, mesh.submesh({{\"tp\"}}))",
              mesh.str());
-  const auto modules = module.named_modules();
-  std::vector<std::pair<const ParallelStyle*, nn::Module*>> todo;
   std::set<nn::Module*> sharded;
+  for (const auto& t : targets) {
+    KILN_CHECK(t.style != nullptr && t.module != nullptr,
+               "[parallelize_module] plan path '{}' has no style", t.pattern);
+    KILN_CHECK(!shards_parameters(*t.style) || sharded.insert(t.module).second,
+               "[parallelize_module] {} ('{}') is matched by more than one style that shards "
+               "parameters (the second: '{}', {})",
+               describe(*t.module), t.path, t.pattern, t.style->name());
+  }
+  for (const auto& t : targets) t.style->check(*t.module, mesh);
+  for (const auto& t : targets) t.style->apply(*t.module, mesh);
+}
+
+void parallelize_module(nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan) {
+  const auto modules = module.named_modules();
+  std::vector<StyleTarget> targets;
   for (const auto& [pattern, style] : plan) {
     KILN_CHECK(style != nullptr, "[parallelize_module] plan path '{}' has no style", pattern);
     bool matched = false;
     for (const auto& [path, m] : modules) {
       if (!atoms_match(pattern, path)) continue;
       matched = true;
-      KILN_CHECK(!shards_parameters(*style) || sharded.insert(m).second,
-                 "[parallelize_module] {} ('{}') is matched by more than one style that shards "
-                 "parameters (the second: '{}', {})",
-                 describe(*m), path, pattern, style->name());
-      todo.emplace_back(style.get(), m);
+      targets.push_back({path, pattern, m, style});
     }
     if (!matched) {
       std::vector<std::string> paths;
@@ -326,8 +335,7 @@ void parallelize_module(nn::Module& module, const DeviceMesh& mesh, const Parall
                  modules.size() > paths.size() + 1 ? ", ..." : "");
     }
   }
-  for (const auto& [style, m] : todo) style->check(*m, mesh);
-  for (const auto& [style, m] : todo) style->apply(*m, mesh);
+  apply_parallel_styles(targets, mesh);
 }
 
 // ---------------------------------------------------------------- loss parallel

@@ -146,6 +146,19 @@ using ParallelizePlan = std::vector<std::pair<std::string, std::shared_ptr<const
 // distributed from rank 0's values).
 void parallelize_module(nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan);
 
+// One resolved plan entry: the style and the module it applies to (with the path and the
+// pattern that matched, for messages).
+struct StyleTarget {
+  std::string path;
+  std::string pattern;
+  nn::Module* module = nullptr;
+  std::shared_ptr<const ParallelStyle> style;
+};
+// parallelize_module's second half, for plans resolved elsewhere (the Python module resolves
+// paths through Python submodules): checks that no module is matched by two styles that shard
+// parameters and that every style applies, then applies them in order.
+void apply_parallel_styles(const std::vector<StyleTarget>& targets, const DeviceMesh& mesh);
+
 // Loss parallel as a scope (PyTorch's `with loss_parallel():`): while one lives on this thread,
 // plain targets beside DTensor logits are taken as replicated (dtensor::ImplicitReplication),
 // so kiln::cross_entropy, and with it GPT::loss, on logits sharded over the classes runs without

@@ -13,7 +13,9 @@ from ._kiln import *  # noqa: F401,F403 (the public API)
 from ._kiln import Tensor, autograd, dtype, device, Generator  # noqa: F401
 from ._kiln import Error, DeviceError, CompileError, DistributedError, InternalError  # noqa: F401
 
-del nn  # the extension's kiln._kiln.nn; kiln.nn (nn.py, imported below) re-exports it
+# The extension's kiln._kiln.nn and kiln._kiln.parallel: kiln.nn and kiln.parallel (nn.py and
+# parallel.py, imported below) re-export them with the parts written in Python.
+del nn, parallel
 
 # `from ._kiln import *` binds the dtypes, among them kiln.bool, kiln.float and kiln.int (as
 # torch.bool, torch.float and torch.int): inside this file the builtins are _builtins.bool etc.
@@ -97,6 +99,7 @@ def compile(fn=None, *, name=None, recompile_limit=8, piecewise=False, capture=T
 
 
 from . import nn  # noqa: E402 (kiln.nn uses the names above)
+from . import parallel  # noqa: E402
 from ._kiln import optim, distributed, dtensor, profiler, amp  # noqa: E402,F401
 
 # The extension's submodules, importable by name (`import kiln.distributed as dist`).

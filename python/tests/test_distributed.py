@@ -11,6 +11,7 @@ import pytest
 import kiln
 import kiln.distributed as dist
 import kiln.dtensor as dt
+from kiln.parallel import ColwiseParallel, RowwiseParallel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,11 +31,51 @@ def test_a_world_of_one_without_a_launcher():
         dt.placements(kiln.ones(1))
 
 
+class TwoLayers(kiln.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = kiln.nn.Linear(4, 4)
+        self.inner = kiln.nn.Sequential(kiln.nn.Linear(4, 4))
+
+    def forward(self, x):
+        return self.inner(self.fc(x))
+
+
+def test_parallel_bad_input_raises_before_anything_changes():
+    dist.init()
+    mesh = dt.init_device_mesh("cpu", [1])
+    m = TwoLayers()
+    with pytest.raises(ValueError, match=r"\[parallelize_module\] plan path 'nope' matches no "
+                       r"submodule of TwoLayers \(its submodules: fc, inner, inner.0\)"):
+        kiln.parallel.parallelize_module(m, mesh, {"fc": ColwiseParallel(), "nope": RowwiseParallel()})
+    with pytest.raises(TypeError, match=r"matches 'inner', a Sequential written in Python"):
+        kiln.parallel.parallelize_module(m, mesh, {"fc": ColwiseParallel(), "inner": RowwiseParallel()})
+    with pytest.raises(ValueError, match=r"matched by more than one style that shards"):
+        kiln.parallel.parallelize_module(m, mesh, {"fc": ColwiseParallel(), "f*": RowwiseParallel()})
+    with pytest.raises(TypeError, match=r"a plan maps path patterns to styles"):
+        kiln.parallel.parallelize_module(m, mesh, {"fc": "colwise"})
+    with pytest.raises(ValueError, match=r"\[ColwiseParallel\] layouts of 2 inputs"):
+        ColwiseParallel(input_layouts=(dt.Replicate(), dt.Replicate()))
+    assert not dt.is_dtensor(m.fc.weight)  # every failed plan left the model as it was
+    with pytest.raises(TypeError, match=r"\[fully_shard\] TwoLayers is written in Python"):
+        kiln.parallel.fully_shard(m, mesh)
+    with pytest.raises(TypeError, match=r"\[DistributedDataParallel\] expected a kiln.nn.Module"):
+        kiln.parallel.DistributedDataParallel(object())
+    # A world of one: DDP changes nothing, and the plan applies (shards of the whole).
+    ddp = kiln.parallel.DistributedDataParallel(m)
+    m(kiln.ones(2, 4)).sum().backward()
+    assert ddp.stats["syncs"] == 1 and m.fc.weight.grad is not None
+    kiln.parallel.parallelize_module(m, mesh, {"fc": ColwiseParallel(),
+                                               "inner.0": RowwiseParallel()})
+    assert dt.is_dtensor(m.fc.weight) and dt.is_dtensor(m.inner[0].weight)
+
+
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
-def test_two_ranks_under_mpirun():
+@pytest.mark.parametrize("worker", ["dist_worker.py", "parallel_worker.py"])
+def test_two_ranks_under_mpirun(worker):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     cmd = ["bash", os.path.join(ROOT, "scripts", "mpirun.sh"), "2", sys.executable,
-           os.path.join(os.path.dirname(__file__), "dist_worker.py")]
+           os.path.join(os.path.dirname(__file__), worker)]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(re.findall(r"ok (\d)", r.stdout)) == ["0", "1"], r.stdout
