@@ -12,7 +12,7 @@
 
 // Bumped whenever what a plugin compiles against changes shape: DeviceInterface, BackendSpec,
 // OpDef, the tensor classes. A plugin built for another version is refused.
-#define KILN_BACKEND_ABI_VERSION 3u
+#define KILN_BACKEND_ABI_VERSION 4u
 
 namespace kiln {
 
@@ -37,6 +37,10 @@ struct BackendSpec {
   // back (through the interface's copy_bytes), each op logged once on stderr. Off: such an op
   // is a NotImplementedError naming the op and the device.
   bool cpu_fallback = false;
+  // Called once the backend is registered, for what else the plugin registers (the CUDA
+  // plugin's collective backend): a plugin whose describe or registration fails, and which the
+  // loader then unloads, must leave nothing behind, so nothing may register at load time.
+  void (*on_registered)() = nullptr;
 };
 
 // Registers a backend, all or nothing: the name must be free (and no alias), the key a free

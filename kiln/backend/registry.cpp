@@ -202,6 +202,7 @@ DeviceType register_backend(const BackendSpec& spec) {
   for (const BackendKernel& k : spec.kernels) k.op->set_kernel_raw(spec.key, k.fn);
   if (spec.fallback) register_fallback(spec.key, spec.fallback);
   if (spec.cpu_fallback) register_fallback(spec.key, &cpu_fallback_kernel);
+  if (spec.on_registered) spec.on_registered();
   return t;
 }
 

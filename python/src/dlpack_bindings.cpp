@@ -1,6 +1,6 @@
 // DLPack exchange: Tensor.__dlpack__ / __dlpack_device__ and kiln.from_dlpack, sharing memory
-// with PyTorch (2.x's versioned capsules and 1.13's legacy ones), NumPy and others. CPU only
-// for now: a CUDA tensor raises, naming the reason.
+// with PyTorch (2.x's versioned capsules and 1.13's legacy ones), NumPy, CuPy and others, on
+// the CPU and on CUDA (Note [DLPack and streams]).
 #include "dlpack.h"
 
 #include <memory>
@@ -51,12 +51,41 @@ DType kiln_dtype(dlpack::DataType t) {
                               t.code, t.bits));
 }
 
-void require_cpu(Device d, const char* op) {
-  if (!d.is_cpu())
-    throw NotImplementedError(fmt::format(
-        "[{}] DLPack exchange of {} tensors is not implemented yet (CPU only; it has not run on "
-        "a GPU): copy with .cpu() first",
-        op, d.str()));
+// Note [DLPack and streams]
+// A CUDA tensor's memory is shared, but the work that writes it runs on some stream, so each
+// side tells the other which stream it will use, as the DLPack protocol (the Python array API's
+// __dlpack__) prescribes. The consumer passes its stream to __dlpack__ (an int: 1 the legacy
+// default stream, 2 the per-thread one, else a cudaStream_t; -1 asks for no synchronisation;
+// None means the legacy default); the producer makes that stream wait for the work it has
+// queued on its own, with an event, so no host wait is needed. Kiln's stream handles are
+// cudaStream_t values (kiln/backend/cuda/device.cpp), so the consumer's stream is used through
+// the device interface as it is. Importing, Kiln passes its current stream to the producer.
+// Memory a consumer still reads when the producer frees it is the usual DLPack caveat: keep the
+// producer's tensor alive while queued work reads the shared one.
+
+// The DLPack device of a Kiln device: cpu, or a cuda device when the CUDA backend serves it.
+dlpack::Device dl_device_of(Device d, const char* op) {
+  if (d.is_cpu()) return {dlpack::kCPU, 0};
+  if (d.type() == kCUDA) return {dlpack::kCUDA, d.index()};
+  throw NotImplementedError(fmt::format(
+      "[{}] DLPack exchange of {} tensors: only cpu and cuda devices have a DLPack device type "
+      "(copy with .cpu() first)",
+      op, device_type_name(d.type())));
+}
+
+// Makes `consumer` (a DLPack stream value) wait for the work queued so far on the current
+// stream of `d`.
+void order_after_current_stream(Device d, int64_t consumer) {
+  DeviceInterface* iface = device_interface(d.type());
+  const int index = d.index();
+  const uint64_t ours = iface->current_stream(index);
+  // The legacy default stream is 1 in DLPack and 0 (nullptr) as Kiln's handle.
+  const uint64_t theirs = consumer == 1 && ours == 0 ? 0 : static_cast<uint64_t>(consumer);
+  if (theirs == ours) return;
+  const uint64_t event = iface->create_event(index);
+  iface->record_event(index, event, ours);
+  iface->stream_wait_event(index, theirs, event);
+  iface->destroy_event(index, event);  // CUDA releases it once the wait is done with it
 }
 
 // What a capsule owns: the tensor handle (keeping its storage alive) and the shape/strides
@@ -78,7 +107,7 @@ Managed* make_export(const Tensor& t) {
   }
   dlpack::Tensor& dl = e->managed.dl_tensor;
   dl.data = t.numel() ? t.data_ptr() : t.impl()->data();  // data_ptr raises for a DTensor
-  dl.device = {dlpack::kCPU, 0};
+  dl.device = dl_device_of(t.device(), "__dlpack__");
   dl.ndim = static_cast<int32_t>(t.dim());
   dl.dtype = dl_dtype(t.dtype());
   dl.shape = e->shape.data();
@@ -104,24 +133,40 @@ void capsule_destructor(PyObject* capsule) {
 
 py::object to_dlpack(const Tensor& t, py::object stream, py::object max_version,
                      py::object dl_device, py::object copy) {
-  require_cpu(t.device(), "__dlpack__");
-  if (!stream.is_none() && stream.cast<int64_t>() != -1)
-    throw ValueError(fmt::format("[__dlpack__] stream must be None for a cpu tensor, got {}",
-                                 py::str(stream).cast<std::string>()));
-  if (!dl_device.is_none()) {
-    auto dev = dl_device.cast<std::pair<int, int>>();
-    if (dev.first != dlpack::kCPU)
-      throw NotImplementedError(
-          fmt::format("[__dlpack__] dl_device ({}, {}): Kiln exports a cpu tensor to the cpu only",
-                      dev.first, dev.second));
-  }
+  const dlpack::Device here = dl_device_of(t.device(), "__dlpack__");
+  const bool copying = !copy.is_none() && copy.cast<bool>();
   Tensor src = t.requires_grad() ? t.detach() : t;
+  if (!dl_device.is_none()) {
+    auto want = dl_device.cast<std::pair<int, int>>();
+    if (want.first != here.device_type || want.second != here.device_id) {
+      if (want.first != dlpack::kCPU || !copying)
+        throw py::buffer_error(fmt::format(
+            "[__dlpack__] dl_device ({}, {}) differs from the tensor's ({}, {}): Kiln exports to "
+            "another device only as a copy to the cpu (copy=True)",
+            want.first, want.second, here.device_type, here.device_id));
+      src = src.to(Device(kCPU));  // waits for the device: the copy is complete when it returns
+      stream = py::none();
+      copy = py::bool_(false);  // `src` is already the copy
+    }
+  }
+  if (src.device().is_cpu()) {
+    if (!stream.is_none() && stream.cast<int64_t>() != -1)
+      throw ValueError(fmt::format("[__dlpack__] stream must be None for a cpu tensor, got {}",
+                                   py::str(stream).cast<std::string>()));
+  } else {
+    const int64_t s = stream.is_none() ? 1 : stream.cast<int64_t>();  // None: legacy default
+    if (s == 0)
+      throw ValueError(
+          "[__dlpack__] stream 0 is ambiguous for a cuda tensor (DLPack): pass 1 "
+          "for the legacy default stream, 2 for the per-thread one, or a stream");
+    if (s != -1) order_after_current_stream(src.device(), s);
+  }
   if (!copy.is_none() && copy.cast<bool>()) src = src.clone();
   bool versioned = !max_version.is_none() && max_version.cast<std::pair<int, int>>().first >= 1;
   if (versioned) {
     auto* m = make_export<dlpack::ManagedTensorVersioned>(src);
     m->version = {1, 0};
-    m->flags = (!copy.is_none() && copy.cast<bool>()) ? dlpack::kFlagIsCopied : 0;
+    m->flags = copying ? dlpack::kFlagIsCopied : 0;
     return py::reinterpret_steal<py::object>(PyCapsule_New(
         m, "dltensor_versioned", &capsule_destructor<dlpack::ManagedTensorVersioned>));
   }
@@ -155,14 +200,28 @@ class BorrowedDLPack final : public Allocator {
   Managed* managed_;
 };
 
+// The Kiln device of a DLPack device: cpu (or pinned host memory), or cuda when Kiln's CUDA
+// backend is loaded (and "cuda" is not an alias of another type).
+Device kiln_device_of(dlpack::Device d) {
+  if (d.device_type == dlpack::kCPU || d.device_type == dlpack::kCUDAHost) return Device(kCPU);
+  if (d.device_type == dlpack::kCUDA && device_interface(kCUDA) != nullptr &&
+      find_device_type("cuda") == kCUDA)
+    return Device(kCUDA, d.device_id);
+  throw NotImplementedError(fmt::format(
+      "[from_dlpack] DLPack device type {} (id {}): Kiln imports cpu tensors, and cuda tensors "
+      "once its CUDA backend is loaded (kiln.load_backend('cuda'))",
+      d.device_type, d.device_id));
+}
+
 template <class Managed>
 Tensor import_managed(Managed* m) {
   const dlpack::Tensor& dl = m->dl_tensor;
-  if (dl.device.device_type != dlpack::kCPU && dl.device.device_type != dlpack::kCUDAHost) {
+  Device device;
+  try {
+    device = kiln_device_of(dl.device);
+  } catch (...) {
     if (m->deleter) m->deleter(m);
-    throw NotImplementedError(
-        fmt::format("[from_dlpack] DLPack device type {} (id {}): only cpu tensors for now",
-                    dl.device.device_type, dl.device.device_id));
+    throw;
   }
   DType dtype;
   try {
@@ -191,12 +250,25 @@ Tensor import_managed(Managed* m) {
   char* base = static_cast<char*>(dl.data) + dl.byte_offset;
   if (numel == 0) {
     if (m->deleter) m->deleter(m);
-    return empty(sizes.span(), dtype, Device(kCPU));
+    return empty(sizes.span(), dtype, device);
   }
   auto* alloc = new BorrowedDLPack<Managed>(base, m);
   auto storage =
-      make_ref<StorageImpl>(static_cast<size_t>(extent) * itemsize(dtype), Device(kCPU), alloc);
+      make_ref<StorageImpl>(static_cast<size_t>(extent) * itemsize(dtype), device, alloc);
   return Tensor(make_ref<TensorImpl>(std::move(storage), dtype, sizes.span(), strides.span(), 0));
+}
+
+// The stream a producer should order its work before, for a tensor on `device` (DLPack's
+// values: 1 for the legacy default stream); None for the cpu.
+py::object consumer_stream(py::object obj) {
+  if (!py::hasattr(obj, "__dlpack_device__")) return py::none();
+  auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
+  if (dev.first != dlpack::kCUDA) return py::none();
+  if (device_interface(kCUDA) == nullptr)  // loads it, once (kiln.load_backend is idempotent)
+    py::module_::import("kiln").attr("load_backend")("cuda");
+  Device d = kiln_device_of({dlpack::kCUDA, dev.second});
+  const uint64_t ours = device_interface(d.type())->current_stream(d.index());
+  return py::int_(ours == 0 ? 1 : ours);
 }
 
 Tensor from_dlpack(py::object obj) {
@@ -204,11 +276,13 @@ Tensor from_dlpack(py::object obj) {
   if (PyCapsule_CheckExact(obj.ptr())) {
     capsule = obj;
   } else if (py::hasattr(obj, "__dlpack__")) {
+    py::object stream = consumer_stream(obj);
     try {
-      capsule = obj.attr("__dlpack__")(py::arg("max_version") = py::make_tuple(1, 0));
+      capsule = obj.attr("__dlpack__")(py::arg("stream") = stream,
+                                       py::arg("max_version") = py::make_tuple(1, 0));
     } catch (py::error_already_set& e) {
       if (!e.matches(PyExc_TypeError)) throw;  // an older producer without max_version
-      capsule = obj.attr("__dlpack__")();
+      capsule = obj.attr("__dlpack__")(py::arg("stream") = stream);
     }
   } else {
     throw TypeError(
@@ -243,8 +317,8 @@ void bind_dlpack(py::module_& m, py::class_<Tensor>& tensor) {
            py::arg("copy") = py::none(),
            "A DLPack capsule sharing this tensor's memory (versioned when max_version >= 1.0).")
       .def("__dlpack_device__", [](const Tensor& t) {
-        require_cpu(t.device(), "__dlpack_device__");
-        return py::make_tuple(static_cast<int>(dlpack::kCPU), 0);
+        dlpack::Device d = dl_device_of(t.device(), "__dlpack_device__");
+        return py::make_tuple(static_cast<int>(d.device_type), d.device_id);
       });
   m.def("from_dlpack", &from_dlpack, py::arg("tensor"),
         "A tensor sharing the memory of a DLPack producer (torch.Tensor, numpy.ndarray, ...).");

@@ -111,6 +111,16 @@ void bind_core(py::module_& m) {
   m.def("set_num_threads", &set_num_threads, py::arg("n"));
   m.def("get_num_threads", &get_num_threads);
   m.def(
+      "device_count",
+      [](const std::string& type) -> int {
+        int t = find_device_type(type);
+        DeviceInterface* iface = t < 0 ? nullptr : device_interface(static_cast<DeviceType>(t));
+        return iface ? iface->device_count() : 0;
+      },
+      py::arg("type"),
+      "How many devices of a type are present: 0 for a type whose backend is not loaded "
+      "(kiln.device_count('cuda') after kiln.load_backend('cuda')).");
+  m.def(
       "synchronize",
       [](py::object d) {
         py::gil_scoped_release nogil;

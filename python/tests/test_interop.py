@@ -42,3 +42,11 @@ def test_bad_dlpack_requests_are_clear():
         kiln.ones(2).__dlpack__(stream=3)
     with pytest.raises(TypeError, match=r"\[from_dlpack\] expected an object with __dlpack__"):
         kiln.from_dlpack([1, 2])
+    with pytest.raises(BufferError, match=r"\[__dlpack__\] dl_device \(2, 0\) differs from the "
+                       r"tensor's \(1, 0\)"):
+        kiln.ones(2).__dlpack__(dl_device=(2, 0))
+    assert kiln.from_dlpack(kiln.ones(2).__dlpack__(dl_device=(1, 0))).tolist() == [1.0, 1.0]
+    kiln.load_backend("sim")
+    with pytest.raises(NotImplementedError, match=r"\[__dlpack_device__\] DLPack exchange of sim "
+                       r"tensors: only cpu and cuda"):
+        kiln.ones(2, device="sim").__dlpack_device__()

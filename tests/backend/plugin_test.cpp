@@ -10,6 +10,9 @@
 #include <fstream>
 
 #include "kiln/core/storage.h"
+#include "kiln/distributed/collectives.h"
+#include "kiln/distributed/init.h"
+#include "kiln/distributed/process_group.h"
 #include "kiln/ops/ops.h"
 #include "tests/backend/sim_util.h"
 #include "tests/core/test_util.h"
@@ -103,6 +106,25 @@ TEST(PluginLoader, ErrorsRegisterNothing) {
   EXPECT_EQ(free_private_use_key(), free_before);
   // A failed load can be retried: it failed the same way, it did not become "already loaded".
   EXPECT_THROW_CONTAINS(load_backend(KILN_TEST_PLUGIN_BAD_ABI), ValueError, "ABI version");
+}
+
+// A plugin that fails to load leaves nothing registered, beyond the backend itself: the CUDA
+// plugin once registered its collective backend when the library loaded, so on a machine
+// without a GPU (its describe fails) every process group made afterwards set up NCCL for cuda
+// tensors and its CPU collectives failed with a CUDA error.
+TEST(PluginLoader, AFailedLoadLeavesCollectivesAlone) {
+  try {
+    load_backend("cuda");
+    GTEST_SKIP() << "the CUDA backend loaded (a GPU is present)";
+  } catch (const ValueError& e) {
+    if (!std::strstr(e.what(), "failed to describe"))
+      GTEST_SKIP() << "no CUDA plugin in this build: " << e.what();
+  }
+  distributed::init();
+  auto group = distributed::new_group({0});
+  Tensor t = ones({3});
+  distributed::all_reduce_(t, distributed::ReduceOp::Sum, group.get());
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 1, 1}));
 }
 
 TEST(RegisterBackend, RejectsBadSpecsWhole) {

@@ -574,16 +574,15 @@ class CustomOnlyBackend final : public dist::CollectiveBackend {
   std::unique_ptr<CustomAllReduce> custom_;
 };
 
+}  // namespace
+
 #ifndef KILN_HAVE_NCCL
 // Without NCCL in the build, cuda tensors' groups get the custom all-reduce alone.
-const bool g_registered = [] {
+void register_collective_backends() {
   dist::register_collective_backend(
       "cuda", [](dist::ProcessGroup& g) { return make_custom_only_backend(g); });
-  return true;
-}();
+}
 #endif
-
-}  // namespace
 
 std::unique_ptr<dist::CollectiveBackend> make_custom_only_backend(dist::ProcessGroup& group) {
   return std::make_unique<CustomOnlyBackend>(group);

@@ -25,6 +25,7 @@
 #include "kiln/backend/cuda/cuda.h"
 #include "kiln/backend/cuda/custom_allreduce.h"
 #include "kiln/backend/cuda/floor.h"
+#include "kiln/backend/cuda/nccl.h"
 
 namespace kiln::cuda {
 
@@ -447,6 +448,7 @@ const char* describe(BackendSpec* spec) {
   }
   spec->interface = &g_interface;
   spec->kernels = kernel_list();
+  spec->on_registered = &register_collective_backends;
   return nullptr;
 }
 }  // namespace

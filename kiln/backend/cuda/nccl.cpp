@@ -493,15 +493,14 @@ void NcclBackend::issue(const dist::Collective& call, Device device, CallDesc d,
   throw DistributedError(failure);
 }
 
-const bool g_registered = [] {
+}  // namespace
+
+void register_collective_backends() {
   dist::register_collective_backend("cuda", [](dist::ProcessGroup& g) {
     if (!nccl_enabled()) return make_custom_only_backend(g);  // KILN_NCCL=0
     return std::unique_ptr<dist::CollectiveBackend>(new NcclBackend(g));
   });
-  return true;
-}();
-
-}  // namespace
+}
 
 #endif  // KILN_HAVE_NCCL
 

@@ -1,8 +1,8 @@
 #pragma once
-// The collective backend of cuda tensors, over NCCL (nccl.cpp): it registers itself with
-// kiln/distributed when libkiln_cuda loads, so every process group made after
-// load_backend("cuda") runs its collectives on cuda tensors through NCCL. These calls are
-// diagnostics; no CUDA or NCCL header is needed to use them.
+// The collective backend of cuda tensors, over NCCL (nccl.cpp): registered with
+// kiln/distributed once load_backend("cuda") has registered the backend
+// (BackendSpec::on_registered), so every process group made after it runs its collectives on
+// cuda tensors through NCCL. No CUDA or NCCL header is needed to use these calls.
 
 namespace kiln::cuda {
 
@@ -13,5 +13,10 @@ int nccl_version();
 // The CUDA device whose tensors this process's NCCL communicators serve: its local rank
 // (kiln::distributed::local_rank()) modulo the devices present, so cuda:0 in a world of one.
 int nccl_device();
+
+// Registers the collective backend of cuda tensors: NCCL's (with the custom all-reduce for
+// small all-reduces), or the custom all-reduce alone in a build without NCCL or under
+// KILN_NCCL=0. The CUDA backend's on_registered hook.
+void register_collective_backends();
 
 }  // namespace kiln::cuda
