@@ -106,7 +106,10 @@ def python_steps(workload, device, iters):
 def cpp_steps(workload, device, threads, iters):
     cmd = [os.path.join(ROOT, "build", "release", "kiln"), "bench", workload, "--json",
            "--device", device, "--threads", str(threads), "--iters", str(iters)]
-    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout)
 
 
 def main():

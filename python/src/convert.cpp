@@ -184,4 +184,12 @@ py::object to_list(const Tensor& t) {
   return list_level(flat, host.sizes(), 0, pos);
 }
 
+void* device_address(const Tensor& t, const char* op) {
+  if (t.key_set().has(DispatchKey::Sharded))
+    throw ValueError(
+        fmt::format("[{}] a DTensor has no data of its own: use kiln.dtensor.to_local(t)'s", op));
+  if (t.device().is_cpu()) return t.numel() ? t.data_ptr() : t.impl()->data();  // a host read
+  return t.impl()->data();
+}
+
 }  // namespace kiln::python

@@ -32,5 +32,8 @@ Tensor tensor_from_data(py::handle data, std::optional<DType> dtype, Device devi
 py::object to_list(const Tensor& t);
 // A Scalar as the Python number of its kind.
 py::object scalar_to_python(const Scalar& s);
+// The address of the first element on the tensor's device, as PyTorch's data_ptr() (a device
+// address for a cuda tensor; Tensor::data_ptr() gives host data only). A DTensor has none.
+void* device_address(const Tensor& t, const char* op);
 
 }  // namespace kiln::python

@@ -106,7 +106,7 @@ Managed* make_export(const Tensor& t) {
     e->strides.push_back(t.strides()[size_t(i)]);
   }
   dlpack::Tensor& dl = e->managed.dl_tensor;
-  dl.data = t.numel() ? t.data_ptr() : t.impl()->data();  // data_ptr raises for a DTensor
+  dl.data = device_address(t, "__dlpack__");
   dl.device = dl_device_of(t.device(), "__dlpack__");
   dl.ndim = static_cast<int32_t>(t.dim());
   dl.dtype = dl_dtype(t.dtype());

@@ -186,7 +186,10 @@ py::class_<Tensor> bind_tensor(py::module_& m) {
       .def_property_readonly("is_floating_point_",
                              [](const Tensor& t) { return is_floating(t.dtype()); })
       .def("is_floating_point", [](const Tensor& t) { return is_floating(t.dtype()); })
-      .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); })
+      .def("data_ptr",
+           [](const Tensor& t) {
+             return reinterpret_cast<uintptr_t>(device_address(t, "data_ptr"));
+           })
       .def("__repr__",
            [](const Tensor& t) {
              py::gil_scoped_release nogil;
