@@ -18,6 +18,10 @@ def per_call_ns(fn, number):
 def main():
     smoke = "--smoke" in sys.argv
     number = 1000 if smoke else 200000
+    try:
+        import torch
+    except ImportError:
+        torch = None
     import kiln
 
     kiln.set_num_threads(1)
@@ -33,16 +37,14 @@ def main():
     eager_ns = per_call_ns(lambda: x0 + x1, number)
     out["kiln_compile_call_ns"] = per_call_ns(lambda: step(*xs), number)
     out["kiln_compile_call_beyond_eager_ns"] = out["kiln_compile_call_ns"] - eager_ns
-    try:
-        import torch
-
+    if torch is not None:
         torch.set_num_threads(1)
         ta, tb = torch.ones(1), torch.full([1], 2.0)
         assert (ta + tb).item() == 3.0
         out["torch_version"] = torch.__version__
         out["torch_add_ns"] = per_call_ns(lambda: ta + tb, number)
         out["kiln_over_torch_add"] = out["kiln_add_ns"] / out["torch_add_ns"]
-    except ImportError:
+    else:
         out["torch_add_ns"] = None
     print(json.dumps(out, indent=1))
 

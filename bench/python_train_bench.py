@@ -121,6 +121,7 @@ def main():
     kiln.set_num_threads(args.threads)
     if args.device != "cpu":
         kiln.load_backend(args.device.split(":")[0])
+        kiln.set_allow_tf32(True)  # as `kiln bench` (the C++ side) sets it on a device
     out = {"device": args.device, "threads": args.threads}
     # A GPU step takes microseconds to milliseconds: more of them per timing.
     scale = 1 if args.device == "cpu" or args.smoke else 20

@@ -31,15 +31,15 @@ void bind_errors(py::module_& m) {
     } catch (const NotImplementedError& e) {
       PyErr_SetString(PyExc_NotImplementedError, e.what());
     } catch (const DeviceError& e) {
-      device(e.what());
+      PyErr_SetString(device.ptr(), e.what());
     } catch (const CompileError& e) {
-      compile(e.what());
+      PyErr_SetString(compile.ptr(), e.what());
     } catch (const DistributedError& e) {
-      distributed(e.what());
+      PyErr_SetString(distributed.ptr(), e.what());
     } catch (const InternalError& e) {
-      internal(e.what());
+      PyErr_SetString(internal.ptr(), e.what());
     } catch (const Error& e) {
-      base(e.what());
+      PyErr_SetString(base.ptr(), e.what());
     }
   });
 }
@@ -110,6 +110,10 @@ void bind_core(py::module_& m) {
   m.def("default_generator", &default_generator, py::return_value_policy::reference);
   m.def("set_num_threads", &set_num_threads, py::arg("n"));
   m.def("get_num_threads", &get_num_threads);
+  m.def("set_allow_tf32", &set_allow_tf32, py::arg("allow"),
+        "Lets float32 products and convolutions on a GPU use TF32 tensor cores (PyTorch's "
+        "torch.backends.cuda.matmul.allow_tf32); off by default. `kiln bench` turns it on.");
+  m.def("get_allow_tf32", [] { return allow_tf32(); });
   m.def(
       "device_count",
       [](const std::string& type) -> int {

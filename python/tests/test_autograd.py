@@ -162,3 +162,37 @@ def test_ops_release_the_gil_for_other_threads(rng):
     for t in threads:
         t.join()
     assert len(set(results)) == 1
+
+
+def test_a_compiled_function_may_be_called_from_several_threads(rng):
+    w = kiln.from_numpy(rng.standard_normal((16, 16)))
+    f = kiln.compile(lambda x: kiln.tanh(x @ w).sum(1))
+    xs = [kiln.from_numpy(rng.standard_normal((4, 16))) for _ in range(4)]
+    want = [kiln.tanh(x @ w).sum(1).numpy() for x in xs]
+    got = [[] for _ in xs]
+    start = threading.Barrier(len(xs))
+
+    def work(i):
+        start.wait()  # the first calls race: one thread traces while the others call too
+        for _ in range(50):
+            got[i].append(f(xs[i]).numpy())
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, results in enumerate(got):
+        assert len(results) == 50
+        for r in results:
+            close(r, want[i], rtol=1e-12)
+    assert f.explain().startswith("compiled function")
+
+
+def test_tf32_is_a_global_switch_off_by_default():
+    assert kiln.get_allow_tf32() is False
+    kiln.set_allow_tf32(True)
+    try:
+        assert kiln.get_allow_tf32() is True
+    finally:
+        kiln.set_allow_tf32(False)
