@@ -27,7 +27,7 @@ class CMakeBuild(build_ext):
                 "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DKILN_BUILD_TESTS=OFF",
                 "-DKILN_BUILD_BENCH=OFF", "-DKILN_PYTHON=ON",
                 f"-DPython_EXECUTABLE={sys.executable}"])
-        targets = ["kiln_python", "kiln_sim"]
+        targets = ["kiln_python_package", "kiln_sim"]
         if os.path.exists(os.path.join(build_dir, "libkiln_cuda.so")) or shutil.which("nvcc"):
             targets.append("kiln_cuda")
         subprocess.check_call(["cmake", "--build", build_dir, "--target", *targets])

@@ -15,7 +15,7 @@ pybind11_dir=$($py -m pybind11 --cmakedir) || { echo "no pybind11 for $py"; exit
 cmake --preset release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_WERROR=OFF \
   -DKILN_PYTHON=ON -DPython_EXECUTABLE="$py" -Dpybind11_DIR="$pybind11_dir" \
   > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-cmake --build --preset release -j "$(nproc)" --target kiln_python kiln_cuda kiln_sim kiln_cli \
+cmake --build --preset release -j "$(nproc)" --target kiln_python_package kiln_cuda kiln_sim kiln_cli \
   > "$out/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$out/build.log"; exit 1; }
 export PYTHONPATH=$PWD/build/release/python PYTHONUNBUFFERED=1
 timeout 240 $py -m pytest -q -p no:cacheprovider -rs python/tests > "$out/pytest.log" 2>&1
