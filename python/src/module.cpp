@@ -149,6 +149,7 @@ PYBIND11_MODULE(_kiln, m) {
   bind_nn(m);
   bind_distributed_and_backends(m);
   bind_amp(m);
+  bind_streams(m);
   bind_parallel(m);
   m.def("_op_signatures", &op_stub_lines, py::arg("methods"),
         "'name|python signature|schema' per generated function (or method): for the .pyi stubs.");

@@ -79,3 +79,16 @@ def test_torch_cuda_tensors_are_shared_both_ways_in_stream_order(cuda):
     y[0, 0] = 42.0
     kiln.synchronize()
     assert x[0, 0].item() == 42.0
+
+
+def test_work_on_a_kiln_side_stream_is_ordered_before_pytorch_reads_it(cuda):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this PyTorch has no CUDA")
+    side = kiln.Stream(cuda)
+    assert side.handle != kiln.Stream.default(cuda).handle
+    n = 1 << 22
+    with kiln.stream(side):
+        k = (kiln.arange(n, dtype=kiln.float64, device="cuda") * 2).sqrt()
+        t = torch.from_dlpack(k)  # PyTorch's current stream waits for `side` (an event)
+    assert t.sum().item() == pytest.approx(float((np.arange(n) * 2.0) ** 0.5 @ np.ones(n)))
