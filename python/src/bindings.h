@@ -14,7 +14,7 @@ void bind_nn(py::module_& m);  // kiln.nn C++ modules, kiln.optim, kiln.save/loa
 void bind_dlpack(py::module_& m, py::class_<Tensor>& tensor);  // DLPack exchange
 void bind_distributed_and_backends(py::module_& m);  // distributed, dtensor, backends, profiler
 void bind_amp(py::module_& m);                       // kiln.amp: autocast, GradScaler
-void bind_streams(py::module_& m);   // kiln.Stream, kiln.Event, kiln.stream
+void bind_streams(py::module_& m);                   // kiln.Stream, kiln.Event, kiln.stream
 void bind_parallel(py::module_& m);  // kiln.parallel's C++ side: DDP, tensor parallel, FSDP
 
 // The op-list names that bind_composites defines with a friendlier signature.
