@@ -39,3 +39,21 @@ def test_results_and_gradients_match_pytorch(rng):
         lk.backward()
         close(lk, lt.detach().numpy(), rtol=1e-10)
         close(kw.grad, tw.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_torch_imports_after_kiln_and_its_backends():
+    # Note [Exported symbols] (cmake/kiln.map): a Kiln library that exported libstdc++'s facet
+    # ids made `import torch` after `import kiln` abort in free() (PyTorch 2.11, g++ 13 build).
+    import subprocess
+    import sys
+    code = ("import kiln\n"
+            "for b in ('sim', 'cuda'):\n"
+            "    try:\n"
+            "        kiln.load_backend(b)\n"
+            "    except (kiln.Error, ValueError):  # no GPU here\n"
+            "        pass\n"
+            "import torch\n"
+            "print(float(torch.ones(3).sum()), kiln.ones(3).sum().item())\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["3.0", "3.0"]
