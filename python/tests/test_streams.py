@@ -20,7 +20,10 @@ def test_sim_stream_scope_events_and_ordering():
     default = kiln.Stream.current("sim")
     side = kiln.Stream("sim")
     assert side != default and "Stream(device=sim" in repr(side)
-    x = kiln.ones(1 << 16, device="sim")
+    x = kiln.ones(1 << 16, device="sim")  # filled on the default stream
+    filled = kiln.Event("sim")
+    filled.record()
+    filled.wait(side)  # as in PyTorch, `side` reads x only after waiting for its producer
     scope = kiln.stream(side)
     with scope as s:
         assert s == side and kiln.Stream.current("sim") == side
