@@ -21,7 +21,7 @@ export PYTHONPATH=$PWD/build/release/python PYTHONUNBUFFERED=1
 timeout 240 $py -m pytest -q -p no:cacheprovider -rs python/tests > "$out/pytest.log" 2>&1
 echo "pytest exit $?"
 tail -15 "$out/pytest.log"
-timeout 150 $py bench/python_train_bench.py --device cuda > "$out/train_cuda.json" 2> "$out/train_cuda.err"
+timeout 400 $py bench/python_train_bench.py --device cuda > "$out/train_cuda.json" 2> "$out/train_cuda.err"
 echo "train (cuda): $(tr -d '\n ' < "$out/train_cuda.json")"; tail -3 "$out/train_cuda.err"
 timeout 60 $py -X faulthandler bench/python_op_bench.py > "$out/op.json" 2> "$out/op.err"
 echo "op: $(tr -d '\n ' < "$out/op.json")"; tail -3 "$out/op.err"
