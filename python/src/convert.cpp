@@ -186,8 +186,9 @@ py::object to_list(const Tensor& t) {
 
 void* device_address(const Tensor& t, const char* op) {
   if (t.key_set().has(DispatchKey::Sharded))
-    throw ValueError(
-        fmt::format("[{}] a DTensor has no data of its own: use kiln.dtensor.to_local(t)'s", op));
+    throw ValueError(fmt::format(
+        "[{}] a DTensor has no data of its own: use kiln.dtensor.to_local(t) for this rank's shard",
+        op));
   if (t.device().is_cpu()) return t.numel() ? t.data_ptr() : t.impl()->data();  // a host read
   return t.impl()->data();
 }

@@ -27,6 +27,8 @@ def test_a_world_of_one_without_a_launcher():
     assert repr(d).startswith("DTensor(")
     with pytest.raises(ValueError, match=r"\[item\] a DTensor has no data of its own"):
         d.sum().item()
+    with pytest.raises(ValueError, match=r"\[data_ptr\] .*use kiln.dtensor.to_local\(t\) for this rank's shard$"):
+        d.data_ptr()
     with pytest.raises(TypeError, match=r"\[placements\] not a DTensor"):
         dt.placements(kiln.ones(1))
 
