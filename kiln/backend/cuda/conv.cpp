@@ -3,12 +3,14 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
-#include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "kiln/backend/cuda/common.h"
+#include "kiln/backend/cuda/conv_graph.h"
 #include "kiln/ops/conv_meta.h"
 #include "kiln/ops/ops.h"
 
@@ -135,9 +137,7 @@ Tensor workspace(size_t bytes, Device dev) {
 const void* data(const Tensor& t) { return t.impl()->data(); }
 void* mut_data(const Tensor& t) { return const_cast<void*>(t.impl()->data()); }
 
-// The three canonical passes: forward (x, w -> y), backward data (gy, w -> gx) and backward
-// filter (x, gy -> gw); `a` and `b` are the inputs in that order.
-enum class Pass : int64_t { Forward, BackwardData, BackwardFilter };
+using Pass = ConvPass;
 
 // One algorithm's entry of cuDNN's perf results, whichever pass.
 struct Perf {
@@ -146,13 +146,14 @@ struct Perf {
   size_t memory;
   cudnnDeterminism_t determinism;
   cudnnMathType_t math;
+  float ms;  // measured by cudnnFind*AlgorithmEx; -1 for a heuristic's entry
 };
 template <class P>
 std::vector<Perf> perfs_of(const P* p, int n) {
   std::vector<Perf> out;
   for (int i = 0; i < n; ++i)
-    out.push_back(
-        {static_cast<int>(p[i].algo), p[i].status, p[i].memory, p[i].determinism, p[i].mathType});
+    out.push_back({static_cast<int>(p[i].algo), p[i].status, p[i].memory, p[i].determinism,
+                   p[i].mathType, p[i].time});
   return out;
 }
 
@@ -230,18 +231,33 @@ const Perf* first_usable(const std::vector<Perf>& perfs, size_t max_ws) {
 // the call's own buffers (cudnnFind*AlgorithmEx), with a workspace as large as the largest any
 // heuristic candidate asks for (at most kMaxSearchWorkspace), and keeps the fastest that
 // succeeded (a deterministic one under set_deterministic_algorithms) with its workspace size and
-// math type; every later call runs it directly. A search synchronizes, so it never runs while
-// the stream is being captured into a device graph: an uncached key then takes cuDNN's first
-// usable heuristic choice, uncached (compiled steps run eagerly before they capture, so their
-// keys are cached by then). Keeping only the heuristic's first choice made ResNet-50's shapes
-// 3 to 50 times slower than PyTorch on the H100 (bench/gpu_runs.md, run I14).
+// math type; then it times the graph API's engines (Note [cuDNN graph convolutions]) and takes
+// the fastest of those instead when it is faster still. Every later call runs the choice
+// directly. Choices are kept per thread: a graph plan belongs to the thread's cuDNN handle.
+// A search synchronizes, so it never runs while the stream is being captured into a device
+// graph: an uncached key then takes cuDNN's first usable heuristic choice, uncached (compiled
+// steps run eagerly before they capture, so their keys are cached by then). Keeping only the
+// heuristic's first choice made ResNet-50's shapes 3 to 50 times slower than PyTorch on the
+// H100 (bench/gpu_runs.md, run I14). KILN_CUDNN_GRAPH=0 leaves the graph API out (to compare).
 constexpr size_t kMaxSearchWorkspace = size_t{1} << 30;
 
-Perf choose(Pass pass, cudnnHandle_t h, const Descs& d, const ConvGeom& g, DType dt,
-            const Tensor& a, const Tensor& b, const Tensor& out) {
+struct Choice {
+  Perf legacy;
+  std::shared_ptr<const ConvGraphPlan> graph;  // taken instead of `legacy` when set
+};
+
+bool graph_api_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_CUDNN_GRAPH");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+Choice choose(Pass pass, cudnnHandle_t h, const Descs& d, const ConvGeom& g, DType dt,
+              const Tensor& a, const Tensor& b, const Tensor& out) {
   using Key = std::vector<int64_t>;
-  static std::mutex mu;
-  static std::map<Key, Perf> cache;
+  thread_local std::map<Key, Choice> cache;
   Key key{static_cast<int64_t>(pass),
           static_cast<int64_t>(dt),
           math_for(dt),
@@ -254,11 +270,8 @@ Perf choose(Pass pass, cudnnHandle_t h, const Descs& d, const ConvGeom& g, DType
           g.groups};
   for (const auto* v : {&g.x, &g.y, &g.k, &g.stride, &g.pad, &g.dil})
     key.insert(key.end(), v->begin(), v->end());
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-  }
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
   std::vector<Perf> heur = heuristics(pass, h, d);
   cudaStream_t stream = nullptr;
   KILN_CUDNN_CHECK(cudnnGetStream(h, &stream));
@@ -268,21 +281,25 @@ Perf choose(Pass pass, cudnnHandle_t h, const Descs& d, const ConvGeom& g, DType
     const Perf* p = first_usable(heur, SIZE_MAX);
     check_cudnn(p ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_NOT_SUPPORTED,
                 "choosing an algorithm (no heuristic candidate)");
-    return *p;
+    return {*p, nullptr};
   }
   size_t ws_bytes = 0;
   for (const Perf& p : heur)
     if (p.status == CUDNN_STATUS_SUCCESS && p.memory <= kMaxSearchWorkspace)
       ws_bytes = std::max(ws_bytes, p.memory);
   Tensor ws = workspace(ws_bytes, a.device());
-  const Perf* best = nullptr;
   std::vector<Perf> found = measured(pass, h, d, a, b, out, ws);
-  best = first_usable(found, ws_bytes);
+  const Perf* best = first_usable(found, ws_bytes);
+  float legacy_ms = best ? best->ms : -1;
   if (!best) best = first_usable(heur, SIZE_MAX);
-  check_cudnn(best ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_NOT_SUPPORTED,
+  Choice c{best ? *best : Perf{}, nullptr};
+  if (graph_api_enabled()) {
+    std::shared_ptr<const ConvGraphPlan> plan = find_conv_graph_plan(pass, h, g, dt, a, b, out);
+    if (plan && (legacy_ms < 0 || conv_graph_plan_ms(*plan) < legacy_ms)) c.graph = plan;
+  }
+  check_cudnn(best || c.graph ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_NOT_SUPPORTED,
               "choosing an algorithm (none succeeded)");
-  std::lock_guard<std::mutex> lock(mu);
-  return cache.emplace(key, *best).first->second;
+  return cache.emplace(key, c).first->second;
 }
 
 // Runs `pass` with `p`'s algorithm and math type into `out`.
@@ -316,13 +333,21 @@ Tensor run(Pass pass, const Tensor& a_, const Tensor& b_, Shape out_sizes, const
   static constexpr const char* kNames[] = {
       "cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter"};
   DType dt = a_.dtype();
-  Tensor a = contiguous_as(a_, dt), b = contiguous_as(b_, dt);
+  // Fresh buffers for views that do not start on a 16-byte boundary: graph plans assume it.
+  auto aligned = [dt](const Tensor& t) {
+    Tensor c = contiguous_as(t, dt);
+    return reinterpret_cast<uintptr_t>(data(c)) % 16 == 0 ? c : c.clone();
+  };
+  Tensor a = aligned(a_), b = aligned(b_);
   Tensor out = empty_cuda(out_sizes, dt, a.device());
   Descs d;
   set_descs(d, g, dt);
   cudnnHandle_t h = handle_for(a);
-  Perf p = choose(pass, h, d, g, dt, a, b, out);
-  check_cudnn(run_pass(pass, h, d, p, dt, a, b, out), kNames[static_cast<int>(pass)]);
+  Choice c = choose(pass, h, d, g, dt, a, b, out);
+  if (c.graph)
+    run_conv_graph_plan(*c.graph, h, a, b, out);
+  else
+    check_cudnn(run_pass(pass, h, d, c.legacy, dt, a, b, out), kNames[static_cast<int>(pass)]);
   return out;
 }
 
