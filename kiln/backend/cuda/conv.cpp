@@ -67,19 +67,6 @@ struct Descs {
   Descs& operator=(const Descs&) = delete;
 };
 
-cudnnDataType_t data_type(DType d) {
-  switch (d) {
-    case kFloat16:
-      return CUDNN_DATA_HALF;
-    case kBFloat16:
-      return CUDNN_DATA_BFLOAT16;
-    case kFloat64:
-      return CUDNN_DATA_DOUBLE;
-    default:
-      return CUDNN_DATA_FLOAT;
-  }
-}
-
 // The math the descriptor allows (Note [cuDNN convolution]).
 cudnnMathType_t math_for(DType dt) {
   if (dt == kFloat16 || dt == kBFloat16) return CUDNN_TENSOR_OP_MATH;
@@ -97,7 +84,7 @@ void set_tensor(cudnnTensorDescriptor_t d, DType dt, int64_t n, int64_t c,
     strides[i] = s;
     s *= dims[i];
   }
-  KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, data_type(dt), static_cast<int>(dims.size()),
+  KILN_CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, cudnn_data_type(dt), static_cast<int>(dims.size()),
                                               dims.data(), strides.data()));
 }
 
@@ -114,12 +101,12 @@ void set_descs(Descs& d, const ConvGeom& g, DType dt) {
     stride.push_back(static_cast<int>(g.stride[j]));
     dil.push_back(static_cast<int>(g.dil[j]));
   }
-  KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(d.w, data_type(dt), CUDNN_TENSOR_NCHW,
+  KILN_CUDNN_CHECK(cudnnSetFilterNdDescriptor(d.w, cudnn_data_type(dt), CUDNN_TENSOR_NCHW,
                                               static_cast<int>(wd.size()), wd.data()));
   const bool half = dt == kFloat16 || dt == kBFloat16;
   KILN_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(d.conv, nsp, pad.data(), stride.data(),
                                                    dil.data(), CUDNN_CROSS_CORRELATION,
-                                                   half ? CUDNN_DATA_FLOAT : data_type(dt)));
+                                                   half ? CUDNN_DATA_FLOAT : cudnn_data_type(dt)));
   KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d.conv, static_cast<int>(g.groups)));
   KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, math_for(dt)));
 }

@@ -67,19 +67,6 @@ class Desc {
   bool ok_ = false;
 };
 
-cudnnDataType_t data_type_of(DType d) {
-  switch (d) {
-    case kFloat16:
-      return CUDNN_DATA_HALF;
-    case kBFloat16:
-      return CUDNN_DATA_BFLOAT16;
-    case kFloat64:
-      return CUDNN_DATA_DOUBLE;
-    default:
-      return CUDNN_DATA_FLOAT;
-  }
-}
-
 // A packed NC(D)HW tensor of `n` x `c` x the spatial sizes (at least two: 1-D as 2-D).
 std::unique_ptr<Desc> tensor_desc(DType dt, int64_t uid, int64_t n, int64_t c,
                                   const std::array<int64_t, 3>& sp, int nsp) {
@@ -92,7 +79,7 @@ std::unique_ptr<Desc> tensor_desc(DType dt, int64_t uid, int64_t n, int64_t c,
     s *= dims[i];
   }
   auto d = std::make_unique<Desc>(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  cudnnDataType_t type = data_type_of(dt);
+  cudnnDataType_t type = cudnn_data_type(dt);
   d->set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type)
       .set_ints(CUDNN_ATTR_TENSOR_DIMENSIONS, dims)
       .set_ints(CUDNN_ATTR_TENSOR_STRIDES, strides)
@@ -131,6 +118,19 @@ bool allowed(cudnnBackendDescriptor_t cfg, DType dt) {
 void* ptr(const Tensor& t) { return const_cast<void*>(t.impl()->data()); }
 
 }  // namespace
+
+cudnnDataType_t cudnn_data_type(DType d) {
+  switch (d) {
+    case kFloat16:
+      return CUDNN_DATA_HALF;
+    case kBFloat16:
+      return CUDNN_DATA_BFLOAT16;
+    case kFloat64:
+      return CUDNN_DATA_DOUBLE;
+    default:
+      return CUDNN_DATA_FLOAT;
+  }
+}
 
 class ConvGraphPlan {
  public:
@@ -207,7 +207,7 @@ std::shared_ptr<const ConvGraphPlan> find_conv_graph_plan(ConvPass pass, cudnnHa
     dil.push_back(g.dil[j]);
   }
   const bool half = dt == kFloat16 || dt == kBFloat16;
-  cudnnDataType_t compute = half ? CUDNN_DATA_FLOAT : data_type_of(dt);
+  cudnnDataType_t compute = half ? CUDNN_DATA_FLOAT : cudnn_data_type(dt);
   cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   const int64_t spatial = nsp;
   Desc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
