@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "kiln/core/device.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/distributed/watchdog.h"
@@ -139,11 +140,53 @@ int local_world_size() {
   return state().local_size;
 }
 
+#ifdef KILN_HAVE_MPI
+namespace {
+
+// Note [Draining before MPI_Finalize]
+// Collectives on a device run on its streams (the sim device's worker threads call MPI), and
+// one may still be queued when main returns: nothing obliges a program to wait for a result it
+// never reads. Finalizing MPI under it leaves that thread inside MPI while Open MPI tears down
+// and unloads its components (a segfault at exit: a 1-in-25 flake of a test whose every check
+// had passed), or calling MPI after its finalize, and the queued work is lost. So finalize first
+// runs every device to the end of its queues, as the program would have with synchronize, under
+// the same deadline as MPI_Finalize (a collective some rank never joins ends the job instead of
+// hanging it). A collective that failed there is printed, since nobody is left to raise it to;
+// other failures at exit (a device runtime already torn down by its own exit handler) are not
+// this job's news and are dropped. Only for an MPI job: a world of one has no peer to wait for.
+// A CPU collective started async and never waited for is the program's to complete (MPI's rule
+// for requests); the Work that holds it is the program's, not Kiln's.
+void drain_devices_before_finalize() {
+  Deadline deadline(Clock::now() + default_timeout(), [] {
+    abort_job(fmt::format(
+        "kiln: DistributedError: [distributed] waiting at exit for the devices' queued work timed "
+        "out after {} ms on rank {}: a queued collective that some rank never joined "
+        "(KILN_DIST_TIMEOUT)",
+        default_timeout().count(), state().rank));
+  });
+  try {
+    synchronize_all_devices();
+  } catch (const DistributedError& e) {
+    std::fprintf(stderr, "kiln: at exit, a queued collective failed on rank %d: %s\n", state().rank,
+                 e.what());
+    std::fflush(stderr);
+  } catch (const std::exception&) {
+  }
+}
+
+}  // namespace
+#endif
+
 void finalize() {
   State& s = state();
   if (!s.initialized || s.finalized) return;
   s.finalized = true;
 #ifdef KILN_HAVE_MPI
+  if (s.mpi_active) {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) drain_devices_before_finalize();
+  }
   if (s.we_initialized_mpi) {
     int done = 0;
     MPI_Finalized(&done);

@@ -1,6 +1,7 @@
 // Fault scenarios for kiln/distributed (issue 14, "Faults"): one per run, named on the command
 // line. tests/distributed/fault_test.sh runs each on 2 ranks under mpirun and checks what every
-// rank printed, how it exited and how long the job took. See Note [Fault tests].
+// rank printed, how it exited and how long the job took. See Note [Fault tests]. One scenario is
+// not a fault: exit_in_flight, ranks that return from main with a collective still queued.
 //
 // Note [Fault tests]
 // A fault ends the job, so it cannot be a gtest inside one process: each scenario is its own
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
@@ -180,6 +182,27 @@ void guard_sim() {
   }
 }
 
+// Every rank returns from main with an all-reduce still queued on a sim stream, rank 0's
+// launches slowed to 300 ms each: rank 1's worker is inside the all-reduce, waiting for rank
+// 0's, while both mains have returned. The exit must wait for the streams before MPI_Finalize
+// (Note [Draining before MPI_Finalize] in kiln/distributed/init.cpp); otherwise rank 1's worker
+// is inside MPI while Open MPI finalizes and unloads its components, and the rank ends on a
+// signal, or the finalize waits for ever (its deadline then ends the job).
+void exit_in_flight() {
+  if (me() == 0) setenv("KILN_SIM_LAUNCH_NS", "300000000", 1);  // read when the plugin loads
+  Device sim = test::sim();
+  agree();
+  Tensor a = full({4}, me() + 1.0, {}, sim);
+  dist::all_reduce_(a);
+  // Queued behind the all-reduce: the line fault_test.sh looks for, printed only if the stream
+  // was run to its end before the process went (and from the all-reduced values).
+  // Sim memory is host memory, which a host task may read (data() is for cpu tensors only).
+  test::sim_interface().launch_host_task(0, "report", [a] {
+    const float* v = static_cast<const float*>(a.impl()->storage()->data()) + a.storage_offset();
+    say(fmt::format("ran its queued all-reduce: {}", v[0]));
+  });
+}
+
 // Under KILN_DIST_DEBUG=detail, calls that agree pass the check, whatever their kind, and give
 // the right values: all-to-all with different split sizes per rank, send/recv (not checked).
 void detail_agree() {
@@ -230,6 +253,7 @@ const std::map<std::string, std::function<void()>>& scenarios() {
       {"guard_sim", guard_sim},
       {"setup_timeout", setup_timeout},
       {"detail_agree", detail_agree},
+      {"exit_in_flight", exit_in_flight},
   };
   return s;
 }

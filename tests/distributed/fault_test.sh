@@ -141,10 +141,15 @@ case $scenario in
     job_failed
     within_deadline
     ;;
-  detail_agree)
+  detail_agree | exit_in_flight)  # no fault: both ranks finish and exit cleanly
     has 'kiln-fault-test: rank 0 finished'
     has 'kiln-fault-test: rank 1 finished'
-    lacks 'timed out|raised'
+    has 'kiln-fault-test: rank 0 exited 0'
+    has 'kiln-fault-test: rank 1 exited 0'
+    [ "$scenario" = detail_agree ] || has 'kiln-fault-test: rank [01] ran its queued all-reduce: 3$'
+    [ "$scenario" = detail_agree ] || [ "$(grep -c 'ran its queued all-reduce: 3$' <<<"$out")" -eq 2 ] ||
+      fail "not both ranks ran their queued all-reduce"
+    lacks 'timed out|raised|signal|Segmentation'
     [ "$rc" -eq 0 ] || fail "mpirun exited $rc"
     ;;
   *)
