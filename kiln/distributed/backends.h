@@ -11,4 +11,10 @@ namespace kiln::distributed {
 // comes from the CUDA plugin).
 std::unique_ptr<CollectiveBackend> make_builtin_backend(const ProcessGroup& group, Device device);
 
+// Records that a collective was launched as a host task on `device`'s streams (the MPI backend
+// of a host-addressable device such as sim, the shared-memory all-reduce): finalize waits for
+// those devices before MPI_Finalize (Note [Draining before MPI_Finalize] in init.cpp). Cheap
+// after the first call per device.
+void note_host_task_collectives(Device device);
+
 }  // namespace kiln::distributed

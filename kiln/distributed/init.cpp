@@ -1,11 +1,13 @@
 #include "kiln/distributed/init.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
 #include "kiln/core/device.h"
 #include "kiln/core/error.h"
+#include "kiln/distributed/backends.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/distributed/watchdog.h"
 
@@ -140,22 +142,55 @@ int local_world_size() {
   return state().local_size;
 }
 
+namespace {
+
+// The devices with host-task collectives (note_host_task_collectives): a bit per device index
+// under 64 per type, and `every` for a type that had one at a higher index.
+std::atomic<uint64_t> g_host_task_devices[kMaxDeviceTypes];
+std::atomic<bool> g_host_task_every[kMaxDeviceTypes];
+
+}  // namespace
+
+void note_host_task_collectives(Device device) {
+  const DeviceType t = device.type();
+  const int i = device.index();
+  if (i < 0 || i >= 64) {
+    g_host_task_every[t].store(true, std::memory_order_relaxed);
+    return;
+  }
+  const uint64_t bit = uint64_t{1} << i;
+  if (!(g_host_task_devices[t].load(std::memory_order_relaxed) & bit))
+    g_host_task_devices[t].fetch_or(bit, std::memory_order_relaxed);
+}
+
 #ifdef KILN_HAVE_MPI
 namespace {
 
 // Note [Draining before MPI_Finalize]
-// Collectives on a device run on its streams (the sim device's worker threads call MPI), and
-// one may still be queued when main returns: nothing obliges a program to wait for a result it
-// never reads. Finalizing MPI under it leaves that thread inside MPI while Open MPI tears down
-// and unloads its components (a segfault at exit: a 1-in-25 flake of a test whose every check
-// had passed), or calling MPI after its finalize, and the queued work is lost. So finalize first
-// runs every device to the end of its queues, as the program would have with synchronize, under
-// the same deadline as MPI_Finalize (a collective some rank never joins ends the job instead of
-// hanging it). A collective that failed there is printed, since nobody is left to raise it to;
-// other failures at exit (a device runtime already torn down by its own exit handler) are not
-// this job's news and are dropped. Only for an MPI job: a world of one has no peer to wait for.
-// A CPU collective started async and never waited for is the program's to complete (MPI's rule
-// for requests); the Work that holds it is the program's, not Kiln's.
+// Collectives of a device whose memory the host can address (sim) run as host tasks on its
+// streams, whose worker threads call MPI, and one may still be queued when main returns:
+// nothing obliges a program to wait for a result it never reads. Finalizing MPI under it leaves
+// that thread inside MPI while Open MPI tears down and unloads its components (a segfault at
+// exit: a 1-in-25 flake of a test whose every check had passed), or calling MPI after its
+// finalize, and the queued work is lost. So finalize first waits for every device that had such
+// a collective (note_host_task_collectives; only those: waiting for all devices would make a
+// CUDA context on every GPU of the host at exit), under the same deadline as MPI_Finalize (a
+// collective some rank never joins ends the job instead of hanging it). A collective that
+// failed there is printed, since nobody is left to raise it to; other failures at exit (a
+// device runtime already torn down by its own exit handler) are not this job's news and are
+// dropped. A CPU collective started async and never waited for is the program's to complete
+// (MPI's rule for requests): the Work that holds it is the program's, not Kiln's.
+void synchronize_host_task_devices() {
+  for (int t = 0; t < kMaxDeviceTypes; ++t) {
+    const uint64_t bits = g_host_task_devices[t].load(std::memory_order_relaxed);
+    const bool every = g_host_task_every[t].load(std::memory_order_relaxed);
+    DeviceInterface* iface = device_interface(static_cast<DeviceType>(t));
+    if ((!bits && !every) || !iface || !iface->caps().async) continue;
+    for (int i = 0; i < iface->device_count(); ++i)
+      if (every || (i < 64 && (bits >> i & 1))) iface->synchronize(i);
+  }
+}
+
 void drain_devices_before_finalize() {
   Deadline deadline(Clock::now() + default_timeout(), [] {
     abort_job(fmt::format(
@@ -165,7 +200,7 @@ void drain_devices_before_finalize() {
         default_timeout().count(), state().rank));
   });
   try {
-    synchronize_all_devices();
+    synchronize_host_task_devices();
   } catch (const DistributedError& e) {
     std::fprintf(stderr, "kiln: at exit, a queued collective failed on rank %d: %s\n", state().rank,
                  e.what());

@@ -21,8 +21,9 @@ int world_size();        // 1 without a launcher
 int local_rank();        // among the ranks of this host (MPI_Comm_split_type)
 int local_world_size();  // ranks on this host
 
-// Finalises MPI if Kiln initialised it (also at exit), after running every device's queued work
-// to its end (Note [Draining before MPI_Finalize] in init.cpp). Collectives after it are errors.
+// Finalises MPI if Kiln initialised it (also at exit), after waiting for the devices whose
+// streams ran collectives as host tasks (Note [Draining before MPI_Finalize] in init.cpp).
+// Collectives after it are errors.
 void finalize();
 
 // Ends the whole job at once, every rank (MPI_Abort; std::_Exit in a world of one), after

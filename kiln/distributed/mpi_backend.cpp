@@ -88,6 +88,7 @@ class MpiBackend final : public CollectiveBackend {
     CallInfo i{c.op, c.group, DType::Float32, 0, c.reduce, -1, timeout_for(*c.group)};
     MpiComm* comm = group_.comm(stream_key(device));
     if (!host_tasks_) return comm->barrier(i);
+    note_host_task_collectives(device);
     host_tasks_->launch_host_task(device.index(), c.op, [comm, i] { comm->barrier(i); });
   }
 
@@ -148,6 +149,7 @@ class MpiBackend final : public CollectiveBackend {
     Device d = t.device();
     MpiComm* comm = group_.comm(stream_key(d));
     if (!host_tasks_) return fn(*comm, i);
+    note_host_task_collectives(d);
     host_tasks_->launch_host_task(d.index(), i.op, [comm, i, fn = std::move(fn)] { fn(*comm, i); });
   }
 

@@ -20,6 +20,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/half.h"
 #include "kiln/core/tensor_impl.h"
+#include "kiln/distributed/backends.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/flight_recorder.h"
 #include "kiln/distributed/init.h"
@@ -573,6 +574,7 @@ void ShmAllReduce::all_reduce(const Tensor& in, const Tensor& out, const Collect
   }
   const void* a = iface_->host_task_address(d.index(), in.impl()->data());
   void* b = iface_->host_task_address(d.index(), out.impl()->data());
+  note_host_task_collectives(d);
   iface_->launch_host_task(
       d.index(), c.op,
       [ch, reg, a, b, n = in.numel(), t = in.dtype(), op = c.reduce,
