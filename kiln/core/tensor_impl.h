@@ -93,6 +93,13 @@ class TensorImpl : public RefCounted {
   ShardedMetaBase* sharded_meta() const { return sharded_.get(); }
   void set_sharded_meta(std::unique_ptr<ShardedMetaBase> m) { sharded_ = std::move(m); }
 
+  // The Python object that wraps this impl while one lives (a borrowed PyObject*), so that
+  // Python sees one object per tensor: `t.grad is t.grad`, tensors as dict keys. Read and
+  // written only by kiln's Python module, under the GIL (Note [One Python object per tensor] in
+  // python/src/tensor_caster.h); a new impl, a view or an alias starts without one.
+  void* python_object() const { return python_object_; }
+  void set_python_object(void* o) { python_object_ = o; }
+
  private:
   void refresh();
 
@@ -110,6 +117,7 @@ class TensorImpl : public RefCounted {
   uint32_t dynamic_dims_ = 0;
   std::unique_ptr<AutogradMetaBase> autograd_;
   std::unique_ptr<ShardedMetaBase> sharded_;
+  void* python_object_ = nullptr;
 };
 
 namespace detail {

@@ -3,6 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>  // in every file: type casters must agree across translation units
 
+#include "tensor_caster.h"  // likewise: one Python object per tensor
+
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/scalar.h"

@@ -156,7 +156,8 @@ struct PyFunction {
 }  // namespace
 
 py::class_<Tensor> bind_tensor(py::module_& m) {
-  py::class_<Tensor> t(m, "Tensor", "An n-dimensional array on a device, with autograd.");
+  py::class_<Tensor> t(m, "Tensor", "An n-dimensional array on a device, with autograd.",
+                       py::custom_type_setup(forget_tensor_wrappers_on_dealloc));
   t.def_property_readonly("shape", &shape_of)
       .def(
           "size",
@@ -230,7 +231,7 @@ py::class_<Tensor> bind_tensor(py::module_& m) {
            })
       .def("__hash__", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.impl()); })
       .def("is_same", &Tensor::is_same, py::arg("other"),
-           "Whether both handles refer to the same tensor (Python wrappers may differ).")
+           "Whether both refer to the same tensor (the same as `is`: one object per tensor).")
       // conversions
       .def("to", &to_impl)
       .def("cpu", [](const Tensor& t) { return t.to(Device(kCPU)); })
