@@ -5,7 +5,9 @@
 // step (kiln::nn::CNN, batch 64 of 28x28 images; issue 16's target: 1.2x libtorch's speed). Both
 // sides start from the same weights and inputs; each workload checks that the first losses agree
 // before timing. Both run on the same number of threads (--threads, default 1). --smoke runs each
-// workload's check only. --json FILE writes the numbers.
+// workload's check only. --json FILE writes the numbers. --flush-denormal flushes denormal
+// floats to zero on both sides (torch.set_flush_denormal and kiln::set_flush_denormal): the mlp
+// workloads fit their 64 samples and then run mostly on denormal gradients without it.
 #include <omp.h>
 #include <torch/torch.h>
 
@@ -336,6 +338,7 @@ int bench_main(int argc, char** argv) {
   std::string json_path;
   int threads = 1;
   int64_t gpt_width = 256;
+  bool flush_denormal = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--smoke"))
       g_smoke = true;
@@ -345,14 +348,21 @@ int bench_main(int argc, char** argv) {
       threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--gpt-width") && i + 1 < argc)
       gpt_width = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--flush-denormal"))
+      flush_denormal = true;
     else {
       fmt::print(stderr,
-                 "usage: kiln_train_bench [--smoke] [--json FILE] [--threads N] [--gpt-width W]\n");
+                 "usage: kiln_train_bench [--smoke] [--json FILE] [--threads N] [--gpt-width W] "
+                 "[--flush-denormal]\n");
       return 2;
     }
   }
   torch::set_num_threads(threads);
   omp_set_num_threads(threads);
+  if (flush_denormal) {  // both sides, after the thread counts (Note [Flushing denormals])
+    at::globalContext().setFlushDenormal(true);
+    kiln::set_flush_denormal(true);
+  }
   std::vector<Row> rows;
   rows.push_back(bench_adamw());
   // bench_* push their compiled rows first, then return the eager row.

@@ -110,6 +110,9 @@ void bind_core(py::module_& m) {
   m.def("default_generator", &default_generator, py::return_value_policy::reference);
   m.def("set_num_threads", &set_num_threads, py::arg("n"));
   m.def("get_num_threads", &get_num_threads);
+  m.def("set_flush_denormal", &set_flush_denormal, py::arg("mode"),
+        "Flushes denormal floats to zero on the CPU (results and inputs), as PyTorch's "
+        "torch.set_flush_denormal; returns whether the CPU supports it. Off by default.");
   m.def("set_allow_tf32", &set_allow_tf32, py::arg("allow"),
         "Lets float32 products and convolutions on a GPU use TF32 tensor cores (PyTorch's "
         "torch.backends.cuda.matmul.allow_tf32); off by default. `kiln bench` turns it on.");

@@ -248,3 +248,16 @@ def test_the_package_ships_a_stub_generated_from_the_op_record():
     assert "def mm(self: Tensor, mat2: Tensor) -> Tensor: ..." in text
     assert "    def sort(self, dim: int = ..., descending: bool = False) -> tuple[Tensor, Tensor]: ..." in text
     assert "def zeros(*args: Any, **kwargs: Any) -> Any: ..." in text
+
+
+def test_set_flush_denormal():
+    denormal = kiln.tensor([1e-40])  # made while the mode is off: a denormal float32
+    assert 0.0 < denormal.item() < 1.2e-38
+    try:
+        assert kiln.set_flush_denormal(True) is True
+        assert (denormal * 1e30).item() == 0.0  # a denormal input counts as 0
+        assert (kiln.tensor([1e-30]) * 1e-10).item() == 0.0  # a denormal result becomes 0
+    finally:
+        kiln.set_flush_denormal(False)
+    assert (denormal * 1e30).item() == pytest.approx(1e-10, rel=1e-3)
+    assert (kiln.tensor([1e-30]) * 1e-10).item() > 0.0
