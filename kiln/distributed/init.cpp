@@ -149,9 +149,63 @@ namespace {
 std::atomic<uint64_t> g_host_task_devices[kMaxDeviceTypes];
 std::atomic<bool> g_host_task_every[kMaxDeviceTypes];
 
+#ifdef KILN_HAVE_MPI
+// Note [Draining before MPI_Finalize]
+// Collectives of a device whose memory the host can address (sim) run as host tasks on its
+// streams, whose worker threads call MPI, and one may still be queued when main returns:
+// nothing obliges a program to wait for a result it never reads. Finalizing MPI under it leaves
+// that thread inside MPI while Open MPI tears down and unloads its components (a segfault at
+// exit: a 1-in-25 flake of a test whose every check had passed), or calling MPI after its
+// finalize, and the queued work is lost. So every device that had such a collective
+// (note_host_task_collectives; only those: waiting for all devices would make a CUDA context on
+// every GPU of the host at exit) is waited for before MPI_Finalize, under the same deadline (a
+// collective some rank never joins ends the job instead of hanging it), once: by finalize()
+// when the program calls it, else by an exit handler that the first such collective registers.
+// That handler is registered after the device's plugin was loaded, so it runs before the
+// plugin's static objects (its DeviceInterface among them) are destroyed; finalize's own exit
+// handler, registered at init, runs after them. A collective that failed there is printed,
+// since nobody is left to raise it to; other failures at exit (a device runtime already torn
+// down by its own exit handler) are not this job's news and are dropped, and the other devices
+// are still waited for. A CPU collective started async and never waited for is the program's
+// to complete (MPI's rule for requests): the Work that holds it is the program's, not Kiln's.
+std::atomic<bool> g_drained{false};
+
+void drain_host_task_devices() {
+  if (g_drained.exchange(true)) return;
+  Deadline deadline(Clock::now() + default_timeout(), [] {
+    abort_job(fmt::format(
+        "kiln: DistributedError: [distributed] waiting at exit for the devices' queued work timed "
+        "out after {} ms on rank {}: a queued collective that some rank never joined "
+        "(KILN_DIST_TIMEOUT)",
+        default_timeout().count(), state().rank));
+  });
+  for (int t = 0; t < kMaxDeviceTypes; ++t) {
+    const uint64_t bits = g_host_task_devices[t].load(std::memory_order_relaxed);
+    const bool every = g_host_task_every[t].load(std::memory_order_relaxed);
+    DeviceInterface* iface = device_interface(static_cast<DeviceType>(t));
+    if ((!bits && !every) || !iface || !iface->caps().async) continue;
+    for (int i = 0; i < iface->device_count(); ++i) {
+      if (!every && (i >= 64 || !(bits >> i & 1))) continue;
+      try {
+        iface->synchronize(i);
+      } catch (const DistributedError& e) {
+        std::fprintf(stderr, "kiln: at exit, a queued collective failed on rank %d: %s\n",
+                     state().rank, e.what());
+        std::fflush(stderr);
+      } catch (const std::exception&) {
+      }
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 void note_host_task_collectives(Device device) {
+#ifdef KILN_HAVE_MPI
+  static std::once_flag registered;  // the exit handler of the Note above
+  std::call_once(registered, [] { std::atexit([] { drain_host_task_devices(); }); });
+#endif
   const DeviceType t = device.type();
   const int i = device.index();
   if (i < 0 || i >= 64) {
@@ -163,55 +217,6 @@ void note_host_task_collectives(Device device) {
     g_host_task_devices[t].fetch_or(bit, std::memory_order_relaxed);
 }
 
-#ifdef KILN_HAVE_MPI
-namespace {
-
-// Note [Draining before MPI_Finalize]
-// Collectives of a device whose memory the host can address (sim) run as host tasks on its
-// streams, whose worker threads call MPI, and one may still be queued when main returns:
-// nothing obliges a program to wait for a result it never reads. Finalizing MPI under it leaves
-// that thread inside MPI while Open MPI tears down and unloads its components (a segfault at
-// exit: a 1-in-25 flake of a test whose every check had passed), or calling MPI after its
-// finalize, and the queued work is lost. So finalize first waits for every device that had such
-// a collective (note_host_task_collectives; only those: waiting for all devices would make a
-// CUDA context on every GPU of the host at exit), under the same deadline as MPI_Finalize (a
-// collective some rank never joins ends the job instead of hanging it). A collective that
-// failed there is printed, since nobody is left to raise it to; other failures at exit (a
-// device runtime already torn down by its own exit handler) are not this job's news and are
-// dropped. A CPU collective started async and never waited for is the program's to complete
-// (MPI's rule for requests): the Work that holds it is the program's, not Kiln's.
-void synchronize_host_task_devices() {
-  for (int t = 0; t < kMaxDeviceTypes; ++t) {
-    const uint64_t bits = g_host_task_devices[t].load(std::memory_order_relaxed);
-    const bool every = g_host_task_every[t].load(std::memory_order_relaxed);
-    DeviceInterface* iface = device_interface(static_cast<DeviceType>(t));
-    if ((!bits && !every) || !iface || !iface->caps().async) continue;
-    for (int i = 0; i < iface->device_count(); ++i)
-      if (every || (i < 64 && (bits >> i & 1))) iface->synchronize(i);
-  }
-}
-
-void drain_devices_before_finalize() {
-  Deadline deadline(Clock::now() + default_timeout(), [] {
-    abort_job(fmt::format(
-        "kiln: DistributedError: [distributed] waiting at exit for the devices' queued work timed "
-        "out after {} ms on rank {}: a queued collective that some rank never joined "
-        "(KILN_DIST_TIMEOUT)",
-        default_timeout().count(), state().rank));
-  });
-  try {
-    synchronize_host_task_devices();
-  } catch (const DistributedError& e) {
-    std::fprintf(stderr, "kiln: at exit, a queued collective failed on rank %d: %s\n", state().rank,
-                 e.what());
-    std::fflush(stderr);
-  } catch (const std::exception&) {
-  }
-}
-
-}  // namespace
-#endif
-
 void finalize() {
   State& s = state();
   if (!s.initialized || s.finalized) return;
@@ -220,7 +225,7 @@ void finalize() {
   if (s.mpi_active) {
     int done = 0;
     MPI_Finalized(&done);
-    if (!done) drain_devices_before_finalize();
+    if (!done) drain_host_task_devices();
   }
   if (s.we_initialized_mpi) {
     int done = 0;
