@@ -14,10 +14,11 @@
 // attributes set on it from Python; kiln.Tensor takes no such attributes). The pointer is read
 // and written under the GIL only, by this caster and the deallocator. The invariant that makes
 // the borrowed pointer safe: a wrapper's Tensor never changes impl (bindings return self
-// instead of assigning a new handle to it), so the impl a wrapper recorded itself in is the one
-// whose slot it clears. An undefined Tensor has no impl and gets a wrapper each time. The cost
-// is a load and a branch per returned tensor and a store per new wrapper: nothing measurable
-// against `a + b`'s ~400 ns (bench/python_op_bench.py).
+// instead of assigning a new handle to it, and pybind11 may not move a Tensor out of an
+// unreferenced wrapper: move_if_unreferenced below), so the impl a wrapper recorded itself in
+// is the one whose slot it clears. An undefined Tensor has no impl and gets a wrapper each time.
+// The cost is a load and a branch per returned tensor and a store per new wrapper: nothing
+// measurable against `a + b`'s ~400 ns (bench/python_op_bench.py).
 #include <pybind11/pybind11.h>
 
 #include "kiln/core/tensor.h"
@@ -62,5 +63,11 @@ class type_caster<kiln::Tensor> : public type_caster_base<kiln::Tensor> {
     return cast(*t, policy, parent);
   }
 };
+
+// `obj.cast<Tensor>()` of an object nothing else refers to would move the handle out of the
+// wrapper, leaving the wrapper without its impl and the impl pointing at a wrapper that dies
+// without clearing it (the Note's invariant). A Tensor is a handle: copying it is as cheap.
+template <>
+struct move_if_unreferenced<kiln::Tensor, void> : std::false_type {};
 
 }  // namespace pybind11::detail
