@@ -17,6 +17,13 @@ void bind_amp(py::module_& m);                       // kiln.amp: autocast, Grad
 void bind_streams(py::module_& m);                   // kiln.Stream, kiln.Event, kiln.stream
 void bind_parallel(py::module_& m);  // kiln.parallel's C++ side: DDP, tensor parallel, FSDP
 
+// Sets the Python error for a Kiln error (Note [Errors in Python] in module.cpp); false for any
+// other exception.
+bool set_kiln_error(std::exception_ptr p);
+// Sets the Python error for any exception, as pybind11's translators would: for code that
+// CPython calls without pybind11's dispatcher (Note [Operators without pybind11's dispatcher]).
+void set_python_error(std::exception_ptr p);
+
 // The op-list names that bind_composites defines with a friendlier signature.
 const std::vector<std::string>& composite_names();
 

@@ -10,6 +10,12 @@
 namespace kiln::python {
 namespace {
 
+// kiln.Error and its subclasses, made by bind_errors.
+struct ErrorTypes {
+  py::handle base, device, compile, distributed, internal;
+};
+ErrorTypes g_errors;
+
 void bind_errors(py::module_& m) {
   // Note [Errors in Python]: ValueError, TypeError, IndexError and NotImplementedError become
   // Python's own; the rest become subclasses of kiln.Error, itself a RuntimeError. The message
@@ -19,32 +25,58 @@ void bind_errors(py::module_& m) {
   static py::exception<CompileError> compile(m, "CompileError", base.ptr());
   static py::exception<DistributedError> distributed(m, "DistributedError", base.ptr());
   static py::exception<InternalError> internal(m, "InternalError", base.ptr());
+  g_errors = {base, device, compile, distributed, internal};
+  // Kiln's errors; anything else goes on to pybind11's own translators.
   py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const ValueError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
-    } catch (const TypeError& e) {
-      PyErr_SetString(PyExc_TypeError, e.what());
-    } catch (const IndexError& e) {
-      PyErr_SetString(PyExc_IndexError, e.what());
-    } catch (const NotImplementedError& e) {
-      PyErr_SetString(PyExc_NotImplementedError, e.what());
-    } catch (const DeviceError& e) {
-      PyErr_SetString(device.ptr(), e.what());
-    } catch (const CompileError& e) {
-      PyErr_SetString(compile.ptr(), e.what());
-    } catch (const DistributedError& e) {
-      PyErr_SetString(distributed.ptr(), e.what());
-    } catch (const InternalError& e) {
-      PyErr_SetString(internal.ptr(), e.what());
-    } catch (const Error& e) {
-      PyErr_SetString(base.ptr(), e.what());
-    }
+    if (!set_kiln_error(p)) std::rethrow_exception(p);
   });
 }
 
 }  // namespace
+
+bool set_kiln_error(std::exception_ptr p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const ValueError& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const TypeError& e) {
+    PyErr_SetString(PyExc_TypeError, e.what());
+  } catch (const IndexError& e) {
+    PyErr_SetString(PyExc_IndexError, e.what());
+  } catch (const NotImplementedError& e) {
+    PyErr_SetString(PyExc_NotImplementedError, e.what());
+  } catch (const DeviceError& e) {
+    PyErr_SetString(g_errors.device.ptr(), e.what());
+  } catch (const CompileError& e) {
+    PyErr_SetString(g_errors.compile.ptr(), e.what());
+  } catch (const DistributedError& e) {
+    PyErr_SetString(g_errors.distributed.ptr(), e.what());
+  } catch (const InternalError& e) {
+    PyErr_SetString(g_errors.internal.ptr(), e.what());
+  } catch (const Error& e) {
+    PyErr_SetString(g_errors.base.ptr(), e.what());
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
+void set_python_error(std::exception_ptr p) {
+  if (set_kiln_error(p)) return;
+  try {
+    std::rethrow_exception(p);
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::bad_alloc& e) {
+    PyErr_SetString(PyExc_MemoryError, e.what());
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_SystemError, "kiln: an unknown C++ exception");
+  }
+}
 
 void bind_core(py::module_& m) {
   bind_errors(m);

@@ -2,6 +2,8 @@
 // are added as methods by op_bindings.cpp; what is here is what Python needs beyond them.
 #include "bindings.h"
 
+#include <deque>
+
 #include "kiln/autograd/autograd.h"
 #include "kiln/core/error.h"
 #include "kiln/dtensor/dtensor.h"
@@ -11,50 +13,99 @@
 namespace kiln::python {
 namespace {
 
+// Note [Operators without pybind11's dispatcher]
+// `a + b` on small tensors is almost all binding overhead, and BENCHMARKS.md's python_op wants
+// it at most half of PyTorch's. pybind11's dispatcher (overload records, argument casters,
+// keep-alive bookkeeping) is a large share of it, so the Python operators are plain CPython
+// METH_FASTCALL methods (def_operator): they read the tensor straight out of the instance and
+// set Python errors themselves (set_python_error). They are still ordinary `__add__`,
+// `__radd__`, ... methods that CPython's slots call, so the binary-operator protocol (reflected
+// operators, NotImplemented, subclasses) is CPython's own.
+
+// The Tensor a kiln.Tensor instance holds (`o` must be one: a method descriptor of the type
+// checks its self, and the operand callers check with is_tensor).
+const Tensor& tensor_in(PyObject* o) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(o);
+  return *inst->get_value_and_holder(nullptr, false).value_ptr<Tensor>();
+}
+PyTypeObject* g_tensor_type = nullptr;
+bool is_tensor(PyObject* o) { return PyObject_TypeCheck(o, g_tensor_type); }
+
+// The other operand of an operator: a Tensor, a number (a wrapped number, promoting as in
+// PyTorch), or undefined for anything else (the operator returns NotImplemented, so Python
+// tries the reflected one).
+Tensor operand(PyObject* other) {
+  if (is_tensor(other)) return tensor_in(other);
+  if (is_number(other)) return wrapped_number(to_scalar(other, "operator"));
+  return Tensor();
+}
+
 using BinaryTT = Tensor (*)(const Tensor&, const Tensor&);
 
 // Operands (in elements, both together) from which an operator releases the GIL.
 constexpr int64_t kReleaseGilElements = 4096;
 
-// A binary operator: the other operand is a Tensor or a number (a wrapped number, promoting as
-// in PyTorch); anything else gives NotImplemented, so Python tries the reflected operator.
 template <BinaryTT fn, bool reflected = false>
-py::object binary(const Tensor& self, py::handle other) {
-  Tensor o;
-  if (py::isinstance<Tensor>(other))
-    o = other.cast<const Tensor&>();
-  else if (is_number(other))
-    o = wrapped_number(to_scalar(other, "operator"));
-  else
-    return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+PyObject* binary(PyObject* self_obj, PyObject* other) {
+  const Tensor& self = tensor_in(self_obj);
+  Tensor o = operand(other);
+  if (!o.defined()) Py_RETURN_NOTIMPLEMENTED;
   // Note [Releasing the GIL for small operands]: handing the GIL over costs about as much as
   // an elementwise op on a few thousand elements; below that the op runs holding it.
   if (self.numel() + o.numel() < kReleaseGilElements)
-    return py::cast(reflected ? fn(o, self) : fn(self, o));
+    return py::cast(reflected ? fn(o, self) : fn(self, o)).release().ptr();
   Tensor r;
   {
     py::gil_scoped_release nogil;
     r = reflected ? fn(o, self) : fn(self, o);
   }
-  return py::cast(std::move(r));
+  return py::cast(std::move(r)).release().ptr();
 }
 
 using InplaceTT = Tensor& (*)(Tensor&, const Tensor&);
 template <InplaceTT fn>
-py::object inplace(py::object self_obj, py::handle other) {
-  Tensor& self = self_obj.cast<Tensor&>();
-  Tensor o;
-  if (py::isinstance<Tensor>(other))
-    o = other.cast<const Tensor&>();
-  else if (is_number(other))
-    o = wrapped_number(to_scalar(other, "operator"));
-  else
-    return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+PyObject* inplace(PyObject* self_obj, PyObject* other) {
+  Tensor& self = const_cast<Tensor&>(tensor_in(self_obj));
+  Tensor o = operand(other);
+  if (!o.defined()) Py_RETURN_NOTIMPLEMENTED;
   {
     py::gil_scoped_release nogil;
     fn(self, o);
   }
+  Py_INCREF(self_obj);
   return self_obj;
+}
+
+// `op` as a METH_FASTCALL method of one argument, its exceptions set as Python errors.
+using OperatorFn = PyObject* (*)(PyObject*, PyObject*);
+template <OperatorFn op>
+PyObject* operator_method(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 1) {
+    PyErr_Format(PyExc_TypeError, "expected 1 argument, got %zd", nargs);
+    return nullptr;
+  }
+  try {
+    return op(self, args[0]);
+  } catch (...) {
+    set_python_error(std::current_exception());
+    return nullptr;
+  }
+}
+
+// Adds `op` to kiln.Tensor as the method `name` (Note [Operators without pybind11's
+// dispatcher]).
+template <OperatorFn op>
+void def_operator(py::class_<Tensor>& t, const char* name) {
+  static std::deque<PyMethodDef> defs;  // CPython keeps pointers to them
+  PyMethodDef& d = defs.emplace_back();
+  d.ml_name = name;
+  d.ml_meth = reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&operator_method<op>));
+  d.ml_flags = METH_FASTCALL;
+  d.ml_doc = "A Python operator on a Tensor and a Tensor or a number.";
+  auto* type = reinterpret_cast<PyTypeObject*>(t.ptr());
+  py::object descr = py::reinterpret_steal<py::object>(PyDescr_NewMethod(type, &d));
+  if (!descr) throw py::error_already_set();
+  t.attr(name) = descr;
 }
 
 Tensor add2(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -321,46 +372,48 @@ py::class_<Tensor> bind_tensor(py::module_& m) {
              indexing::set_item(t, idx, v);
            })
       // operators
-      .def("__add__", &binary<add2>)
-      .def("__radd__", &binary<add2, true>)
-      .def("__iadd__", &inplace<add_2>)
-      .def("__sub__", &binary<sub2>)
-      .def("__rsub__", &binary<sub2, true>)
-      .def("__isub__", &inplace<sub_2>)
-      .def("__mul__", &binary<mul>)
-      .def("__rmul__", &binary<mul, true>)
-      .def("__imul__", &inplace<mul_>)
-      .def("__truediv__", &binary<div>)
-      .def("__rtruediv__", &binary<div, true>)
-      .def("__itruediv__", &inplace<div_>)
-      .def("__floordiv__", &binary<floordiv2>)
-      .def("__rfloordiv__", &binary<floordiv2, true>)
-      .def("__mod__", &binary<remainder>)
-      .def("__rmod__", &binary<remainder, true>)
-      .def("__pow__", &binary<pow>)
-      .def("__rpow__", &binary<pow, true>)
-      .def("__ipow__", &inplace<pow_>)
-      .def("__matmul__", &binary<matmul>)
-      .def("__rmatmul__", &binary<matmul, true>)
-      .def("__and__", &binary<bitwise_and>)
-      .def("__rand__", &binary<bitwise_and, true>)
-      .def("__iand__", &inplace<bitwise_and_>)
-      .def("__or__", &binary<bitwise_or>)
-      .def("__ror__", &binary<bitwise_or, true>)
-      .def("__ior__", &inplace<bitwise_or_>)
-      .def("__xor__", &binary<bitwise_xor>)
-      .def("__rxor__", &binary<bitwise_xor, true>)
-      .def("__ixor__", &inplace<bitwise_xor_>)
-      .def("__eq__", &binary<eq>)
-      .def("__ne__", &binary<ne>)
-      .def("__lt__", &binary<lt>)
-      .def("__le__", &binary<le>)
-      .def("__gt__", &binary<gt>)
-      .def("__ge__", &binary<ge>)
       .def("__neg__", [](const Tensor& t) { return neg(t); })
       .def("__pos__", [](const Tensor& t) { return t; })
       .def("__abs__", [](const Tensor& t) { return abs(t); })
       .def("__invert__", [](const Tensor& t) { return bitwise_not(t); });
+  // The binary and in-place operators (Note [Operators without pybind11's dispatcher]).
+  g_tensor_type = reinterpret_cast<PyTypeObject*>(t.ptr());
+  def_operator<&binary<add2>>(t, "__add__");
+  def_operator<&binary<add2, true>>(t, "__radd__");
+  def_operator<&inplace<add_2>>(t, "__iadd__");
+  def_operator<&binary<sub2>>(t, "__sub__");
+  def_operator<&binary<sub2, true>>(t, "__rsub__");
+  def_operator<&inplace<sub_2>>(t, "__isub__");
+  def_operator<&binary<mul>>(t, "__mul__");
+  def_operator<&binary<mul, true>>(t, "__rmul__");
+  def_operator<&inplace<mul_>>(t, "__imul__");
+  def_operator<&binary<div>>(t, "__truediv__");
+  def_operator<&binary<div, true>>(t, "__rtruediv__");
+  def_operator<&inplace<div_>>(t, "__itruediv__");
+  def_operator<&binary<floordiv2>>(t, "__floordiv__");
+  def_operator<&binary<floordiv2, true>>(t, "__rfloordiv__");
+  def_operator<&binary<remainder>>(t, "__mod__");
+  def_operator<&binary<remainder, true>>(t, "__rmod__");
+  def_operator<&binary<pow>>(t, "__pow__");
+  def_operator<&binary<pow, true>>(t, "__rpow__");
+  def_operator<&inplace<pow_>>(t, "__ipow__");
+  def_operator<&binary<matmul>>(t, "__matmul__");
+  def_operator<&binary<matmul, true>>(t, "__rmatmul__");
+  def_operator<&binary<bitwise_and>>(t, "__and__");
+  def_operator<&binary<bitwise_and, true>>(t, "__rand__");
+  def_operator<&inplace<bitwise_and_>>(t, "__iand__");
+  def_operator<&binary<bitwise_or>>(t, "__or__");
+  def_operator<&binary<bitwise_or, true>>(t, "__ror__");
+  def_operator<&inplace<bitwise_or_>>(t, "__ior__");
+  def_operator<&binary<bitwise_xor>>(t, "__xor__");
+  def_operator<&binary<bitwise_xor, true>>(t, "__rxor__");
+  def_operator<&inplace<bitwise_xor_>>(t, "__ixor__");
+  def_operator<&binary<eq>>(t, "__eq__");
+  def_operator<&binary<ne>>(t, "__ne__");
+  def_operator<&binary<lt>>(t, "__lt__");
+  def_operator<&binary<le>>(t, "__le__");
+  def_operator<&binary<gt>>(t, "__gt__");
+  def_operator<&binary<ge>>(t, "__ge__");
   return t;
 }
 

@@ -77,6 +77,13 @@ def main(path):
             continue
         params = py_params(sig)
         lines.append(f"    def {name}(self{', ' if params else ''}{params}) -> {returns(schema)}: ...")
+    # The Python operators (Note [Operators without pybind11's dispatcher] in
+    # python/src/tensor_bindings.cpp): Tensor and Tensor or number -> Tensor.
+    operator_doc = "A Python operator on a Tensor and a Tensor or a number."
+    for name in sorted(dir(_kiln.Tensor)):
+        if getattr(getattr(_kiln.Tensor, name), "__doc__", None) == operator_doc:
+            ignore = "  # type: ignore[override]" if name in ("__eq__", "__ne__") else ""
+            lines.append(f"    def {name}(self, other: Tensor | Number) -> Tensor: ...{ignore}")
     for entry in _kiln._op_signatures(False):
         name, sig, schema = entry.split("|")
         if not generated(_kiln, name):
