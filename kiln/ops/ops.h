@@ -25,9 +25,10 @@ int get_num_threads();
 // Whether float arithmetic on the CPU flushes denormal numbers to zero, as PyTorch's
 // torch.set_flush_denormal: results too small for a normal float become 0 (FTZ) and denormal
 // inputs count as 0 (DAZ), which keeps products from slowing several times when values drift
-// towards zero. Set on the calling thread and the threads of its CPU kernels (and the ones
-// they start later); see Note [Flushing denormals] in kiln/backend/cpu/denormal.cpp. Returns
-// whether this CPU supports it (x86-64: yes); off by default.
+// towards zero. Set on the calling thread and the OpenMP workers of its CPU kernels (not
+// OpenBLAS's own pool, nor other threads: Note [Flushing denormals] in
+// kiln/backend/cpu/denormal.cpp). Returns whether this CPU supports it (x86-64: yes); off by
+// default.
 bool set_flush_denormal(bool on);
 // Whether float32 matrix products on GPUs may use TF32 tensor cores (10-bit mantissa inputs,
 // float32 accumulation), as PyTorch's torch.backends.cuda.matmul.allow_tf32. Off by default.

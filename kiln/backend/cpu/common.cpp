@@ -17,27 +17,22 @@ int omp_threads() { return omp_get_num_threads(); }
 
 namespace kiln {
 namespace {
-// The largest thread count this process has asked OpenMP for (see largest_thread_team).
-std::atomic<int> g_largest_thread_team{0};
-void note_thread_team(int n) {
-  int seen = g_largest_thread_team.load();
-  while (n > seen && !g_largest_thread_team.compare_exchange_weak(seen, n)) {
-  }
-}
+// The largest thread count asked of OpenMP on any thread: the process's default when libkiln
+// loads (OMP_NUM_THREADS or the cores: what a thread's first team gets), then every
+// set_num_threads (see largest_thread_team).
+std::atomic<int> g_largest_thread_team{omp_get_max_threads()};
 }  // namespace
 
 void set_num_threads(int n) {
   KILN_CHECK(n >= 1, "[set_num_threads] expected at least 1 thread, got {}", n);
-  note_thread_team(omp_get_max_threads());
-  note_thread_team(n);
+  int seen = g_largest_thread_team.load();
+  while (n > seen && !g_largest_thread_team.compare_exchange_weak(seen, n)) {
+  }
   omp_set_num_threads(n);
 }
 int get_num_threads() { return omp_get_max_threads(); }
 
-int cpu::largest_thread_team() {
-  note_thread_team(omp_get_max_threads());
-  return g_largest_thread_team.load();
-}
+int cpu::largest_thread_team() { return g_largest_thread_team.load(); }
 }  // namespace kiln
 
 namespace kiln::cpu {

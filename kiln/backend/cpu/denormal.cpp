@@ -5,14 +5,15 @@
 // (flush to zero: a result below the smallest normal float becomes 0) and bit 6 (denormals are
 // zero: such an input is read as 0). PyTorch's torch.set_flush_denormal sets them on the
 // calling thread only, which its OpenMP workers see only if they start afterwards (a new thread
-// copies its creator's floating-point environment). Kiln sets them on the calling thread and
-// on every thread of an OpenMP team as large as any this process has asked for
-// (largest_thread_team): OpenMP keeps such a team's threads idle in its pool and reuses them
-// for later teams, so every thread the CPU kernels can run on has the mode, and a team enlarged
-// beyond that later starts new threads from the caller, which inherit it.
-// Threads Kiln does not run kernels on keep their own mode: OpenBLAS's pthread pool (made when
-// the library loads; no OpenBLAS call sets it, and small products run on the caller anyway),
-// a data loader's thread and the user's threads (each may call set_flush_denormal itself).
+// copies its creator's floating-point environment). Kiln sets them on the calling thread and on
+// every thread of an OpenMP team as large as any this process has asked for
+// (largest_thread_team): OpenMP keeps a thread's pool of workers, idle ones included, and
+// reuses them for its later teams, so the caller's CPU kernels run with the mode on every
+// thread, and a team enlarged beyond that later starts new workers from the caller, which
+// inherit it. Other threads keep their mode: each thread that runs kernels has a pool of its
+// own (call set_flush_denormal on it: a sim stream's worker, a user's thread), and OpenBLAS's
+// pthread pool is made when the library loads and reached by no OpenBLAS call (a product on
+// one thread runs on the caller; larger ones use that pool).
 #include <omp.h>
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -97,8 +97,8 @@ Loop<N> make_loop(const Tensor& out, const std::array<const Tensor*, N - 1>& inp
 
 int omp_threads();
 int omp_thread();
-// The most threads an OpenMP team of this process may have had: the initial thread count or
-// the largest set_num_threads since (the pool's idle threads come from such a team).
+// The most threads an OpenMP team of this process may have had: the default thread count or
+// the largest set_num_threads since (a thread's pool keeps the idle threads of such a team).
 int largest_thread_team();
 
 // Calls inner(ptrs, strides, n) for runs of the innermost dim covering flat indices
