@@ -463,6 +463,57 @@ TEST(CudaAttention, FlashKernelsMatchTheCpu) {
   }
 }
 
+// Note [cuDNN fused attention]: cuDNN's engines take the 16-bit calls that fit them (compute
+// capability 8.0 and later), agree with Kiln's kernels, and either forward pairs with either
+// backward: both give the natural-log logsumexp of the scaled scores.
+TEST(CudaAttention, CudnnAndKilnKernelsAgreeAndPair) {
+  SKIP_WITHOUT_CUDA();
+  const bool cudnn_expected = cuda::device_properties(0).major >= 8;
+  struct Run {
+    Tensor out, lse, dq, dk, dv;
+  };
+  for (DType t : {kBFloat16, kFloat16}) {
+    for (bool causal : {false, true}) {
+      for (bool transposed : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} causal {} transposed {}", t, causal, transposed));
+        Tensor q = attn_input({2, 4, 192, 64}, transposed, 11).to(t).to(gpu());
+        Tensor k = attn_input({2, 4, 256, 64}, transposed, 12).to(t).to(gpu());
+        Tensor v = attn_input({2, 4, 256, 64}, transposed, 13).to(t).to(gpu());
+        Tensor g = draw({2, 4, 192, 64}, t, gpu(), 14);
+        auto run = [&](bool cudnn_forward, bool cudnn_backward, const Run* from = nullptr) {
+          Run r;
+          cuda::set_cudnn_attention(cudnn_forward);
+          std::tie(r.out, r.lse) = flash_attention(q, k, v, causal);
+          cuda::set_cudnn_attention(cudnn_backward);
+          const Run& fwd = from ? *from : r;
+          std::tie(r.dq, r.dk, r.dv) =
+              flash_attention_backward(g, q, k, v, fwd.out, fwd.lse, causal);
+          cuda::set_cudnn_attention(true);
+          return r;
+        };
+        int64_t before = cuda::cudnn_attention_runs();
+        Run cudnn = run(true, true);
+        if (cudnn_expected) {
+          EXPECT_EQ(cuda::cudnn_attention_runs() - before, 2);
+        }
+        Run kiln = run(false, false);
+        Run kiln_after_cudnn = run(false, false, &cudnn);
+        Run cudnn_after_kiln = run(true, true, &kiln);
+        auto cpu = [](const Tensor& x) { return x.to(Device(kCPU)); };
+        const double tol = t == kBFloat16 ? 5e-2 : 1.5e-2;
+        EXPECT_TRUE(near(cudnn.out, cpu(kiln.out), tol)) << "out";
+        EXPECT_TRUE(near(cudnn.lse, cpu(kiln.lse), tol)) << "logsumexp";
+        for (const auto& [a, b] : {std::pair{&cudnn, &kiln}, std::pair{&kiln_after_cudnn, &cudnn},
+                                   std::pair{&cudnn_after_kiln, &kiln}}) {
+          EXPECT_TRUE(near(a->dq, cpu(b->dq), tol)) << "dq";
+          EXPECT_TRUE(near(a->dk, cpu(b->dk), tol)) << "dk";
+          EXPECT_TRUE(near(a->dv, cpu(b->dv), tol)) << "dv";
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaAttention, SdpaTakesTheFusedKernelsAndItsGradientsMatchTheCpu) {
   SKIP_WITHOUT_CUDA();
   auto run = [](Device d, DType t) {

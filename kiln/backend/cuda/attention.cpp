@@ -76,9 +76,11 @@ TensorPair cuda_flash_attention(const Tensor& q, const Tensor& k, const Tensor& 
   AttnShape sh = shape_of(q, k, causal, scale);
   if (sh.n == 0) return {out, lse};
   Tensor kq, kk, kv;
-  launch_flash_forward(dt(q.dtype()), use_tensor_cores(q.dtype()), sh, operand_of(q, kq),
-                       operand_of(k, kk), operand_of(v, kv), out.impl()->data(),
-                       static_cast<float*>(lse.impl()->data()), stream_for(out));
+  AttnOperand oq = operand_of(q, kq), ok = operand_of(k, kk), ov = operand_of(v, kv);
+  float* l = static_cast<float*>(lse.impl()->data());
+  if (!cudnn_flash_forward(dt(q.dtype()), sh, oq, ok, ov, out.impl()->data(), l, out))
+    launch_flash_forward(dt(q.dtype()), use_tensor_cores(q.dtype()), sh, oq, ok, ov,
+                         out.impl()->data(), l, stream_for(out));
   check_launch(op);
   return {out, lse};
 }
@@ -95,13 +97,17 @@ TensorTriple cuda_flash_attention_backward(const Tensor& g, const Tensor& q, con
   Tensor dv = empty_cuda(v.sizes(), s.dtype, s.device);
   AttnShape sh = shape_of(q, k, causal, scale);
   if (sh.n == 0) return {dq, dk, dv};
-  Tensor delta = empty_cuda({sh.n * sh.l}, kFloat32, s.device);
   Tensor clse = contiguous_as(lse, kFloat32);
   const bool deterministic = deterministic_algorithms();
   Tensor kq, kk, kv, ko, kg;
-  launch_flash_backward(dt(q.dtype()), use_tensor_cores(q.dtype()), sh, operand_of(q, kq),
-                        operand_of(k, kk), operand_of(v, kv), operand_of(out, ko),
-                        operand_of(g, kg), static_cast<const float*>(clse.impl()->data()),
+  AttnOperand oq = operand_of(q, kq), ok = operand_of(k, kk), ov = operand_of(v, kv),
+              oo = operand_of(out, ko), og = operand_of(g, kg);
+  const float* l = static_cast<const float*>(clse.impl()->data());
+  if (cudnn_flash_backward(dt(q.dtype()), sh, oq, ok, ov, oo, og, l, dq.impl()->data(),
+                           dk.impl()->data(), dv.impl()->data(), dq))
+    return {dq, dk, dv};
+  Tensor delta = empty_cuda({sh.n * sh.l}, kFloat32, s.device);
+  launch_flash_backward(dt(q.dtype()), use_tensor_cores(q.dtype()), sh, oq, ok, ov, oo, og, l,
                         static_cast<float*>(delta.impl()->data()), deterministic, dq.impl()->data(),
                         dk.impl()->data(), dv.impl()->data(), stream_for(dq));
   check_launch(op);

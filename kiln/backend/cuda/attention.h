@@ -7,6 +7,10 @@
 
 #include "kiln/backend/cuda/kernel_args.h"
 
+namespace kiln {
+class Tensor;  // no Tensor header here: the .cu files include this one
+}
+
 namespace kiln::cuda {
 
 inline constexpr int kMaxAttnHeadDim = 128;
@@ -49,5 +53,14 @@ void launch_flash16_forward(Dt dt, const AttnShape& sh, const AttnOperand& q, co
 void launch_flash16_backward(Dt dt, const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
                              const AttnOperand& v, const AttnOperand& grad_out, const float* lse,
                              const float* delta, void* dq, void* dk, void* dv, cudaStream_t stream);
+
+// The same through cuDNN's fused attention (attention_cudnn.cpp; Note [cuDNN fused attention]):
+// false, with nothing written, when cuDNN does not take the call (then the kernels above run).
+// `like` gives the device and stream. The backward needs no delta.
+bool cudnn_flash_forward(Dt dt, const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
+                         const AttnOperand& v, void* out, float* lse, const Tensor& like);
+bool cudnn_flash_backward(Dt dt, const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
+                          const AttnOperand& v, const AttnOperand& out, const AttnOperand& grad_out,
+                          const float* lse, void* dq, void* dk, void* dv, const Tensor& like);
 
 }  // namespace kiln::cuda

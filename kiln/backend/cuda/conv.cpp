@@ -11,6 +11,7 @@
 
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/conv_graph.h"
+#include "kiln/backend/cuda/cudnn_graph.h"
 #include "kiln/ops/conv_meta.h"
 #include "kiln/ops/ops.h"
 
@@ -24,21 +25,6 @@ void check_cudnn(cudnnStatus_t s, const char* what) {
                     cudnnGetErrorString(s));
 }
 #define KILN_CUDNN_CHECK(expr) check_cudnn((expr), #expr)
-
-// One cuDNN handle per thread and device, bound to the current stream at each call.
-cudnnHandle_t handle_for(const Tensor& t) {
-  thread_local std::unordered_map<int, cudnnHandle_t> handles;
-  int index = t.device().index();
-  cudaStream_t stream = stream_for(t);  // also makes `index` current
-  auto it = handles.find(index);
-  if (it == handles.end()) {
-    cudnnHandle_t h;
-    KILN_CUDNN_CHECK(cudnnCreate(&h));
-    it = handles.emplace(index, h).first;
-  }
-  KILN_CUDNN_CHECK(cudnnSetStream(it->second, stream));
-  return it->second;
-}
 
 // Note [cuDNN convolution]
 // The legacy cuDNN API (descriptors, cudnnConvolution*): tensors are fully packed NC(D)HW, 1-D
@@ -329,7 +315,7 @@ Tensor run(Pass pass, const Tensor& a_, const Tensor& b_, Shape out_sizes, const
   Tensor out = empty_cuda(out_sizes, dt, a.device());
   Descs d;
   set_descs(d, g, dt);
-  cudnnHandle_t h = handle_for(a);
+  cudnnHandle_t h = cudnn_handle_for(a);
   Choice c = choose(pass, h, d, g, dt, a, b, out);
   if (c.graph)
     run_conv_graph_plan(*c.graph, h, a, b, out);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kiln/backend/cuda/common.h"
+#include "kiln/backend/cuda/cudnn_graph.h"
 #include "kiln/ops/ops.h"
 
 namespace kiln::cuda {
@@ -32,40 +33,7 @@ constexpr int kMaxTimed = 8;
 constexpr int64_t kMaxWorkspace = int64_t{1} << 30;
 constexpr int64_t kAlignment = 16;
 
-// A backend descriptor, destroyed with its owner.
-class Desc {
- public:
-  explicit Desc(cudnnBackendDescriptorType_t type) {
-    ok_ = cudnnBackendCreateDescriptor(type, &d_) == CUDNN_STATUS_SUCCESS;
-  }
-  ~Desc() {
-    if (d_) cudnnBackendDestroyDescriptor(d_);
-  }
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-  cudnnBackendDescriptor_t get() const { return d_; }
-  // Each setter records the first failure; finalize() reports whether all succeeded.
-  Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
-            const void* values) {
-    if (ok_) ok_ = cudnnBackendSetAttribute(d_, name, type, count, values) == CUDNN_STATUS_SUCCESS;
-    return *this;
-  }
-  Desc& set(cudnnBackendAttributeName_t name, const Desc& other) {
-    cudnnBackendDescriptor_t d = other.get();
-    return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d);
-  }
-  Desc& set_ints(cudnnBackendAttributeName_t name, const std::vector<int64_t>& v) {
-    return set(name, CUDNN_TYPE_INT64, static_cast<int64_t>(v.size()), v.data());
-  }
-  bool finalize() {
-    if (ok_) ok_ = cudnnBackendFinalize(d_) == CUDNN_STATUS_SUCCESS;
-    return ok_;
-  }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-  bool ok_ = false;
-};
+using Desc = CudnnDesc;
 
 // A packed NC(D)HW tensor of `n` x `c` x the spatial sizes (at least two: 1-D as 2-D).
 std::unique_ptr<Desc> tensor_desc(DType dt, int64_t uid, int64_t n, int64_t c,
@@ -88,71 +56,22 @@ std::unique_ptr<Desc> tensor_desc(DType dt, int64_t uid, int64_t n, int64_t c,
   return d->finalize() ? std::move(d) : nullptr;
 }
 
-bool has_note(cudnnBackendDescriptor_t engine, cudnnBackendNumericalNote_t note) {
-  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
-  int64_t n = 0;
-  if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                               static_cast<int64_t>(notes.size()), &n,
-                               notes.data()) != CUDNN_STATUS_SUCCESS)
-    return true;  // unknown numerics: treat as excluded
-  return std::find(notes.begin(), notes.begin() + n, note) != notes.begin() + n;
-}
-
-// Whether Kiln's settings allow the engine of `cfg` for dtype `dt`.
-bool allowed(cudnnBackendDescriptor_t cfg, DType dt) {
-  Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-  cudnnBackendDescriptor_t e = engine.get();
-  int64_t n = 0;
-  if (!e ||
-      cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                               &n, &e) != CUDNN_STATUS_SUCCESS)
-    return false;
-  if (has_note(e, CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)) return false;
-  if (dt == kFloat32 && !allow_tf32() && has_note(e, CUDNN_NUMERICAL_NOTE_TENSOR_CORE))
-    return false;
-  if (deterministic_algorithms() && has_note(e, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC))
-    return false;
-  return true;
-}
-
 void* ptr(const Tensor& t) { return const_cast<void*>(t.impl()->data()); }
 
 }  // namespace
 
-cudnnDataType_t cudnn_data_type(DType d) {
-  switch (d) {
-    case kFloat16:
-      return CUDNN_DATA_HALF;
-    case kBFloat16:
-      return CUDNN_DATA_BFLOAT16;
-    case kFloat64:
-      return CUDNN_DATA_DOUBLE;
-    default:
-      return CUDNN_DATA_FLOAT;
-  }
-}
-
 class ConvGraphPlan {
  public:
-  std::unique_ptr<Desc> cfg, plan;
-  int64_t workspace = 0;
+  std::shared_ptr<CudnnPlan> plan;
   float ms = 0;
 };
 
 namespace {
 
-// Runs `plan` once on `h`'s stream with a variant pack of the three buffers and `ws`.
+// Runs `plan` once on `h`'s stream with the three buffers (unique ids 1, 2, 3) and `ws`.
 cudnnStatus_t execute(const ConvGraphPlan& p, cudnnHandle_t h, const Tensor& a, const Tensor& b,
                       const Tensor& out, const Tensor& ws) {
-  std::array<int64_t, 3> uids{1, 2, 3};
-  std::array<void*, 3> ptrs{ptr(a), ptr(b), ptr(out)};
-  void* w = ptr(ws);
-  Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids.data())
-      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs.data())
-      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &w);
-  if (!pack.finalize()) return CUDNN_STATUS_BAD_PARAM;
-  return cudnnBackendExecute(h, p.plan->get(), pack.get());
+  return cudnn_execute(*p.plan, h, {1, 2, 3}, {ptr(a), ptr(b), ptr(out)}, ptr(ws));
 }
 
 Tensor workspace_of(int64_t bytes, Device dev) {
@@ -161,24 +80,10 @@ Tensor workspace_of(int64_t bytes, Device dev) {
 
 bool aligned(const Tensor& t) { return reinterpret_cast<uintptr_t>(ptr(t)) % kAlignment == 0; }
 
-// The time of `reps` runs of the plan after one untimed run; a negative time when it fails.
+// The plan's time on the call's buffers (cudnn_time_ms); negative when it fails.
 float time_ms(const ConvGraphPlan& p, cudnnHandle_t h, const Tensor& a, const Tensor& b,
-              const Tensor& out, const Tensor& ws, cudaStream_t stream) {
-  if (execute(p, h, a, b, out, ws) != CUDNN_STATUS_SUCCESS) return -1;
-  constexpr int reps = 3;
-  cudaEvent_t start, stop;
-  KILN_CUDA_CHECK(cudaEventCreate(&start));
-  KILN_CUDA_CHECK(cudaEventCreate(&stop));
-  KILN_CUDA_CHECK(cudaEventRecord(start, stream));
-  bool ok = true;
-  for (int i = 0; i < reps && ok; ++i) ok = execute(p, h, a, b, out, ws) == CUDNN_STATUS_SUCCESS;
-  KILN_CUDA_CHECK(cudaEventRecord(stop, stream));
-  KILN_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ok ? ms / reps : -1;
+              const Tensor& out, const Tensor& ws) {
+  return cudnn_time_ms(*p.plan, h, {1, 2, 3}, {ptr(a), ptr(b), ptr(out)}, ptr(ws));
 }
 
 }  // namespace
@@ -258,60 +163,17 @@ std::shared_ptr<const ConvGraphPlan> find_conv_graph_plan(ConvPass pass, cudnnHa
   }
   if (!op->finalize()) return nullptr;
 
-  Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  cudnnBackendDescriptor_t op_d = op->get();
-  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op_d)
-      .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
-  if (!graph.finalize()) return nullptr;
-
-  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
-  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
-      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode);
-  if (!heur.finalize()) return nullptr;
-  int64_t count = 0;
-  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                               nullptr) != CUDNN_STATUS_SUCCESS ||
-      count <= 0)
-    return nullptr;
-  std::vector<std::unique_ptr<Desc>> cfgs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    cfgs.push_back(std::make_unique<Desc>(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-    raw.push_back(cfgs.back()->get());
-  }
-  int64_t got = 0;
-  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                               CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
-                               raw.data()) != CUDNN_STATUS_SUCCESS)
-    return nullptr;
-
-  cudaStream_t stream = nullptr;
-  if (cudnnGetStream(h, &stream) != CUDNN_STATUS_SUCCESS) return nullptr;
   std::shared_ptr<ConvGraphPlan> best;
-  int timed = 0;
-  for (int64_t i = 0; i < got && timed < kMaxTimed; ++i) {
-    if (!allowed(raw[static_cast<size_t>(i)], dt)) continue;
+  for (std::shared_ptr<CudnnPlan>& candidate :
+       cudnn_plans({op->get()}, h, dt, kMaxTimed, kMaxWorkspace)) {
     auto p = std::make_shared<ConvGraphPlan>();
-    p->plan = std::make_unique<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    cudnnBackendDescriptor_t cfg = raw[static_cast<size_t>(i)];
-    p->plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
-        .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg);
-    if (!p->plan->finalize()) continue;
-    int64_t n = 0;
-    if (cudnnBackendGetAttribute(p->plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                 CUDNN_TYPE_INT64, 1, &n, &p->workspace) != CUDNN_STATUS_SUCCESS ||
-        p->workspace > kMaxWorkspace)
-      continue;
-    p->cfg = std::move(cfgs[static_cast<size_t>(i)]);  // the plan's configuration stays alive
-    ++timed;
-    Tensor ws = workspace_of(p->workspace, a.device());
-    p->ms = time_ms(*p, h, a, b, out, ws, stream);
+    p->plan = std::move(candidate);
+    Tensor ws = workspace_of(p->plan->workspace, a.device());
+    p->ms = time_ms(*p, h, a, b, out, ws);
     if (p->ms >= 0 && (!best || p->ms < best->ms)) best = p;
   }
   if (best) {  // `out` holds the best plan's result, as a search's caller expects a result
-    Tensor ws = workspace_of(best->workspace, a.device());
+    Tensor ws = workspace_of(best->plan->workspace, a.device());
     if (execute(*best, h, a, b, out, ws) != CUDNN_STATUS_SUCCESS) return nullptr;
   }
   return best;
@@ -321,7 +183,7 @@ float conv_graph_plan_ms(const ConvGraphPlan& plan) { return plan.ms; }
 
 void run_conv_graph_plan(const ConvGraphPlan& plan, cudnnHandle_t h, const Tensor& a,
                          const Tensor& b, const Tensor& out) {
-  Tensor ws = workspace_of(plan.workspace, a.device());
+  Tensor ws = workspace_of(plan.plan->workspace, a.device());
   cudnnStatus_t s = execute(plan, h, a, b, out, ws);
   KILN_CHECK_DEVICE(s == CUDNN_STATUS_SUCCESS,
                     "[convolution] cuDNN: cudnnBackendExecute failed: {}", cudnnGetErrorString(s));

@@ -15,9 +15,6 @@ namespace kiln::cuda {
 // filter (x, gy -> gw); `a` and `b` are the inputs in that order.
 enum class ConvPass : int64_t { Forward, BackwardData, BackwardFilter };
 
-// cuDNN's data type for a float dtype (float32 for any other; callers check dtypes first).
-cudnnDataType_t cudnn_data_type(DType d);
-
 // A finalized execution plan for one pass of one geometry and dtype, with its workspace size
 // and the time its best run took when it was chosen.
 class ConvGraphPlan;

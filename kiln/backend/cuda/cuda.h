@@ -71,4 +71,11 @@ double empty_launch_us(int device, int iters = 10000);
 double empty_driver_launch_us(int device, int iters = 10000);
 double empty_graph_node_us(int device, int nodes = 256, int iters = 200);
 
+// Whether float16 and bfloat16 flash_attention and its backward may run on cuDNN's fused
+// attention engines where they take the call (default yes; KILN_CUDNN_ATTENTION=0 starts with
+// no), as torch.backends.cuda.enable_cudnn_sdp; and how many calls they have run in this
+// process (Note [cuDNN fused attention]).
+void set_cudnn_attention(bool on);
+int64_t cudnn_attention_runs();
+
 }  // namespace kiln::cuda
