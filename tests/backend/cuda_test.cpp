@@ -499,6 +499,15 @@ TEST(CudaAttention, CudnnAndKilnKernelsAgreeAndPair) {
         Run kiln = run(false, false);
         Run kiln_after_cudnn = run(false, false, &cudnn);
         Run cudnn_after_kiln = run(true, true, &kiln);
+        // Note [Attention outputs in their input's layout]: cuDNN's outputs follow the inputs'
+        // memory order; Kiln's kernels write packed ones.
+        for (const Tensor* x : {&cudnn.out, &cudnn.dq, &cudnn.dk, &cudnn.dv}) {
+          if (cudnn_expected) {
+            EXPECT_TRUE(transposed ? transpose(*x, 1, 2).is_contiguous() : x->is_contiguous());
+          }
+        }
+        for (const Tensor* x : {&kiln.out, &kiln.dq, &kiln.dk, &kiln.dv})
+          EXPECT_TRUE(x->is_contiguous());
         auto cpu = [](const Tensor& x) { return x.to(Device(kCPU)); };
         const double tol = t == kBFloat16 ? 5e-2 : 1.5e-2;
         EXPECT_TRUE(near(cudnn.out, cpu(kiln.out), tol)) << "out";

@@ -500,10 +500,17 @@ void add_norms(Cases& cs) {
     bool affine;
   };
   const std::vector<NormConfig> configs = {
-      {"affine", {{2, 3, 8}, C}, {8}, true},      {"plain", {{2, 3, 8}, C}, {8}, false},
-      {"two_dims", {{2, 3, 8}, C}, {3, 8}, true}, {"noncontig", {{6, 8}, T}, {8}, true},
-      {"strided", {{5, 8}, S}, {8}, true},        {"1d", {{16}, C}, {16}, true},
-      {"zero_batch", {{0, 8}, C}, {8}, true},     {"large", {{64, 1024}, C}, {1024}, true},
+      {"affine", {{2, 3, 8}, C}, {8}, true},
+      {"plain", {{2, 3, 8}, C}, {8}, false},
+      {"two_dims", {{2, 3, 8}, C}, {3, 8}, true},
+      {"noncontig", {{6, 8}, T}, {8}, true},
+      {"strided", {{5, 8}, S}, {8}, true},
+      {"1d", {{16}, C}, {16}, true},
+      {"zero_batch", {{0, 8}, C}, {8}, true},
+      {"large", {{64, 1024}, C}, {1024}, true},
+      // Rows of 7: element-wide accesses on CUDA; rows past 4096: the kernel that re-reads them.
+      {"odd", {{4, 7}, C}, {7}, true},
+      {"wide", {{3, 5000}, C}, {5000}, true},
   };
   for (const NormConfig& c : configs) {
     std::vector<int64_t> ns = c.shape;

@@ -56,11 +56,14 @@ void launch_flash16_backward(Dt dt, const AttnShape& sh, const AttnOperand& q, c
 
 // The same through cuDNN's fused attention (attention_cudnn.cpp; Note [cuDNN fused attention]):
 // false, with nothing written, when cuDNN does not take the call (then the kernels above run).
+// The outputs may have any strides AttnOperand describes (out, dq, dk, dv); lse is packed.
 // `like` gives the device and stream. The backward needs no delta.
 bool cudnn_flash_forward(Dt dt, const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
-                         const AttnOperand& v, void* out, float* lse, const Tensor& like);
+                         const AttnOperand& v, const AttnOperand& out, float* lse,
+                         const Tensor& like);
 bool cudnn_flash_backward(Dt dt, const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,
                           const AttnOperand& v, const AttnOperand& out, const AttnOperand& grad_out,
-                          const float* lse, void* dq, void* dk, void* dv, const Tensor& like);
+                          const float* lse, const AttnOperand& dq, const AttnOperand& dk,
+                          const AttnOperand& dv, const Tensor& like);
 
 }  // namespace kiln::cuda

@@ -199,7 +199,7 @@ AttnOperand normalized(AttnOperand op, const AttnShape& sh, int64_t rows) {
 }
 
 struct Operands {
-  AttnOperand q, k, v, out, grad_out;
+  AttnOperand q, k, v, out, grad_out, dq, dk, dv;
 };
 
 void forward_graph(GraphBuilder& g, const AttnShape& sh, const Operands& o) {
@@ -209,7 +209,7 @@ void forward_graph(GraphBuilder& g, const AttnShape& sh, const Operands& o) {
   const CudnnDesc* q = g.tensor(kQ, qd, strides_of(o.q), g.io());
   const CudnnDesc* kt = g.tensor(kK, ktd, strides_of(o.k, true), g.io());
   const CudnnDesc* v = g.tensor(kV, vd, strides_of(o.v), g.io());
-  const CudnnDesc* out = g.tensor(kO, qd, packed(qd), g.io());
+  const CudnnDesc* out = g.tensor(kO, qd, strides_of(o.out), g.io());
   const CudnnDesc* stats = g.tensor(kStats, rd, rs, CUDNN_DATA_FLOAT);
 
   const CudnnDesc* scores = g.virt(sd, ss);
@@ -244,9 +244,9 @@ void backward_graph(GraphBuilder& g, const AttnShape& sh, const Operands& o, boo
   const CudnnDesc* out = g.tensor(kO, qd, strides_of(o.out), g.io());
   const CudnnDesc* grad_out = g.tensor(kGradOut, qd, strides_of(o.grad_out), g.io());
   const CudnnDesc* stats = g.tensor(kStats, rd, rs, CUDNN_DATA_FLOAT);
-  const CudnnDesc* dq = g.tensor(kGradQ, qd, packed(qd), g.io());
-  const CudnnDesc* dk = g.tensor(kGradK, kd, packed(kd), g.io());
-  const CudnnDesc* dv = g.tensor(kGradV, kd, packed(kd), g.io());
+  const CudnnDesc* dq = g.tensor(kGradQ, qd, strides_of(o.dq), g.io());
+  const CudnnDesc* dk = g.tensor(kGradK, kd, strides_of(o.dk), g.io());
+  const CudnnDesc* dv = g.tensor(kGradV, kd, strides_of(o.dv), g.io());
 
   // D = Σ dO∘O per query, into the caller's float buffer.
   const CudnnDesc* prod = g.virt(qd, {h * l * e, l * e, h * e, 1});
@@ -399,37 +399,46 @@ void set_cudnn_attention(bool on) { enabled_flag().store(on, std::memory_order_r
 int64_t cudnn_attention_runs() { return g_runs.load(std::memory_order_relaxed); }
 
 bool cudnn_flash_forward(Dt dt, const AttnShape& sh, const AttnOperand& q0, const AttnOperand& k0,
-                         const AttnOperand& v0, void* out, float* lse, const Tensor& like) {
-  if (!shape_fits(dt, sh, {&q0, &k0, &v0}) || !aligned(out) || !aligned(lse)) return false;
-  Operands o{normalized(q0, sh, sh.l), normalized(k0, sh, sh.s), normalized(v0, sh, sh.s), {}, {}};
+                         const AttnOperand& v0, const AttnOperand& out0, float* lse,
+                         const Tensor& like) {
+  if (!shape_fits(dt, sh, {&q0, &k0, &v0, &out0}) || !aligned(lse)) return false;
+  Operands o{normalized(q0, sh, sh.l),
+             normalized(k0, sh, sh.s),
+             normalized(v0, sh, sh.s),
+             normalized(out0, sh, sh.l),
+             {},
+             {},
+             {},
+             {}};
   cudnnHandle_t h = cudnn_handle_for(like);
   float scale = sh.scale, neg_inf = -std::numeric_limits<float>::infinity();
   std::array<void*, kFirstVirtual> bind{};
   bind[kQ] = const_cast<void*>(q0.data);
   bind[kK] = const_cast<void*>(k0.data);
   bind[kV] = const_cast<void*>(v0.data);
-  bind[kO] = out;
+  bind[kO] = const_cast<void*>(out0.data);
   bind[kStats] = lse;
   bind[kScale] = &scale;
   bind[kNegInf] = &neg_inf;
-  AttnPlan& plan = plan_for(key_of(0, dt, sh, like.device().index(), {&o.q, &o.k, &o.v}), [&] {
-    GraphBuilder g(dtype_of(dt));
-    forward_graph(g, sh, o);
-    return best_plan(g, h, dt, bind, like);
-  });
+  AttnPlan& plan =
+      plan_for(key_of(0, dt, sh, like.device().index(), {&o.q, &o.k, &o.v, &o.out}), [&] {
+        GraphBuilder g(dtype_of(dt));
+        forward_graph(g, sh, o);
+        return best_plan(g, h, dt, bind, like);
+      });
   if (!plan.plan) return false;
   return run(plan, h, bind, like);
 }
 
 bool cudnn_flash_backward(Dt dt, const AttnShape& sh, const AttnOperand& q0, const AttnOperand& k0,
                           const AttnOperand& v0, const AttnOperand& out0,
-                          const AttnOperand& grad_out0, const float* lse, void* dq, void* dk,
-                          void* dv, const Tensor& like) {
-  if (!shape_fits(dt, sh, {&q0, &k0, &v0, &out0, &grad_out0}) || !aligned(lse) || !aligned(dq) ||
-      !aligned(dk) || !aligned(dv))
+                          const AttnOperand& grad_out0, const float* lse, const AttnOperand& dq0,
+                          const AttnOperand& dk0, const AttnOperand& dv0, const Tensor& like) {
+  if (!shape_fits(dt, sh, {&q0, &k0, &v0, &out0, &grad_out0, &dq0, &dk0, &dv0}) || !aligned(lse))
     return false;
-  Operands o{normalized(q0, sh, sh.l), normalized(k0, sh, sh.s), normalized(v0, sh, sh.s),
-             normalized(out0, sh, sh.l), normalized(grad_out0, sh, sh.l)};
+  Operands o{normalized(q0, sh, sh.l),   normalized(k0, sh, sh.s),        normalized(v0, sh, sh.s),
+             normalized(out0, sh, sh.l), normalized(grad_out0, sh, sh.l), normalized(dq0, sh, sh.l),
+             normalized(dk0, sh, sh.s),  normalized(dv0, sh, sh.s)};
   const int64_t tiles_l = (sh.l + 63) / 64 * 64, tiles_s = (sh.s + 63) / 64 * 64;
   const bool accumulate_dq = sh.n * tiles_l * tiles_s * 2 > kMaxScoresWorkspace;
   cudnnHandle_t h = cudnn_handle_for(like);
@@ -442,9 +451,9 @@ bool cudnn_flash_backward(Dt dt, const AttnShape& sh, const AttnOperand& q0, con
   bind[kO] = const_cast<void*>(out0.data);
   bind[kGradOut] = const_cast<void*>(grad_out0.data);
   bind[kStats] = const_cast<float*>(lse);
-  bind[kGradQ] = dq;
-  bind[kGradK] = dk;
-  bind[kGradV] = dv;
+  bind[kGradQ] = const_cast<void*>(dq0.data);
+  bind[kGradK] = const_cast<void*>(dk0.data);
+  bind[kGradV] = const_cast<void*>(dv0.data);
   bind[kRowSum] = row_sum.impl()->data();
   bind[kScale] = &scale;
   bind[kNegInf] = &neg_inf;
@@ -454,12 +463,13 @@ bool cudnn_flash_backward(Dt dt, const AttnShape& sh, const AttnOperand& q0, con
     acc = empty_cuda({sh.n * sh.l * sh.e}, kFloat32, like.device());
     bind[kGradQAccum] = acc.impl()->data();
   }
-  AttnPlan& plan = plan_for(
-      key_of(1, dt, sh, like.device().index(), {&o.q, &o.k, &o.v, &o.out, &o.grad_out}), [&] {
-        GraphBuilder g(dtype_of(dt));
-        backward_graph(g, sh, o, accumulate_dq);
-        return best_plan(g, h, dt, bind, like);
-      });
+  AttnPlan& plan = plan_for(key_of(1, dt, sh, like.device().index(),
+                                   {&o.q, &o.k, &o.v, &o.out, &o.grad_out, &o.dq, &o.dk, &o.dv}),
+                            [&] {
+                              GraphBuilder g(dtype_of(dt));
+                              backward_graph(g, sh, o, accumulate_dq);
+                              return best_plan(g, h, dt, bind, like);
+                            });
   if (!plan.plan) return false;
   if (accumulate_dq)  // after any timing runs, which accumulate into it too
     KILN_CUDA_CHECK(cudaMemsetAsync(acc.impl()->data(), 0, acc.nbytes(), stream_for(like)));

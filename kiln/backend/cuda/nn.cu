@@ -229,6 +229,76 @@ __global__ void __launch_bounds__(kLossThreads)
   *out = cvt<T>(static_cast<acc_t<T>>(s / count));
 }
 
+// layer_norm_backward_kernel for rows that fit in registers, laid out as norm_cached_kernel
+// (same block shape, kVec-wide accesses, n % kVec == 0, all 16-byte aligned when kVec > 1):
+// x and g are read once, dx written once, and nothing is read again from memory. For
+// gpt_large's [8192, 768] float32 rows on the H200 this is what makes the backward of layer
+// norm cost about a forward's time instead of three.
+template <class T, int kVec>
+__global__ void __launch_bounds__(kNormThreads)
+    layer_norm_backward_cached_kernel(const T* g, const T* x, const T* w, T* dx, int64_t rows,
+                                      int64_t n, double eps) {
+  using A = acc_t<T>;
+  using P = Pack<T, kVec>;
+  constexpr int kChunks = kNormItems / kVec;
+  __shared__ A shm[kNormThreads / 32];
+  int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  bool live = row < rows;  // dead rows still take part in the block's reductions
+  const int64_t off = (live ? row : 0) * n;
+  A xv[kNormItems], gv[kNormItems];
+  A s = 0;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
+    P px{}, pg{}, pw{};
+    if (live && i < n) {
+      px = *reinterpret_cast<const P*>(x + off + i);
+      pg = *reinterpret_cast<const P*>(g + off + i);
+      if (w) pw = *reinterpret_cast<const P*>(w + i);
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      xv[k * kVec + j] = cvt<A>(px.v[j]);
+      gv[k * kVec + j] = cvt<A>(pg.v[j]) * (w ? cvt<A>(pw.v[j]) : A(1));
+      s += xv[k * kVec + j];
+    }
+  }
+  const A mean = row_sum(s, shm) / static_cast<A>(n);
+  A sq = 0;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      A d = i < n ? xv[k * kVec + j] - mean : A(0);
+      sq += d * d;
+    }
+  }
+  const A rstd = A(1) / sqrt_of(row_sum(sq, shm) / static_cast<A>(n) + static_cast<A>(eps));
+  A sg = 0, sgx = 0;
+#pragma unroll
+  for (int k = 0; k < kNormItems; ++k) {
+    xv[k] = (xv[k] - mean) * rstd;  // xhat from here on (0 * rstd past the row's end is unused)
+    sg += gv[k];
+    sgx += gv[k] * xv[k];
+  }
+  const A a = row_sum(sg, shm) / static_cast<A>(n);
+  const A b = row_sum(sgx, shm) / static_cast<A>(n);
+  if (!live) return;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
+    if (i >= n) break;
+    P o;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      int e = k * kVec + j;
+      o.v[j] = cvt<T>(rstd * (gv[e] - a - xv[e] * b));
+    }
+    *reinterpret_cast<P*>(dx + off + i) = o;
+  }
+}
+
 // g, x and dx are (rows, n), w is (n) or null; one row a block. Mean and rstd as the forward
 // computes them, then the two row sums of the backward, then dx: four passes over a row that
 // stays in L1.
@@ -316,6 +386,26 @@ void launch_nll_loss(Dt dt, const void* self, const int64_t* target, void* out, 
 void launch_layer_norm_backward(Dt dt, const void* g, const void* x, const void* w, void* dx,
                                 int64_t rows, int64_t n, double eps, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
+  // Rows that fit in registers: launch_norm's geometry (kNormItems elements a thread).
+  int per_row = 32;
+  while (per_row < kNormThreads && per_row * kNormItems < n) per_row *= 2;
+  if (per_row * kNormItems >= n) {
+    int rows_per_block = per_row >= 256 ? 1 : 256 / per_row;
+    dim3 block(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
+    unsigned grid = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+    KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
+      using T = scalar_t;
+      constexpr int kVec = 16 / sizeof(T) <= kNormItems ? 16 / sizeof(T) : 1;
+      auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+      bool vec = n % kVec == 0 && aligned(g) && aligned(x) && aligned(w) && aligned(dx);
+      auto kernel = vec ? &layer_norm_backward_cached_kernel<T, kVec>
+                        : &layer_norm_backward_cached_kernel<T, 1>;
+      kernel<<<grid, block, 0, stream>>>(static_cast<const T*>(g), static_cast<const T*>(x),
+                                         static_cast<const T*>(w), static_cast<T*>(dx), rows, n,
+                                         eps);
+    });
+    return;
+  }
   // About four elements a thread, in whole warps.
   int threads = static_cast<int>(std::min<int64_t>(kNormThreads, ((n + 3) / 4 + 31) / 32 * 32));
   KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
