@@ -476,9 +476,15 @@ TEST(CudaAttention, CudnnAndKilnKernelsAgreeAndPair) {
     for (bool causal : {false, true}) {
       for (bool transposed : {false, true}) {
         SCOPED_TRACE(fmt::format("{} causal {} transposed {}", t, causal, transposed));
-        Tensor q = attn_input({2, 4, 192, 64}, transposed, 11).to(t).to(gpu());
-        Tensor k = attn_input({2, 4, 256, 64}, transposed, 12).to(t).to(gpu());
-        Tensor v = attn_input({2, 4, 256, 64}, transposed, 13).to(t).to(gpu());
+        // Transposed: [B, T, H, E] on the device viewed as [B, H, T, E], as a GPT's heads are.
+        auto input = [&](std::vector<int64_t> shape, uint64_t seed) {
+          if (!transposed) return attn_input(shape, false, seed).to(t).to(gpu());
+          std::swap(shape[1], shape[2]);
+          return transpose(draw(shape, kFloat64, Device(kCPU), seed, -1.5, 1.5).to(t).to(gpu()), 1,
+                           2);
+        };
+        Tensor q = input({2, 4, 192, 64}, 11), k = input({2, 4, 256, 64}, 12),
+               v = input({2, 4, 256, 64}, 13);
         Tensor g = draw({2, 4, 192, 64}, t, gpu(), 14);
         auto run = [&](bool cudnn_forward, bool cudnn_backward, const Run* from = nullptr) {
           Run r;
