@@ -71,11 +71,17 @@ bench_smoke() {
   build/venv/bin/python bench/python_op_bench.py --smoke >/dev/null
   build/venv/bin/python bench/python_train_bench.py --smoke >/dev/null
   build/venv/bin/python examples/python/train_gpt.py --steps 5 >/dev/null
-  # Built with MPI: Kiln's all-reduce, bare MPI's and gloo's on 2 ranks (sums checked), and
-  # the DDP step against the local one.
+  # Built with MPI: Kiln's all-reduce, bare MPI's and gloo's on 2 ranks (sums checked), the
+  # DDP step against the local one, and the distributed GPT steps.
   if [ -x build/release/bench/kiln_allreduce_bench ]; then
     scripts/mpirun.sh 2 build/release/bench/kiln_allreduce_bench --smoke
     scripts/mpirun.sh 2 build/release/kiln bench ddp --iters 1 --threads 1 >/dev/null
+    # Issue 18's GPT steps (their losses must fall): DDP and FSDP eager, TP compiled on sim.
+    scripts/mpirun.sh 2 build/release/kiln bench gpt_ddp --iters 1 --threads 1 >/dev/null
+    scripts/mpirun.sh 2 build/release/kiln bench gpt_fsdp --iters 1 --threads 1 >/dev/null
+    scripts/mpirun.sh 2 build/release/kiln bench gpt_tp --device sim --iters 1 --threads 1 >/dev/null
+    # The collective sweep's checks (sums, gathers, captured chains) on 2 sim ranks.
+    scripts/mpirun.sh 2 build/release/bench/kiln_collectives_bench --device sim --smoke >/dev/null
   fi
   # Built when nvcc is present; without a GPU it says so and exits 0.
   if [ -x build/release/kiln_cuda_bench ]; then ./build/release/kiln_cuda_bench; fi

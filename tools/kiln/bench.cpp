@@ -24,8 +24,8 @@ int run_bench(const BenchOptions& o) {
   KILN_CHECK(w, "[bench] unknown workload '{}'", o.workload);
   KILN_CHECK(o.iters >= 0, "[bench] --iters must be positive, got {}", o.iters);
   KILN_CHECK(!o.small || w->name == "gpt", "[bench] --small applies only to the gpt workload");
-  KILN_CHECK(o.amp.empty() || w->name == "gpt" || w->name == "gpt_large",
-             "[bench] --amp applies only to the gpt and gpt_large workloads");
+  KILN_CHECK(o.amp.empty() || w->name.rfind("gpt", 0) == 0,
+             "[bench] --amp applies only to the gpt workloads (gpt, gpt_large, gpt_*_ddp|tp|fsdp)");
   int64_t iters = o.iters > 0 ? o.iters : w->default_iters;
   if (!common.device.is_cpu()) set_allow_tf32(true);  // as torch_anchor.py sets it
   if (o.math_attention) set_fused_attention(false);

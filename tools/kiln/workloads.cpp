@@ -16,6 +16,7 @@
 #include "tools/kiln/dist_workloads.h"
 #include "tools/kiln/dtensor_workload.h"
 #include "tools/kiln/fsdp_workload.h"
+#include "tools/kiln/gpt_dist_workload.h"
 #include "tools/kiln/tp_workload.h"
 
 namespace kiln::workloads {
@@ -65,11 +66,6 @@ constexpr int64_t kDispatchIters = 20000, kChainIters = 200, kAdamWIters = 20, k
 Metric steps_of(const CompiledFunction& cf, const std::string& key) {
   if (std::getenv("KILN_BENCH_STEPS")) fmt::print(stderr, "{}", cf.steps_str());
   return {key, static_cast<double>(cf.entries().at(0).steps), "count", "kernels per replay"};
-}
-
-bool has_graphs(Device d) {
-  DeviceInterface* i = d.is_cpu() ? nullptr : device_interface(d.type());
-  return i && i->caps().graphs;
 }
 
 std::vector<Metric> dispatch(const Options& o) {
@@ -272,8 +268,7 @@ std::vector<Metric> gpt(const Options& o) {
 
 // Compute-bound: width 768, 12 layers, 12 heads, context 1024, batch 8 (issue 6's size).
 std::vector<Metric> gpt_large(const Options& o) {
-  nn::GPTConfig cfg{.vocab_size = 512, .context = 1024, .width = 768, .layers = 12, .heads = 12};
-  return gpt_step(o, cfg, 8, "gpt_large", 3);
+  return gpt_step(o, gpt_large_config(), 8, "gpt_large", 3);
 }
 
 }  // namespace
@@ -298,11 +293,34 @@ const std::vector<Workload>& all() {
        tp},
       {"fsdp", "the bench GPT's step under fully_shard against DDP, each rank its rows (mpirun)", 3,
        fsdp},
+      // gpt_dist_workload.h: issue 18's steps, one device a rank (mpirun), as
+      // bench/torch_gpt_dist.py times PyTorch's.
+      {"gpt_ddp", "the gpt step under DDP, 8 sequences a rank (mpirun)", 10,
+       [](const Options& o) { return gpt_parallel(o, false, GptParallelism::DDP); }},
+      {"gpt_tp", "the gpt step, tensor parallel over the ranks (mpirun)", 10,
+       [](const Options& o) { return gpt_parallel(o, false, GptParallelism::TP); }},
+      {"gpt_fsdp", "the gpt step under fully_shard, 8 sequences a rank (mpirun)", 10,
+       [](const Options& o) { return gpt_parallel(o, false, GptParallelism::FSDP); }},
+      {"gpt_large_ddp", "the gpt_large step under DDP, 8 sequences a rank (mpirun)", 3,
+       [](const Options& o) { return gpt_parallel(o, true, GptParallelism::DDP); }},
+      {"gpt_large_tp", "the gpt_large step, tensor parallel over the ranks (mpirun)", 3,
+       [](const Options& o) { return gpt_parallel(o, true, GptParallelism::TP); }},
+      {"gpt_large_fsdp", "the gpt_large step under fully_shard, 8 sequences a rank (mpirun)", 3,
+       [](const Options& o) { return gpt_parallel(o, true, GptParallelism::FSDP); }},
       // cnn_workload.h
       {"conv", "conv2d forward and forward+backward at ResNet-50's shapes", 5, conv},
       {"cnn", "train step of nn::CNN (kiln train --model cnn), batch 64 of 28x28 images", 10, cnn},
   };
   return list;
+}
+
+bool has_graphs(Device d) {
+  DeviceInterface* i = d.is_cpu() ? nullptr : device_interface(d.type());
+  return i && i->caps().graphs;
+}
+
+nn::GPTConfig gpt_large_config() {
+  return {.vocab_size = 512, .context = 1024, .width = 768, .layers = 12, .heads = 12};
 }
 
 double time_per_call(int64_t iters, int repeats, int64_t warm, const std::function<void()>& fn,

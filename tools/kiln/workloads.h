@@ -9,6 +9,10 @@
 
 #include "kiln/core/device.h"
 
+namespace kiln::nn {
+struct GPTConfig;  // kiln/nn/transformer.h
+}
+
 namespace kiln::workloads {
 
 // One reported number: `key` as in torch_anchor.py's JSON where the workload exists there.
@@ -44,6 +48,11 @@ struct Workload {
 const std::vector<Workload>& all();
 // nullptr when there is no workload of that name.
 const Workload* find(const std::string& name);
+
+// Whether `d`'s backend captures device graphs (compiled steps replay them there).
+bool has_graphs(Device d);
+// gpt_large's model: width 768, 12 layers, 12 heads, context 1024, vocab 512 (issue 6's size).
+nn::GPTConfig gpt_large_config();
 
 // Median over `repeats` runs of the seconds per call of `iters` calls to fn, after `warm`
 // untimed calls; on an asynchronous device each run ends when the device has finished.

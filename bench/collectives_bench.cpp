@@ -1,0 +1,191 @@
+// Issue 18's collective sweep, Kiln side: all_reduce, all_gather and reduce_scatter of float32
+// device tensors from 8 B to 1 GiB (every fourfold size), one process per device, with
+// nccl-tests' bus bandwidth; and the all-reduce at 8 B to 8 MiB with the custom all-reduce
+// forced on and forced off (NCCL), eager and captured (a compiled call of 10 chained
+// all-reduces, replayed as one graph). PyTorch's side is bench/torch_collectives.py.
+//   scripts/mpirun.sh N build/release/bench/kiln_collectives_bench [--device cuda|sim]
+//       [--max-bytes B] [--json FILE] [--smoke]
+// Each rank uses <device>:<its local rank>. Every result is checked before it is timed (the
+// ranks' values are known, so the sums and gathers are exact), every timed call ends with a
+// device synchronize, and each repeat starts from a barrier (Note [Timing collectives] in
+// tools/kiln/dist_workloads.cpp); rank 0 prints. Sizes are the message each rank sends
+// (all_reduce and reduce_scatter) or receives (all_gather), as nccl-tests counts them; busbw is
+// algbw * 2(n-1)/n for all_reduce and algbw * (n-1)/n for the other two (algbw alone on one
+// rank). --smoke: sizes up to 64 KiB, 2 calls, results checked, no timing claimed.
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/main_guard.h"
+#include "kiln/backend/backend.h"
+#include "kiln/compile/compile.h"
+#include "kiln/core/error.h"
+#include "kiln/distributed/collectives.h"
+#include "kiln/distributed/init.h"
+#include "kiln/distributed/shm_allreduce.h"
+#include "kiln/ops/ops.h"
+#include "tools/kiln/dist_workloads.h"
+
+using namespace kiln;
+namespace dist = kiln::distributed;
+
+namespace {
+
+constexpr int kChained = 10;  // all-reduces in one captured call
+
+struct Args {
+  std::string device = "cuda";
+  int64_t max_bytes = int64_t{1} << 30;
+  const char* json = nullptr;
+  bool smoke = false;
+};
+
+// Calls a repeat at `bytes`: enough to outlast a launch's noise, few for the large messages.
+int64_t iters_at(int64_t bytes, bool smoke) {
+  if (smoke) return 2;
+  if (bytes <= (int64_t{1} << 20)) return 50;
+  if (bytes <= (int64_t{64} << 20)) return 10;
+  return 3;
+}
+
+std::string size_key(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 30)) return fmt::format("{}g", bytes >> 30);
+  if (bytes >= (int64_t{1} << 20)) return fmt::format("{}m", bytes >> 20);
+  if (bytes >= (int64_t{1} << 10)) return fmt::format("{}k", bytes >> 10);
+  return fmt::format("{}b", bytes);
+}
+
+// Rank r's values: r + 1 + i % 7 (exact in float32 sums at any size here).
+Tensor rank_values(int64_t n, int rank, Device d) {
+  return add(remainder(arange(0, n, 1, kFloat32), 7.0), static_cast<double>(rank + 1)).to(d);
+}
+
+void check(bool ok, const std::string& what) {
+  KILN_CHECK(ok, "[collectives_bench] check failed: {}", what);
+}
+
+int run(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--device" && i + 1 < argc) {
+      a.device = argv[++i];
+    } else if (arg == "--max-bytes" && i + 1 < argc) {
+      a.max_bytes = std::atoll(argv[++i]);
+    } else if (arg == "--json" && i + 1 < argc) {
+      a.json = argv[++i];
+    } else if (arg == "--smoke") {
+      a.smoke = true;
+    } else {
+      fmt::print(stderr,
+                 "kiln_collectives_bench: unknown argument '{}' (--device D, --max-bytes B, "
+                 "--json FILE, --smoke)\n",
+                 arg);
+      return 2;
+    }
+  }
+  try {
+    load_backend(a.device == "cuda" ? "cuda" : a.device);
+  } catch (const Error& e) {
+    fmt::print("kiln_collectives_bench: skipped: {}\n", e.what());
+    return 0;
+  }
+  dist::init();
+  const int rank = dist::rank(), ranks = dist::world_size();
+  const Device dev(a.device + ":" + std::to_string(dist::local_rank()));
+  if (a.smoke) a.max_bytes = std::min<int64_t>(a.max_bytes, 64 << 10);
+  auto barrier = [] { dist::barrier(); };
+  const double ring = ranks > 1 ? static_cast<double>(ranks - 1) / ranks : 1.0;
+  nlohmann::ordered_json j;
+  j["world"] = ranks;
+  j["device"] = dev.str();
+  // Times fn (iters calls a repeat, each ending with a device synchronize): seconds per call.
+  auto timed = [&](int64_t iters, const std::function<void()>& fn) {
+    return workloads::time_interleaved(iters, a.smoke ? 1 : 5, {[&] {
+                                         fn();
+                                         synchronize(dev);
+                                       }},
+                                       barrier)[0];
+  };
+  const double sum_ranks = ranks * (ranks + 1) / 2.0;  // Σ (r + 1)
+  for (int64_t bytes = 8; bytes <= a.max_bytes; bytes *= 4) {
+    const int64_t n = bytes / 4, iters = iters_at(bytes, a.smoke);
+    const std::string k = size_key(bytes);
+    // all_reduce: element i sums to Σ (r + 1 + i % 7).
+    Tensor x = rank_values(n, rank, dev);
+    Tensor want =
+        add(mul(remainder(arange(0, n, 1, kFloat32), 7.0), static_cast<double>(ranks)), sum_ranks);
+    dist::all_reduce_(x);
+    check(equal(x.to(Device(kCPU)), want), "all_reduce of " + k);
+    double s = timed(iters, [&] { dist::all_reduce_(x); });
+    j["all_reduce_" + k + "_us"] = s * 1e6;
+    j["all_reduce_" + k + "_busbw_GBs"] = bytes / s / 1e9 * 2 * ring;
+    // all_gather: each rank sends bytes / ranks (whole elements), receives bytes.
+    const int64_t part = std::max<int64_t>(1, n / ranks);
+    Tensor piece = rank_values(part, rank, dev);
+    Tensor gathered = dist::all_gather_into_tensor(piece);
+    check(gathered.numel() == part * ranks &&
+              equal(narrow(gathered, 0, 0, part).to(Device(kCPU)), rank_values(part, 0, kCPU)),
+          "all_gather of " + k);
+    s = timed(iters, [&] { dist::all_gather_into_tensor_out(gathered, piece); });
+    j["all_gather_" + k + "_us"] = s * 1e6;
+    j["all_gather_" + k + "_busbw_GBs"] = part * ranks * 4.0 / s / 1e9 * ring;
+    // reduce_scatter: each rank sends part * ranks elements, keeps the sum of its part.
+    Tensor whole = rank_values(part * ranks, rank, dev);
+    Tensor mine = dist::reduce_scatter_tensor(whole);
+    check(mine.numel() == part, "reduce_scatter of " + k + " (size)");
+    s = timed(iters, [&] { dist::reduce_scatter_tensor_out(mine, whole); });
+    j["reduce_scatter_" + k + "_us"] = s * 1e6;
+    j["reduce_scatter_" + k + "_busbw_GBs"] = part * ranks * 4.0 / s / 1e9 * ring;
+  }
+  // The custom all-reduce against the library path (NCCL on cuda), eager and captured.
+  const int64_t custom_max = std::min<int64_t>(a.max_bytes, 8 << 20);
+  for (int64_t bytes = 8; bytes <= custom_max; bytes *= 4) {
+    const int64_t n = bytes / 4, iters = iters_at(bytes, a.smoke);
+    const std::string k = size_key(bytes);
+    for (auto [mode, name] : {std::pair{dist::CustomAllReduceMode::On, "custom"},
+                              std::pair{dist::CustomAllReduceMode::Off, "library"}}) {
+      dist::set_custom_all_reduce_mode(mode);
+      Tensor x = rank_values(n, rank, dev);
+      j[fmt::format("all_reduce_{}_{}_us", name, k)] =
+          timed(iters, [&] { dist::all_reduce_(x, dist::ReduceOp::Avg); }) * 1e6;
+      CompiledFunction chain = compile(
+          [](const Tensor& in) {
+            Tensor y = in;
+            for (int c = 0; c < kChained; ++c) y = dist::all_reduce(y, dist::ReduceOp::Avg);
+            return y;
+          },
+          {.name = fmt::format("all_reduce_chain_{}", name), .static_inputs = {0}});
+      Tensor in = rank_values(n, rank, dev);
+      // Averages of averages of r + 1 + i % 7 are (ranks + 1) / 2 + i % 7 (exact for 2 and 4).
+      Tensor avg = add(remainder(arange(0, n, 1, kFloat32), 7.0), (ranks + 1) / 2.0);
+      for (int call = 0; call < 3; ++call)  // trace, warm-up, capture
+        check(allclose(chain({in})[0].to(Device(kCPU)), avg, 1e-6, 1e-6),
+              fmt::format("captured {} all_reduce of {}", name, k));
+      j[fmt::format("all_reduce_{}_{}_captured_us", name, k)] =
+          timed(iters, [&] { chain({in}); }) * 1e6 / kChained;
+    }
+    dist::set_custom_all_reduce_mode(dist::CustomAllReduceMode::Auto);
+  }
+  if (rank != 0) return 0;
+  for (auto& [key, v] : j.items()) {
+    if (v.is_number_float()) {
+      fmt::print("  {:<44} {:12.3f}\n", key, v.get<double>());
+    } else {
+      fmt::print("  {:<44} {}\n", key, v.dump());
+    }
+  }
+  if (a.json) std::ofstream(a.json) << j.dump(1) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return kiln::bench::guarded_main("kiln_collectives_bench", run, argc, argv);
+}

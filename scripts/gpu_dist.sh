@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Issue 18's run on one machine of N GPUs (the device tool's nvidia-h200-x2 or -x4), one stage
+# per call so that each fits the device tool's 10 minutes; both sides of every ratio run in the
+# same stage. Logs and JSON land in $OUT_DIR (default build/gpu-dist-out).
+#   bash scripts/gpu_dist.sh N build        # Kiln's CUDA tests and benchmarks, every core
+#   bash scripts/gpu_dist.sh N tests        # the NCCL and custom all-reduce tests, a rank a GPU
+#   bash scripts/gpu_dist.sh N collectives  # Kiln's sweep against PyTorch's, 8 B to 1 GiB
+#   bash scripts/gpu_dist.sh N gpt W        # the GPT step W (gpt_large_ddp, gpt_large_tp,
+#                                           # gpt_large_fsdp, gpt_ddp), Kiln's and PyTorch's
+#   bash scripts/gpu_dist.sh N anchor       # ../shared/anchors/torch_dist_anchor.py (ANCHORS=dir)
+# The gpt stage runs each workload at 1 rank and at N (DDP's scaling efficiency is tokens/s a
+# GPU at N over that at 1). NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+n=$1
+stage=$2
+out=${OUT_DIR:-build/gpu-dist-out}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+torchrun=(python3 -m torch.distributed.run --standalone)
+
+case $stage in
+  build)
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+    python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' \
+      | tee -a "$out/gpu.txt"
+    grep -h "define NCCL_M" /usr/include/nccl.h | tee -a "$out/gpu.txt"
+    cmake --preset release -DKILN_BUILD_BENCH=ON -DKILN_BUILD_TESTS=ON -DKILN_WERROR=OFF \
+      -DKILN_ORACLE_TESTS=OFF > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+    cmake --build --preset release -j "$(nproc)" --target kiln_cli kiln_collectives_bench \
+      kiln_nccl_gpt_bench kiln_cuda_nccl_test kiln_cuda_custom_allreduce_test \
+      > "$out/build.log" 2>&1 || { grep -B2 -A12 -m3 error "$out/build.log"; exit 1; }
+    echo "built"
+    ;;
+  tests)
+    for t in kiln_cuda_nccl_test kiln_cuda_custom_allreduce_test; do
+      timeout 300 scripts/mpirun.sh "$n" "build/release/tests/$t" > "$out/$t.log" 2>&1
+      echo "$t on $n ranks: exit $?"
+      grep -E '^\[  (FAILED|PASSED) ' "$out/$t.log" | head -5
+    done
+    ;;
+  collectives)
+    timeout 280 scripts/mpirun.sh "$n" build/release/bench/kiln_collectives_bench --device cuda \
+      --json "$out/kiln_collectives_$n.json" > "$out/kiln_collectives_$n.log" 2>&1
+    echo "kiln_collectives_bench: exit $?"
+    timeout 280 "${torchrun[@]}" --nproc_per_node="$n" bench/torch_collectives.py \
+      --json "$out/torch_collectives_$n.json" > "$out/torch_collectives_$n.log" 2>&1
+    echo "torch_collectives.py: exit $?"
+    ;;
+  gpt)
+    for w in ${3:?which workload: gpt_large_ddp, gpt_large_tp, gpt_large_fsdp or gpt_ddp}; do
+      model=${w%_*} mode=${w##*_}
+      for ranks in 1 "$n"; do
+        timeout 150 scripts/mpirun.sh "$ranks" build/release/kiln bench "$w" --device cuda \
+          --amp bf16 --json > "$out/kiln_${w}_$ranks.json" 2> "$out/kiln_${w}_$ranks.err"
+        echo "kiln $w $ranks: exit $? $(tr -d '\n' < "$out/kiln_${w}_$ranks.json" | head -c 400)"
+        timeout 240 "${torchrun[@]}" --nproc_per_node="$ranks" bench/torch_gpt_dist.py \
+          --mode "$mode" --model "$model" --json "$out/torch_${w}_$ranks.json" \
+          > "$out/torch_${w}_$ranks.log" 2>&1
+        echo "torch $w $ranks: exit $?"
+      done
+    done
+    ;;
+  anchor)
+    KILN_ANCHOR_CUDA=1 timeout 280 "${torchrun[@]}" --nproc_per_node="$n" \
+      "${ANCHORS:-../shared/anchors}/torch_dist_anchor.py" > "$out/torch_dist_anchor_$n.log" 2>&1
+    echo "torch_dist_anchor.py: exit $?"
+    ;;
+  *)
+    echo "gpu_dist.sh: unknown stage '$stage' (build, tests, collectives, gpt, anchor)" >&2
+    exit 2
+    ;;
+esac
