@@ -11,6 +11,7 @@
 #include "kiln/core/error.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/init.h"
+#include "kiln/dtensor/dtensor.h"
 #include "kiln/nn/layers.h"
 #include "kiln/ops/ops.h"
 #include "kiln/optim/optimizer.h"
@@ -73,6 +74,16 @@ std::vector<double> time_interleaved(int64_t iters, int repeats,
     medians.push_back(v[v.size() / 2]);
   }
   return medians;
+}
+
+double local_mb(const TensorList& tensors) {
+  double bytes = 0;
+  for (const Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    const Tensor local = dtensor::is_dtensor(t) ? dtensor::to_local(t) : t;
+    bytes += static_cast<double>(local.numel()) * static_cast<double>(itemsize(local.dtype()));
+  }
+  return bytes / 1e6;
 }
 
 std::vector<Metric> on_every_rank(const std::function<std::vector<Metric>()>& body) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/core/tensor.h"
 #include "tools/kiln/workloads.h"
 
 namespace kiln::workloads {
@@ -32,6 +33,10 @@ std::vector<double> time_interleaved(int64_t iters, int repeats,
 // Runs `body` (which every rank runs alike); a rank whose check fails ends the job, instead of
 // leaving its peers waiting in their next collective until the deadline.
 std::vector<Metric> on_every_rank(const std::function<std::vector<Metric>()>& body);
+
+// The megabytes (1e6) the tensors hold on this rank: a DTensor's local shard, undefined ones
+// none. What a rank keeps, for the FSDP and GPT workloads.
+double local_mb(const TensorList& tensors);
 
 // Another all-reduce to time beside Kiln's and MPI's (bench/allreduce_bench.cpp: gloo).
 struct AllreduceImpl {

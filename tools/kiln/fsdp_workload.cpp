@@ -75,16 +75,6 @@ Model fsdp_model(const nn::GPTConfig& cfg, const dt::DeviceMesh& mesh, bool resh
   return m;
 }
 
-double local_mb(const TensorList& tensors) {
-  double bytes = 0;
-  for (const Tensor& t : tensors) {
-    if (!t.defined()) continue;
-    const Tensor local = dt::is_dtensor(t) ? dt::to_local(t) : t;
-    bytes += static_cast<double>(local.numel()) * static_cast<double>(itemsize(local.dtype()));
-  }
-  return bytes / 1e6;
-}
-
 // What a rank keeps between steps: parameters, gradients and AdamW's moments (local bytes).
 double resident_mb(const Model& m) {
   TensorList grads;

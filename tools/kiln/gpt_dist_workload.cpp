@@ -58,16 +58,6 @@ const char* mode_name(GptParallelism m) {
   return "?";
 }
 
-double local_mb(const TensorList& tensors) {
-  double bytes = 0;
-  for (const Tensor& t : tensors) {
-    if (!t.defined()) continue;
-    const Tensor local = dt::is_dtensor(t) ? dt::to_local(t) : t;
-    bytes += static_cast<double>(local.numel()) * static_cast<double>(itemsize(local.dtype()));
-  }
-  return bytes / 1e6;
-}
-
 struct ParallelGpt {
   std::unique_ptr<nn::GPT> model;
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
