@@ -209,7 +209,7 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
 }  // namespace
 
 std::vector<Metric> gpt_parallel(const Options& o, bool large, GptParallelism mode) {
-  KILN_CHECK(o.iters >= 0, "[bench] --iters must be positive, got {}", o.iters);
+  KILN_CHECK(o.iters >= 0, "[bench] --iters must not be negative, got {}", o.iters);
   KILN_CHECK(o.amp.empty() || o.amp == "bf16", "[bench] --amp must be bf16, got '{}'", o.amp);
   distributed::init();
   return on_every_rank([&] { return gpt_parallel_on_every_rank(o, large, mode); });

@@ -55,7 +55,8 @@ void launch_flash16_backward(Dt dt, const AttnShape& sh, const AttnOperand& q, c
                              const float* delta, void* dq, void* dk, void* dv, cudaStream_t stream);
 
 // The same through cuDNN's fused attention (attention_cudnn.cpp; Note [cuDNN fused attention]):
-// false, with nothing written, when cuDNN does not take the call (then the kernels above run).
+// false when cuDNN does not take the call (then the kernels above run, and overwrite whatever a
+// timing run or a failed plan may have written).
 // The outputs may have any strides AttnOperand describes (out, dq, dk, dv); lse is packed.
 // `like` gives the device and stream. The backward needs no delta.
 bool cudnn_flash_forward(Dt dt, const AttnShape& sh, const AttnOperand& q, const AttnOperand& k,

@@ -5,7 +5,10 @@
 //   Z = Σ E, Stats = M + log Z, P = E / Z (in Q's dtype), O = P V;
 // the backward recomputes P = exp(S·scale [masked] - Stats) and gives
 //   dV = Pᵀ dO, D = Σ dO∘O (a float buffer of the caller's), dS = P∘(dO Vᵀ - D)·scale,
-//   dK = dSᵀ Q, dQ = dS K.
+//   dK = dSᵀ Q, dQ = dS K,
+// dQ straight from a float scratch of b·h·l·s halves in cuDNN's workspace (cudnn-frontend's path
+// under determinism; its other path, dQ added into a float buffer with atomics, is left out, so
+// a shape whose scratch would pass kMaxWorkspace stays on Kiln's kernels).
 // This file builds those graphs with the backend API (what cudnn-frontend's SDPA nodes expand to
 // for cuDNN 9.19; the unified SDPA operation takes a causal mask only from 9.21). Stats is the
 // natural-log logsumexp of each query's scaled scores, which is what flash_attention returns, so
@@ -44,10 +47,6 @@ namespace {
 constexpr int64_t kAlignment = 16;
 constexpr int kMaxTimed = 4;
 constexpr int64_t kMaxWorkspace = int64_t{4} << 30;
-// The backward writes dQ straight from a float scratch of b·h·l·s halves that cuDNN sizes
-// itself up to this, and accumulates dQ in a float buffer of the caller's beyond it (as
-// cudnn-frontend's default).
-constexpr int64_t kMaxScoresWorkspace = int64_t{256} << 20;
 
 // The variant pack's unique ids; virtual tensors take ids from kFirstVirtual up.
 enum Uid : int64_t {
@@ -64,7 +63,6 @@ enum Uid : int64_t {
   kGradK,
   kGradV,
   kRowSum,
-  kGradQAccum,
   kFirstVirtual = 100
 };
 
@@ -233,7 +231,7 @@ void forward_graph(GraphBuilder& g, const AttnShape& sh, const Operands& o) {
   g.matmul(probs, v, out);
 }
 
-void backward_graph(GraphBuilder& g, const AttnShape& sh, const Operands& o, bool accumulate_dq) {
+void backward_graph(GraphBuilder& g, const AttnShape& sh, const Operands& o) {
   const int64_t b = sh.n / sh.inner, h = sh.inner, l = sh.l, s = sh.s, e = sh.e;
   const Dims qd{b, h, l, e}, ktd{b, h, e, s}, kd{b, h, s, e}, sd{b, h, l, s}, std_{b, h, s, l},
       rd{b, h, l, 1};
@@ -290,13 +288,7 @@ void backward_graph(GraphBuilder& g, const AttnShape& sh, const Operands& o, boo
   Dims k_strides = strides_of(o.k);
   const CudnnDesc* k = g.virt(kd, k_strides, g.io());
   g.reshape(kt, k);
-  if (accumulate_dq) {
-    const CudnnDesc* acc = g.tensor(kGradQAccum, qd, packed(qd), CUDNN_DATA_FLOAT);
-    g.matmul(ds, k, acc);
-    g.pointwise(CUDNN_POINTWISE_IDENTITY, acc, nullptr, dq);
-  } else {
-    g.matmul(ds, k, dq);
-  }
+  g.matmul(ds, k, dq);
 }
 
 std::atomic<bool>& enabled_flag() {
@@ -331,13 +323,26 @@ struct AttnPlan {
   std::vector<int64_t> uids;
 };
 
-// The thread's plan for `key`, built by `build` on first use.
-template <class Build>
-AttnPlan& plan_for(const std::vector<int64_t>& key, Build&& build) {
+// The thread's plans by key (plans belong to the thread's handle); an entry without a plan is
+// a key cuDNN declined.
+std::map<std::vector<int64_t>, AttnPlan>& plan_cache() {
   thread_local std::map<std::vector<int64_t>, AttnPlan> cache;
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, build()).first;
-  return it->second;
+  return cache;
+}
+
+bool declined(const std::vector<int64_t>& key) {
+  auto it = plan_cache().find(key);
+  return it != plan_cache().end() && !it->second.plan;
+}
+
+// A workspace of `bytes`, or an undefined tensor when the device has no memory for it (the
+// caller then skips the plan: Kiln's kernels need none).
+Tensor workspace_or_none(int64_t bytes, Device device) {
+  try {
+    return empty_cuda({std::max<int64_t>(bytes, 1)}, kUInt8, device);
+  } catch (const DeviceError&) {
+    return {};
+  }
 }
 
 std::vector<int64_t> key_of(int pass, Dt dt, const AttnShape& sh, int device,
@@ -370,8 +375,8 @@ AttnPlan best_plan(const GraphBuilder& g, cudnnHandle_t h, Dt dt,
        cudnn_plans(g.ops(), h, dtype_of(dt), timing ? kMaxTimed : 1, kMaxWorkspace)) {
     AttnPlan candidate{std::move(p), g.bound()};
     if (!timing) return candidate;
-    Tensor ws =
-        empty_cuda({std::max<int64_t>(candidate.plan->workspace, 1)}, kUInt8, like.device());
+    Tensor ws = workspace_or_none(candidate.plan->workspace, like.device());
+    if (!ws.defined()) continue;
     float ms = cudnn_time_ms(*candidate.plan, h, candidate.uids, pointers(candidate, bind),
                              ws.impl()->data());
     if (ms >= 0 && (!best.plan || ms < best_ms)) best = std::move(candidate), best_ms = ms;
@@ -379,11 +384,19 @@ AttnPlan best_plan(const GraphBuilder& g, cudnnHandle_t h, Dt dt,
   return best;
 }
 
-// Runs `p` with the buffers of `bind` (indexed by unique id). A plan that fails is dropped, so
-// the key falls back to Kiln's kernels from then on; false then.
-bool run(AttnPlan& p, cudnnHandle_t h, const std::array<void*, kFirstVirtual>& bind,
-         const Tensor& like) {
-  Tensor ws = empty_cuda({std::max<int64_t>(p.plan->workspace, 1)}, kUInt8, like.device());
+// Runs the plan of `key` (built by `build` on the key's first call) with the buffers of `bind`
+// (indexed by unique id). False when there is none, when its workspace does not fit in memory
+// now, or when it fails, which drops it: the key falls back to Kiln's kernels from then on.
+template <class Build>
+bool run(const std::vector<int64_t>& key, Build&& build, cudnnHandle_t h,
+         const std::array<void*, kFirstVirtual>& bind, const Tensor& like) {
+  auto& cache = plan_cache();
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, build()).first;
+  AttnPlan& p = it->second;
+  if (!p.plan) return false;
+  Tensor ws = workspace_or_none(p.plan->workspace, like.device());
+  if (!ws.defined()) return false;
   if (cudnn_execute(*p.plan, h, p.uids, pointers(p, bind), ws.impl()->data()) !=
       CUDNN_STATUS_SUCCESS) {
     p.plan = nullptr;
@@ -410,6 +423,9 @@ bool cudnn_flash_forward(Dt dt, const AttnShape& sh, const AttnOperand& q0, cons
              {},
              {},
              {}};
+  const std::vector<int64_t> key =
+      key_of(0, dt, sh, like.device().index(), {&o.q, &o.k, &o.v, &o.out});
+  if (declined(key)) return false;
   cudnnHandle_t h = cudnn_handle_for(like);
   float scale = sh.scale, neg_inf = -std::numeric_limits<float>::infinity();
   std::array<void*, kFirstVirtual> bind{};
@@ -420,14 +436,12 @@ bool cudnn_flash_forward(Dt dt, const AttnShape& sh, const AttnOperand& q0, cons
   bind[kStats] = lse;
   bind[kScale] = &scale;
   bind[kNegInf] = &neg_inf;
-  AttnPlan& plan =
-      plan_for(key_of(0, dt, sh, like.device().index(), {&o.q, &o.k, &o.v, &o.out}), [&] {
-        GraphBuilder g(dtype_of(dt));
-        forward_graph(g, sh, o);
-        return best_plan(g, h, dt, bind, like);
-      });
-  if (!plan.plan) return false;
-  return run(plan, h, bind, like);
+  auto build = [&] {
+    GraphBuilder g(dtype_of(dt));
+    forward_graph(g, sh, o);
+    return best_plan(g, h, dt, bind, like);
+  };
+  return run(key, build, h, bind, like);
 }
 
 bool cudnn_flash_backward(Dt dt, const AttnShape& sh, const AttnOperand& q0, const AttnOperand& k0,
@@ -439,8 +453,10 @@ bool cudnn_flash_backward(Dt dt, const AttnShape& sh, const AttnOperand& q0, con
   Operands o{normalized(q0, sh, sh.l),   normalized(k0, sh, sh.s),        normalized(v0, sh, sh.s),
              normalized(out0, sh, sh.l), normalized(grad_out0, sh, sh.l), normalized(dq0, sh, sh.l),
              normalized(dk0, sh, sh.s),  normalized(dv0, sh, sh.s)};
-  const int64_t tiles_l = (sh.l + 63) / 64 * 64, tiles_s = (sh.s + 63) / 64 * 64;
-  const bool accumulate_dq = sh.n * tiles_l * tiles_s * 2 > kMaxScoresWorkspace;
+  const std::vector<int64_t> key =
+      key_of(1, dt, sh, like.device().index(),
+             {&o.q, &o.k, &o.v, &o.out, &o.grad_out, &o.dq, &o.dk, &o.dv});
+  if (declined(key)) return false;
   cudnnHandle_t h = cudnn_handle_for(like);
   float scale = sh.scale, neg_inf = -std::numeric_limits<float>::infinity(), one = 1;
   Tensor row_sum = empty_cuda({sh.n * sh.l}, kFloat32, like.device());
@@ -458,22 +474,12 @@ bool cudnn_flash_backward(Dt dt, const AttnShape& sh, const AttnOperand& q0, con
   bind[kScale] = &scale;
   bind[kNegInf] = &neg_inf;
   bind[kOne] = &one;
-  Tensor acc;
-  if (accumulate_dq) {
-    acc = empty_cuda({sh.n * sh.l * sh.e}, kFloat32, like.device());
-    bind[kGradQAccum] = acc.impl()->data();
-  }
-  AttnPlan& plan = plan_for(key_of(1, dt, sh, like.device().index(),
-                                   {&o.q, &o.k, &o.v, &o.out, &o.grad_out, &o.dq, &o.dk, &o.dv}),
-                            [&] {
-                              GraphBuilder g(dtype_of(dt));
-                              backward_graph(g, sh, o, accumulate_dq);
-                              return best_plan(g, h, dt, bind, like);
-                            });
-  if (!plan.plan) return false;
-  if (accumulate_dq)  // after any timing runs, which accumulate into it too
-    KILN_CUDA_CHECK(cudaMemsetAsync(acc.impl()->data(), 0, acc.nbytes(), stream_for(like)));
-  return run(plan, h, bind, like);
+  auto build = [&] {
+    GraphBuilder g(dtype_of(dt));
+    backward_graph(g, sh, o);
+    return best_plan(g, h, dt, bind, like);
+  };
+  return run(key, build, h, bind, like);
 }
 
 }  // namespace kiln::cuda
