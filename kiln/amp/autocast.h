@@ -17,6 +17,10 @@
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
 
+namespace kiln {
+class Tensor;
+}  // namespace kiln
+
 namespace kiln::amp {
 
 class AutocastGuard {
@@ -38,6 +42,11 @@ class AutocastGuard {
 bool autocast_enabled();
 DeviceType autocast_device_type();
 DType autocast_dtype();
+
+// t cast to dtype d as autocast casts an op's inputs: in t's memory order when t is a
+// permutation of a contiguous tensor (a transposed weight casts flat and stays transposed, as
+// PyTorch's preserve_format), else contiguous (Note [Casts in memory order]).
+Tensor cast_in_memory_order(const Tensor& t, DType d);
 
 // Makes the autocast state a guard of the trace being recorded on this thread, if any (called
 // when a trace starts: every op of the trace depends on it).

@@ -1,6 +1,7 @@
 // Backward formulas for every op of kiln/ops/op_list.h. `g` is the output's gradient, `gi` the
 // arguments' gradients by slot (see BackwardCtx). Results may keep a broadcast shape: the node
 // sums them to each argument's shape (OpNode::apply).
+#include <array>
 #include <cmath>
 #include <numbers>
 
@@ -295,15 +296,23 @@ void addmm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   if (c.needs(0)) gi[0] = scaled(g[0], c.get<Scalar>(3));
   product_grads(c, g[0], c.get<Scalar>(4), gi);
 }
-// y = xhat * w + b, xhat = (x - mean) * rstd over the normalised (last) dims.
-// dx in one pass per row (layer_norm_backward); dw from xhat, which is layer_norm unscaled.
+// y = xhat * w + b, xhat = (x - mean) * rstd over the normalised (last) dims: dx alone in one
+// pass per row (layer_norm_backward), or with dw = sum(g * xhat) and db = sum(g) from the same
+// pass (layer_norm_fused_backward).
 void layer_norm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   Tensor x = c.input(0);
   Shape shape = c.get<Shape>(1);
   double eps = c.get<double>(4);
-  if (c.needs(1)) gi[1] = mul(g[0], layer_norm(x, shape.span(), {}, {}, eps));
-  if (c.needs(2)) gi[2] = g[0];
-  if (c.needs(0)) gi[0] = layer_norm_backward(g[0], x, shape.span(), c.input(1), eps);
+  if (!c.needs(1) && !c.needs(2)) {
+    if (c.needs(0)) gi[0] = layer_norm_backward(g[0], x, shape.span(), c.input(1), eps);
+    return;
+  }
+  const std::array<int64_t, 3> mask = {c.needs(0), c.needs(1), c.needs(2)};
+  auto [dx, dw, db] =
+      ops::op_layer_norm_fused_backward(g[0], x, shape.span(), c.input(1), eps, mask);
+  gi[0] = dx;
+  gi[1] = dw;
+  gi[2] = db;
 }
 // y = xhat * w, xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over the last dims.
 void rms_norm_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {

@@ -1,7 +1,7 @@
-// Sharding rules of the nn ops: layer_norm, rms_norm and layer_norm_backward (Note [Norm
-// placements]), embedding (Note [Vocab-parallel embedding]), nll_loss (Note [Loss parallel]) and
-// flash_attention with its backward (Note [Attention placements]); their out= forms alike.
-// native_dropout's rule is in rules_dropout.cpp.
+// Sharding rules of the nn ops: layer_norm, rms_norm, layer_norm_backward and
+// layer_norm_fused_backward (Note [Norm placements]), embedding (Note [Vocab-parallel embedding]),
+// nll_loss (Note [Loss parallel]) and flash_attention with its backward (Note [Attention
+// placements]); their out= forms alike. native_dropout's rule is in rules_dropout.cpp.
 #include "kiln/dtensor/dtensor.h"
 #include "kiln/dtensor/rule_options.h"
 #include "kiln/ops/op_list.h"
@@ -47,15 +47,23 @@ void finish(Stack& stack, bool out_form, Tensor result) {
 // normalised dim is gathered first. weight and bias are replicated (sharding them alike along
 // the normalised dims would need the row statistics whole: not done). A Partial input is
 // reduced first, to Replicate or by a reduce-scatter into a leading shard. layer_norm_backward
-// (grad_input only; grad_weight and grad_bias come from layer_norm's autograd formula as
-// sum(grad * xhat) and sum(grad), reductions whose rule leaves Partial(sum) where a leading dim
-// is sharded: sequence parallel's LayerNorm weight gradient) treats grad_output and input alike,
-// and is linear in grad_output: a Partial(sum) grad_output with a replicated input gives a
-// Partial(sum) grad_input.
+// (grad_input only) treats grad_output and input alike, and is linear in grad_output: a
+// Partial(sum) grad_output with a replicated input gives a Partial(sum) grad_input.
+// layer_norm_fused_backward (Backward, three results) is layer_norm_backward with grad_weight =
+// sum(grad * xhat) and grad_bias = sum(grad) over the leading dims: where those are sharded the
+// sums are Partial(sum) (sequence parallel's LayerNorm weight gradient), as they are where
+// grad_output is Partial(sum); replicated data gives replicated sums.
 template <bool Backward>
 void norm_rule(const ShardingCall& call, ShardingDecision& d) {
   const size_t b = base(call);
-  const size_t n_out = b ? 0 : 1;
+  const bool grads = &call.op() == &ops::op_layer_norm_fused_backward.def;
+  const size_t n_out = b ? 0 : (grads ? 3 : 1);
+  // The results for data (grad_input's) placement `p`.
+  auto results = [&](const Placement& p) {
+    if (!grads) return std::vector<Placement>{p};
+    const Placement sum = p.is_replicate() ? p : Placement(Partial(ReduceOp::Sum));
+    return std::vector<Placement>{p, sum, sum};
+  };
   const size_t x_pos = b + (Backward ? 1 : 0);
   const int64_t lead =
       call.tensor_ndim(x_pos) - static_cast<int64_t>(call.ints_arg(x_pos + 1).size());
@@ -68,7 +76,7 @@ void norm_rule(const ShardingCall& call, ShardingDecision& d) {
     auto option = [&](const Placement& data) {
       opts.push_back(make_option(
           call, n_out, [&](size_t i) { return is_data(i) ? data : Placement(Replicate()); },
-          {data}));
+          results(data)));
     };
     std::vector<bool> followed(static_cast<size_t>(std::max<int64_t>(lead, 0)), false);
     bool partial = false;
@@ -87,7 +95,8 @@ void norm_rule(const ShardingCall& call, ShardingDecision& d) {
         const Placement sum = Partial(ReduceOp::Sum);
         opts.push_back(make_option(
             call, n_out,
-            [&](size_t i) { return call.position(i) == b ? sum : Placement(Replicate()); }, {sum}));
+            [&](size_t i) { return call.position(i) == b ? sum : Placement(Replicate()); },
+            results(sum)));
       }
     }
     if (partial)  // a reduce-scatter straight into a leading shard
@@ -316,6 +325,7 @@ const bool g_registered = [] {
   both(ops::op_layer_norm, ops::op_layer_norm_out, &kNorm);
   both(ops::op_rms_norm, ops::op_rms_norm_out, &kNorm);
   both(ops::op_layer_norm_backward, ops::op_layer_norm_backward_out, &kNormBackward);
+  set_sharding_rule(ops::op_layer_norm_fused_backward.def, &kNormBackward);
   both(ops::op_embedding, ops::op_embedding_out, &kEmbedding);
   both(ops::op_nll_loss, ops::op_nll_loss_out, &kNll);
   set_sharding_rule(ops::op_flash_attention.def, &kAttention);

@@ -350,9 +350,12 @@ std::unique_ptr<Entry> decide(const OpDef& op, Stack& stack, const Scratch& s, u
               "[{}] rule '{}' decided {} result placements for {} results", op.name(), rule->name,
               d.outputs.size(), results.size());
   const DeviceMesh& mesh = s.specs[0]->mesh();
-  for (size_t r = 0; r < results.size(); ++r)
-    e->outputs.push_back(intern_spec(mesh, d.outputs[r], results[r]->sizes(), results[r]->strides(),
-                                     results[r]->dtype(), std::string(op.name()).c_str()));
+  for (size_t r = 0; r < results.size(); ++r)  // a result left out (output_mask) stays undefined
+    e->outputs.push_back(!results[r]->defined()
+                             ? nullptr
+                             : intern_spec(mesh, d.outputs[r], results[r]->sizes(),
+                                           results[r]->strides(), results[r]->dtype(),
+                                           std::string(op.name()).c_str()));
   e->local_args = std::move(d.local_args);
   e->local_run = std::move(d.local_run);
   for (size_t pos : d.local_shape_args) {
@@ -369,7 +372,8 @@ void wrap_results(Stack& stack, const Entry& e) {
   size_t r = 0;
   for (IValue& v : stack) {
     if (auto* t = std::get_if<Tensor>(&v)) {
-      *t = make_dtensor(std::move(*t), e.outputs[r++]);
+      const DTensorSpec* spec = e.outputs[r++];
+      if (spec) *t = make_dtensor(std::move(*t), spec);
     } else if (auto* l = std::get_if<TensorList>(&v)) {
       for (Tensor& x : *l) x = make_dtensor(std::move(x), e.outputs[r++]);
     }

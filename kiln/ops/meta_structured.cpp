@@ -2,6 +2,7 @@
 // and their kernels on the meta device.
 #include "kiln/ops/index_meta.h"
 #include "kiln/ops/meta.h"
+#include "kiln/ops/norm_meta.h"
 #include "kiln/ops/structured.h"
 
 namespace kiln::meta {
@@ -178,9 +179,8 @@ TensorSpec layer_norm(const Tensor& x, IntArrayRef shape, const Tensor& w, const
   KILN_CHECK(eps >= 0, "[layer_norm] eps must be non-negative, got {}", eps);
   return {Shape(x.sizes()), x.dtype(), x.device()};
 }
-TensorSpec layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef shape,
-                               const Tensor& w, double eps) {
-  const char* op = "layer_norm_backward";
+void check_layer_norm_backward(const char* op, const Tensor& grad, const Tensor& x,
+                               IntArrayRef shape, const Tensor& w, double eps) {
   check_norm_args(op, x, shape, w, nullptr);
   KILN_CHECK(eps >= 0, "[{}] eps must be non-negative, got {}", op, eps);
   check_defined(op, grad, "grad_output");
@@ -189,6 +189,10 @@ TensorSpec layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef 
   KILN_CHECK(grad.sizes() == x.sizes(), "[{}] grad_output has shape [{}], but input has shape [{}]",
              op, fmt::join(grad.sizes(), ", "), fmt::join(x.sizes(), ", "));
   check_same_device(op, {&grad, &x});
+}
+TensorSpec layer_norm_backward(const Tensor& grad, const Tensor& x, IntArrayRef shape,
+                               const Tensor& w, double eps) {
+  check_layer_norm_backward("layer_norm_backward", grad, x, shape, w, eps);
   return {Shape(x.sizes()), x.dtype(), x.device()};
 }
 TensorSpec rms_norm(const Tensor& x, IntArrayRef shape, const Tensor& w, double eps) {

@@ -52,6 +52,12 @@ Triple native_layer_norm_backward(const Tensor& grad_out, const Tensor& input,
   return ops::op_native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight,
                                             bias, output_mask);
 }
+Triple layer_norm_fused_backward(const Tensor& grad_output, const Tensor& input,
+                                 IntArrayRef normalized_shape, const Tensor& weight, double eps,
+                                 IntArrayRef output_mask) {
+  return ops::op_layer_norm_fused_backward(grad_output, input, normalized_shape, weight, eps,
+                                           output_mask);
+}
 
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,

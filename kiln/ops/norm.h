@@ -50,6 +50,15 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor& input,
 std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
     const Tensor& grad_out, const Tensor& input, IntArrayRef normalized_shape, const Tensor& mean,
     const Tensor& rstd, const Tensor& weight, const Tensor& bias, IntArrayRef output_mask);
+// layer_norm's (ops.h) gradients in one pass over grad_output and input, which recomputes the
+// row statistics: (grad_input, grad_weight, grad_bias) as output_mask asks (undefined where it
+// does not); grad_weight = sum(grad_output * xhat) and grad_bias = sum(grad_output) over the
+// leading dims, normalized_shape-sized in input's dtype. Its autograd formula's op.
+std::tuple<Tensor, Tensor, Tensor> layer_norm_fused_backward(const Tensor& grad_output,
+                                                             const Tensor& input,
+                                                             IntArrayRef normalized_shape,
+                                                             const Tensor& weight, double eps,
+                                                             IntArrayRef output_mask);
 
 // torch.nn.functional.batch_norm: training uses the batch's statistics (and updates the running
 // stats when given), eval the running stats (which must then be given).

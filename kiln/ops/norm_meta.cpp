@@ -208,6 +208,14 @@ int64_t native_layer_norm_backward(const Tensor& grad_out, const Tensor& input,
   return axis;
 }
 
+void layer_norm_fused_backward(const Tensor& grad, const Tensor& input,
+                               IntArrayRef normalized_shape, const Tensor& weight, double eps,
+                               IntArrayRef output_mask) {
+  check_layer_norm_backward("layer_norm_fused_backward", grad, input, normalized_shape, weight,
+                            eps);
+  check_mask("layer_norm_fused_backward", output_mask);
+}
+
 }  // namespace meta
 
 namespace detail {
@@ -511,6 +519,16 @@ TensorTriple meta_ln_backward(const Tensor& g, const Tensor& x, IntArrayRef shap
   return {gi, gw, gb};
 }
 
+TensorTriple meta_ln_grads(const Tensor& g, const Tensor& x, IntArrayRef shape, const Tensor& w,
+                           double eps, IntArrayRef mask) {
+  meta::layer_norm_fused_backward(g, x, shape, w, eps, mask);
+  Tensor gi, gw, gb;
+  if (mask[0]) gi = me(x.sizes(), x.dtype());
+  if (mask[1]) gw = me(shape, x.dtype());
+  if (mask[2]) gb = me(shape, x.dtype());
+  return {gi, gw, gb};
+}
+
 template <class Sig>
 void reg(TypedOp<Sig>& op, Sig* fn) {
   op.def.set_meta_raw(reinterpret_cast<void*>(fn));
@@ -525,6 +543,7 @@ const bool registered = [] {
   reg(ops::op_native_group_norm_backward, &meta_gn_backward);
   reg(ops::op_native_layer_norm, &meta_ln);
   reg(ops::op_native_layer_norm_backward, &meta_ln_backward);
+  reg(ops::op_layer_norm_fused_backward, &meta_ln_grads);
   return true;
 }();
 

@@ -34,6 +34,12 @@ int64_t native_layer_norm_backward(const Tensor& grad_out, const Tensor& input,
                                    IntArrayRef normalized_shape, const Tensor& mean,
                                    const Tensor& rstd, const Tensor& weight, const Tensor& bias,
                                    IntArrayRef output_mask);
+// layer_norm_backward's checks under the name `op` (layer_norm_fused_backward shares them).
+void check_layer_norm_backward(const char* op, const Tensor& grad, const Tensor& input,
+                               IntArrayRef normalized_shape, const Tensor& weight, double eps);
+void layer_norm_fused_backward(const Tensor& grad, const Tensor& input,
+                               IntArrayRef normalized_shape, const Tensor& weight, double eps,
+                               IntArrayRef output_mask);
 
 }  // namespace kiln::meta
 

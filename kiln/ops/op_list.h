@@ -441,6 +441,13 @@ namespace kiln::ops {
     "native_layer_norm_backward(Tensor grad_out, Tensor input, int[] normalized_shape, Tensor "    \
     "mean, Tensor rstd, Tensor? weight, Tensor? bias, int[] output_mask) -> (Tensor grad_input, "  \
     "Tensor grad_weight, Tensor grad_bias)")                                                       \
+  /* layer_norm's three gradients from one pass over grad_output and input (its autograd           \
+     formula's op when weight or bias needs a gradient) */                                         \
+  _(layer_norm_fused_backward, Functional,                                                         \
+    TensorTriple(const Tensor&, const Tensor&, IntArrayRef, const Tensor&, double, IntArrayRef),   \
+    "layer_norm_fused_backward(Tensor grad_output, Tensor input, int[] normalized_shape, "         \
+    "Tensor? weight, float eps, int[] output_mask) -> (Tensor grad_input, Tensor grad_weight, "    \
+    "Tensor grad_bias)")                                                                           \
   /* a product with bias and GELU (tanh) fused: cuBLASLt's epilogue on CUDA */                     \
   _(addmm_gelu, Functional, TensorPair(const Tensor&, const Tensor&, const Tensor&),               \
     "addmm_gelu(Tensor? bias, Tensor mat1, Tensor mat2) -> (Tensor out, Tensor preactivation)")    \

@@ -136,6 +136,40 @@ TEST(Autocast, Float32WeightsGetFloat32GradientsThroughTheCasts) {
   EXPECT_TRUE(same(lin.bias.grad(), b.grad()));
 }
 
+// Note [Casts in memory order]: a permutation of a contiguous tensor keeps its strides (so a
+// transposed weight casts flat); gaps, broadcasts and overlaps cast to contiguous. The values are
+// those of a plain cast either way.
+TEST(Autocast, CastsKeepADenseInputsMemoryOrder) {
+  Tensor w = randn({6, 4}), cube = randn({2, 3, 5});
+  struct Case {
+    const char* what;
+    Tensor in;
+    bool keeps;
+  };
+  const Case cases[] = {
+      {"transposed", t(w), true},
+      {"permuted", permute(cube, {2, 0, 1}), true},
+      {"contiguous", w, true},
+      {"sliced (gaps)", slice(w, 1, 0, 4, 2), false},
+      {"expanded (broadcast)", expand(randn({1, 4}), {3, 4}), false},
+  };
+  for (const Case& c : cases) {
+    Tensor r = amp::cast_in_memory_order(c.in, kBFloat16);
+    EXPECT_EQ(r.dtype(), kBFloat16) << c.what;
+    EXPECT_TRUE(same(r, c.in.to(kBFloat16))) << c.what;
+    if (c.keeps)
+      EXPECT_EQ(r.strides(), c.in.strides()) << c.what;
+    else
+      EXPECT_TRUE(r.is_contiguous()) << c.what;
+  }
+  // Under autocast the product sees the transposed cast, and gives what the explicit casts give.
+  Tensor x = randn({3, 4});
+  amp::AutocastGuard autocast(kCpu, kBFloat16);
+  Tensor y = mm(x, t(w));
+  amp::AutocastGuard off(kCpu, kBFloat16, false);
+  EXPECT_TRUE(same(y, mm(x.to(kBFloat16), t(w).to(kBFloat16))));
+}
+
 TEST(Autocast, BackwardRunsWithAutocastOff) {
   Tensor a = randn({3, 4}).to(kFloat64).requires_grad_(true);
   amp::AutocastGuard autocast(kCpu, kBFloat16);

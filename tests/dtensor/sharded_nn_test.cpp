@@ -113,6 +113,19 @@ std::vector<Case> cases() {
          return TensorList{g({4, 6}, d, 3), g({4, 6}, d), g({6}, d, 2)};
        },
        one([](auto& x) { return layer_norm_backward(x[0], x[1], {6}, x[2]); }), false},
+      // layer_norm's three gradients in one op (its autograd formula's); the mask leaves out
+      // grad_bias, whose result stays undefined.
+      {"layer_norm_fused_backward",
+       [](Device d) {
+         return TensorList{g({4, 6}, d, 3), g({4, 6}, d), g({6}, d, 2)};
+       },
+       [](const TensorList& x) {
+         auto [gi, gw, gb] = layer_norm_fused_backward(x[0], x[1], {6}, x[2], 1e-5, {1, 1, 1});
+         auto [hi, hw, hb] = layer_norm_fused_backward(x[0], x[1], {6}, {}, 1e-5, {0, 1, 0});
+         EXPECT_FALSE(hi.defined() || hb.defined());
+         return TensorList{gi, gw, gb, hw};
+       },
+       false},
       {"layer_norm_weight_grad",
        [](Device d) {
          return TensorList{g({4, 6}, d, 3), g({4, 6}, d)};
@@ -528,6 +541,16 @@ TEST_P(ShardedNn, RulesKeepShardsAndPartialsWithoutCommunication) {
   EXPECT_EQ(placement_of(gw), Placement(Partial()));
   EXPECT_EQ(placement_of(layer_norm_backward(dist(x, Partial()), dist(x, Replicate()), {6}, {})),
             Placement(Partial()));
+  // layer_norm_fused_backward: a row shard keeps grad_input's rows and makes the parameter sums
+  // Partial; so does a Partial grad_output with a replicated input.
+  for (Placement data : {Placement(Shard(0)), Placement(Partial())}) {
+    const Placement xp = data.is_partial() ? Placement(Replicate()) : data;
+    auto [lgi, lgw, lgb] = layer_norm_fused_backward(dist(x, data), dist(x, xp), {6},
+                                                     dist(w, Replicate()), 1e-5, {1, 1, 1});
+    EXPECT_EQ(placement_of(lgi), data);
+    EXPECT_EQ(placement_of(lgw), Placement(Partial()));
+    EXPECT_EQ(placement_of(lgb), Placement(Partial()));
+  }
   // Batch shards of group norm, eval batch norm and native_layer_norm stay local; training
   // batch norm is gathered.
   Tensor img = g({4, 6, 2}, d, 0, 0.1), ch = g({6}, d, 1);

@@ -511,6 +511,9 @@ void add_norms(Cases& cs) {
       // Rows of 7: element-wide accesses on CUDA; rows past 4096: the kernel that re-reads them.
       {"odd", {{4, 7}, C}, {7}, true},
       {"wide", {{3, 5000}, C}, {5000}, true},
+      // More row groups than one wave of CUDA blocks: layer_norm_fused_backward' blocks take
+      // several.
+      {"tall", {{6000, 40}, C}, {40}, true},
   };
   for (const NormConfig& c : configs) {
     std::vector<int64_t> ns = c.shape;
@@ -566,6 +569,33 @@ void add_norms(Cases& cs) {
             },
         .tol = Tol::Accum};
     cs.push_back(lnb);
+    // layer_norm_fused_backward against native_layer_norm_backward's three gradients (ATen computes
+    // the weight and bias gradients only for a given weight and bias: ones and zeros stand in), in
+    // float64 and rounded once: ATen's float32 sums over the 6000 rows of "tall" drift by 1e-4.
+    OpCase lng{.name = std::string("layer_norm_fused_backward_") + c.label,
+               .ops = {"layer_norm_fused_backward"},
+               .dtypes = kFloatDTypes,
+               .make = lnb.make,
+               .kiln =
+                   [ns, affine](const KArgs& x) {
+                     auto [gi, gw, gb] = layer_norm_fused_backward(
+                         x[0], x[1], ns, affine ? x[2] : Tensor(), 1e-5, {1, 1, 1});
+                     return KTensors{gi, gw, gb};
+                   },
+               .aten =
+                   [ns, affine](const AArgs& a) {
+                     const at::ScalarType dt = a[1].scalar_type();
+                     at::Tensor g = a[0].to(at::kDouble), x = a[1].to(at::kDouble);
+                     at::Tensor w = affine ? a[2].to(at::kDouble) : at::ones(ns, x.options());
+                     at::Tensor b = at::zeros(ns, x.options());
+                     auto fw = at::native_layer_norm(x, ns, w, b, 1e-5);
+                     auto bw = at::native_layer_norm_backward(
+                         g, x, ns, std::get<1>(fw), std::get<2>(fw), w, b, {true, true, true});
+                     return ATensors{std::get<0>(bw).to(dt), std::get<1>(bw).to(dt),
+                                     std::get<2>(bw).to(dt)};
+                   },
+               .tol = Tol::Accum};
+    cs.push_back(lng);
     // rms_norm: ATen 1.13 has none; the reference is x * rsqrt(mean(x^2) + eps) * w over the
     // normalized dims, computed in float32 for the 16-bit types and rounded once.
     OpCase rms{.name = std::string("rms_norm_") + c.label,
@@ -598,6 +628,16 @@ void add_norms(Cases& cs) {
         ops::op_layer_norm_backward_out(x.out, x[0], x[1], ns, x[2], 1e-5);
         return KTensors{x.out};
       }));
+      // Only the weight's gradient: the others are not computed.
+      OpCase only_w = lng;
+      only_w.name = "layer_norm_fused_backward_weight_only";
+      only_w.kiln = [ns](const KArgs& x) {
+        auto [gi, gw, gb] = layer_norm_fused_backward(x[0], x[1], ns, x[2], 1e-5, {0, 1, 0});
+        KILN_CHECK(!gi.defined() && !gb.defined(), "[test] unrequested gradients were computed");
+        return KTensors{gw};
+      };
+      only_w.aten = [ns, aten = lng.aten](const AArgs& a) { return ATensors{aten(a)[1]}; };
+      cs.push_back(only_w);
       cs.push_back(out_variant(rms, "rms_norm_out", [ns](const KArgs& x) {
         ops::op_rms_norm_out(x.out, x[0], ns, x[1], 1e-6);
         return KTensors{x.out};
@@ -616,6 +656,15 @@ void add_norms(Cases& cs) {
        [](const Watch&) { layer_norm_backward(f32({2, 3}), f32({2, 3}), {4}); }},
       {"layer_norm_backward_dtype", K::Type, "layer_norm_backward", {"float64", "float32"},
        [](const Watch&) { layer_norm_backward(ones({2, 3}, kFloat64), f32({2, 3}), {3}); }}};
+  head(cs, "layer_norm_fused_backward").errors = {
+      {"layer_norm_fused_backward_mask", K::Value, "layer_norm_fused_backward", {"output_mask", "3 flags"},
+       [](const Watch&) { layer_norm_fused_backward(f32({2, 3}), f32({2, 3}), {3}, {}, 1e-5, {1, 1}); }},
+      {"layer_norm_fused_backward_shape", K::Value, "layer_norm_fused_backward", {"[2, 4]", "[2, 3]"},
+       [](const Watch&) { layer_norm_fused_backward(f32({2, 4}), f32({2, 3}), {3}, {}, 1e-5, {1, 1, 1}); }},
+      {"layer_norm_fused_backward_weight", K::Value, "layer_norm_fused_backward", {"[4]", "[3]"},
+       [](const Watch&) {
+         layer_norm_fused_backward(f32({2, 3}), f32({2, 3}), {3}, f32({4}), 1e-5, {1, 1, 1});
+       }}};
   head(cs, "rms_norm").grads = norm_grads(true);
   // clang-format on
 }

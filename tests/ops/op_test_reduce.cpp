@@ -125,6 +125,9 @@ const std::vector<ReduceConfig>& reduce_configs() {
       {"zero_reduced", {{0, 3}, C}, {0}, false},
       {"large_rows", {{64, 1100}, C}, {1}, false},
       {"large_cols", {{1100, 64}, C}, {0}, false},
+      // Columns read 16 bytes a lane on CUDA (a tile of 32 loads a row; the last one partial).
+      {"wide_cols", {{300, 1040}, C}, {0}, false},
+      {"wide_cols_batched", {{3, 50, 264}, C}, {1}, false},
       {"large_all", {{300, 129}, T}, {}, false},
   };
   return c;
@@ -416,7 +419,8 @@ void add_index_reductions(Cases& cs) {
   }
   // Large inputs: continuous random values (ties are vanishingly unlikely in float32/64).
   for (auto [label, spec, dim] : {std::tuple{"large_rows", Spec{{64, 1100}, C}, 1},
-                                  std::tuple{"large_cols", Spec{{1100, 64}, T}, 0}}) {
+                                  std::tuple{"large_cols", Spec{{1100, 64}, T}, 0},
+                                  std::tuple{"wide_cols", Spec{{40, 1040}, C}, 0}}) {
     int64_t d = dim;
     cs.push_back({.name = std::string("max_dim_") + label,
                   .ops = {"max_dim"},

@@ -1,8 +1,10 @@
-// CPU kernels of layer_norm, rms_norm, embedding, nll_loss and dropout.
+// CPU kernels of layer_norm (and its backward ops), rms_norm, embedding, nll_loss and dropout.
 #include <cmath>
 #include <utility>
 
 #include "kiln/backend/cpu/loops.h"
+#include "kiln/ops/norm_meta.h"
+#include "kiln/ops/ops.h"
 #include "kiln/ops/other_meta.h"
 #include "kiln/ops/structured.h"
 
@@ -74,29 +76,71 @@ void rms_norm_impl(const Tensor& out, const Tensor& x, IntArrayRef shape, const 
   norm_common(out, x, shape, w, Tensor(), eps, true);
 }
 
-// dx = rstd * (gx - mean(gx) - xhat * mean(gx * xhat)) with gx = g * w, per row of n elements:
-// g, x and dx are [rows, n], w is [n] or null. Sums in double, elements in acc_t.
+// dx = rstd * (gx - mean(gx) - xhat * mean(gx * xhat)) with gx = g * w for one row of n
+// elements whose statistics are m and rstd; w is [n] or null. Sums in double, elements in F.
+template <class T, class F>
+void layer_norm_backward_row(const T* gr, const T* xr, const T* w, T* dxr, int64_t n, F m, F rstd) {
+  double sum_g = 0, sum_gx = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    F gx = static_cast<F>(gr[i]) * (w ? static_cast<F>(w[i]) : F(1));
+    sum_g += gx;
+    sum_gx += gx * ((static_cast<F>(xr[i]) - m) * rstd);
+  }
+  F a = static_cast<F>(sum_g / static_cast<double>(n));
+  F b = static_cast<F>(sum_gx / static_cast<double>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    F gx = static_cast<F>(gr[i]) * (w ? static_cast<F>(w[i]) : F(1));
+    F xhat = (static_cast<F>(xr[i]) - m) * rstd;
+    dxr[i] = static_cast<T>(rstd * (gx - a - xhat * b));
+  }
+}
+
+// g, x and dx are [rows, n], w is [n] or null.
 template <class T>
 void layer_norm_backward_rows(const T* g, const T* x, const T* w, T* dx, int64_t rows, int64_t n,
                               double eps) {
   using F = acc_t<T>;
 #pragma omp parallel for if (rows * n > kGrainSize && rows > 1)
   for (int64_t r = 0; r < rows; ++r) {
-    const T *xr = x + r * n, *gr = g + r * n;
-    auto [m, rstd] = row_stats<F>(xr, n, eps, false);
-    double sum_g = 0, sum_gx = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      F gx = static_cast<F>(gr[i]) * (w ? static_cast<F>(w[i]) : F(1));
-      sum_g += gx;
-      sum_gx += gx * ((static_cast<F>(xr[i]) - m) * rstd);
+    auto [m, rstd] = row_stats<F>(x + r * n, n, eps, false);
+    layer_norm_backward_row(g + r * n, x + r * n, w, dx + r * n, n, m, rstd);
+  }
+}
+
+// layer_norm_fused_backward: dx (when dx is given) as layer_norm_backward_rows, and dw = sum of g *
+// xhat, db = sum of g over the rows (each when given). The rows go in blocks of kRowsPerPartial
+// whose sums (in double) are added in block order, so the result does not depend on the thread
+// count.
+template <class T>
+void layer_norm_fused_backward_rows(const T* g, const T* x, const T* w, T* dx, T* dw, T* db,
+                                    int64_t rows, int64_t n, double eps) {
+  using F = acc_t<T>;
+  constexpr int64_t kRowsPerPartial = 32;
+  const int64_t blocks = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
+  const bool params = dw || db;
+  std::vector<double> partial(params ? static_cast<size_t>(blocks * 2 * n) : 0, 0.0);
+#pragma omp parallel for if (rows * n > kGrainSize && blocks > 1)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    double* pw = params ? partial.data() + blk * 2 * n : nullptr;
+    for (int64_t r = blk * kRowsPerPartial; r < std::min(rows, (blk + 1) * kRowsPerPartial); ++r) {
+      const T *xr = x + r * n, *gr = g + r * n;
+      auto [m, rstd] = row_stats<F>(xr, n, eps, false);
+      if (params)
+        for (int64_t i = 0; i < n; ++i) {
+          const double gi = static_cast<double>(gr[i]);
+          pw[i] += gi * static_cast<double>((static_cast<F>(xr[i]) - m) * rstd);
+          pw[n + i] += gi;
+        }
+      if (dx) layer_norm_backward_row(gr, xr, w, dx + r * n, n, m, rstd);
     }
-    F a = static_cast<F>(sum_g / static_cast<double>(n));
-    F b = static_cast<F>(sum_gx / static_cast<double>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      F gx = static_cast<F>(gr[i]) * (w ? static_cast<F>(w[i]) : F(1));
-      F xhat = (static_cast<F>(xr[i]) - m) * rstd;
-      dx[r * n + i] = static_cast<T>(rstd * (gx - a - xhat * b));
-    }
+  }
+  if (!params) return;
+  std::vector<double> sum(static_cast<size_t>(2 * n), 0.0);
+  for (int64_t blk = 0; blk < blocks; ++blk)
+    for (int64_t i = 0; i < 2 * n; ++i) sum[i] += partial[blk * 2 * n + i];
+  for (int64_t i = 0; i < n; ++i) {
+    if (dw) dw[i] = static_cast<T>(sum[i]);
+    if (db) db[i] = static_cast<T>(sum[n + i]);
   }
 }
 
@@ -116,6 +160,30 @@ void layer_norm_backward_impl(const Tensor& out, const Tensor& g, const Tensor& 
                                   static_cast<T*>(y.impl()->data()), rows, n, eps);
     });
   });
+}
+
+TensorTriple layer_norm_fused_backward_kernel(const Tensor& g, const Tensor& x, IntArrayRef shape,
+                                              const Tensor& w, double eps, IntArrayRef mask) {
+  meta::layer_norm_fused_backward(g, x, shape, w, eps, mask);
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  const int64_t rows = n == 0 ? 0 : x.numel() / n;
+  Tensor dx = mask[0] ? empty_cpu(x.sizes(), x.dtype()) : Tensor();
+  // Without rows the sums are 0.
+  Tensor dw = mask[1] ? zeros(shape, x.dtype(), Device(kCPU)) : Tensor();
+  Tensor db = mask[2] ? zeros(shape, x.dtype(), Device(kCPU)) : Tensor();
+  if (rows == 0) return {dx, dw, db};
+  Tensor cg = contiguous_as(g, x.dtype()), cx = contiguous_as(x, x.dtype());
+  Tensor cw = w.defined() ? contiguous_as(w, x.dtype()) : Tensor();
+  KILN_DISPATCH_FLOAT_TYPES(x.dtype(), "layer_norm_fused_backward", [&] {
+    using T = scalar_t;
+    auto data = [](const Tensor& t) {
+      return t.defined() ? static_cast<T*>(t.impl()->data()) : nullptr;
+    };
+    layer_norm_fused_backward_rows<T>(data(cg), data(cx), data(cw), data(dx), data(dw), data(db),
+                                      rows, n, eps);
+  });
+  return {dx, dw, db};
 }
 
 // padding_idx and scale_grad_by_freq change only the gradient (Note [Embedding gradients]).
@@ -189,6 +257,7 @@ KILN_REGISTER_STRUCTURED(embedding, K, &embedding_impl);
 KILN_REGISTER_STRUCTURED(nll_loss, K, &nll_loss_impl);
 const bool registered = [] {
   ops::op_native_dropout.set_kernel(K, &dropout_kernel);
+  ops::op_layer_norm_fused_backward.set_kernel(K, &layer_norm_fused_backward_kernel);
   return true;
 }();
 

@@ -19,6 +19,10 @@ constexpr bool fits_grid(int64_t n) {
   return n >= 0 && (n + kBlock - 1) / kBlock < (int64_t{1} << 31);
 }
 
+// The current device's multiprocessors (132 when the query fails: an H100's); it sizes the
+// grids of kernels that split their work over one wave of blocks. In reduce.cu.
+int sm_count();
+
 // The element types, numbered as kiln::DType (checked by a static_assert in common.cpp).
 enum class Dt : int { Bool, UInt8, Int32, Int64, Float16, BFloat16, Float32, Float64 };
 

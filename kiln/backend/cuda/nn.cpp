@@ -1,8 +1,11 @@
-// CUDA kernels of layer_norm, rms_norm, gelu_backward, embedding and nll_loss: host glue.
+// CUDA kernels of layer_norm (and its backward ops), rms_norm, gelu_backward, embedding and
+// nll_loss: host glue.
 #include "kiln/backend/cuda/nn.h"
 
 #include "kiln/backend/cuda/common.h"
 #include "kiln/backend/cuda/index.h"
+#include "kiln/ops/norm_meta.h"
+#include "kiln/ops/ops.h"
 
 namespace kiln::cuda {
 namespace {
@@ -52,6 +55,52 @@ void layer_norm_backward_impl(const Tensor& out, const Tensor& g, const Tensor& 
   });
 }
 
+// layer_norm_fused_backward: dx, dw and db from one pass where rows fit in registers (per-block
+// partial sums, then a kernel adding them up); longer rows take layer_norm_backward's kernel for dx
+// and sums of ops, in float32 for the 16-bit dtypes, for dw and db.
+TensorTriple layer_norm_fused_backward_kernel(const Tensor& g, const Tensor& x, IntArrayRef shape,
+                                              const Tensor& w, double eps, IntArrayRef mask) {
+  meta::layer_norm_fused_backward(g, x, shape, w, eps, mask);
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  const int64_t rows = n == 0 ? 0 : x.numel() / n;
+  const Device d = x.device();
+  Tensor dx = mask[0] ? empty_cuda(x.sizes(), x.dtype(), d) : Tensor();
+  Tensor dw = mask[1] ? empty_cuda(shape, x.dtype(), d) : Tensor();
+  Tensor db = mask[2] ? empty_cuda(shape, x.dtype(), d) : Tensor();
+  if (rows == 0 || n == 0) {  // no rows: the sums are 0
+    for (Tensor* t : {&dw, &db})
+      if (t->defined()) t->zero_();
+    return {dx, dw, db};
+  }
+  Tensor cg = contiguous_as(g, x.dtype()), cx = contiguous_as(x, x.dtype());
+  Tensor cw = w.defined() ? contiguous_as(w, x.dtype()) : Tensor();
+  if (layer_norm_fused_backward_fit(n)) {
+    const int64_t parts = layer_norm_fused_backward_parts(rows, n);
+    Tensor partial = empty_cuda({parts, 2 * n}, x.dtype() == kFloat64 ? kFloat64 : kFloat32, d);
+    launch_layer_norm_fused_backward(dt(x.dtype()), cg.impl()->data(), cx.impl()->data(),
+                                     data_or_null(cw), dx.defined() ? dx.impl()->data() : nullptr,
+                                     dw.defined() ? dw.impl()->data() : nullptr,
+                                     db.defined() ? db.impl()->data() : nullptr,
+                                     partial.impl()->data(), parts, rows, n, eps, stream_for(x));
+    check_launch("layer_norm_fused_backward");
+    return {dx, dw, db};
+  }
+  if (dx.defined()) {
+    launch_layer_norm_backward(dt(x.dtype()), cg.impl()->data(), cx.impl()->data(),
+                               data_or_null(cw), dx.impl()->data(), rows, n, eps, stream_for(x));
+    check_launch("layer_norm_fused_backward");
+  }
+  const DType acc = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  Tensor g2 = cg.to(acc).view({rows, n});
+  if (dw.defined())
+    dw.copy_(sum(mul(g2, layer_norm(cx.to(acc).view({rows, n}), {n}, {}, {}, eps)), {0}, false,
+                 std::nullopt)
+                 .view(shape));
+  if (db.defined()) db.copy_(sum(g2, {0}, false, std::nullopt).view(shape));
+  return {dx, dw, db};
+}
+
 void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x,
                         bool approximate_tanh) {
   with_result(out, x.dtype(), false, [&](const Tensor& r) {
@@ -98,6 +147,8 @@ void nll_loss_impl(const Tensor& out, const Tensor& self, const Tensor& target,
 
 }  // namespace
 
+KILN_CUDA_KERNELS(backend_kernel(ops::op_layer_norm_fused_backward,
+                                 &layer_norm_fused_backward_kernel));
 KILN_CUDA_STRUCTURED(layer_norm, &layer_norm_impl);
 KILN_CUDA_STRUCTURED(layer_norm_backward, &layer_norm_backward_impl);
 KILN_CUDA_STRUCTURED(rms_norm, &rms_norm_impl);

@@ -234,69 +234,148 @@ __global__ void __launch_bounds__(kLossThreads)
 // x and g are read once, dx written once, and nothing is read again from memory. For
 // gpt_large's [8192, 768] float32 rows on the H200 this is what makes the backward of layer
 // norm cost about a forward's time instead of three.
+// Blocks step over the row groups (blockDim.y rows each) from blockIdx.x by gridDim.x. With
+// `partial` (layer_norm_fused_backward) each thread also sums g * xhat and g over its rows for its
+// columns (which w and the layout fix for every row); the block adds its rows' sums in shared
+// memory (dynamic, blockDim.x * blockDim.y * kNormItems * 2 accumulators when blockDim.y > 1)
+// and writes row blockIdx.x of partial (gridDim.x, 2n): the dw sums, then the db sums.
+// dx may be null (then only the sums).
 template <class T, int kVec>
 __global__ void __launch_bounds__(kNormThreads)
-    layer_norm_backward_cached_kernel(const T* g, const T* x, const T* w, T* dx, int64_t rows,
-                                      int64_t n, double eps) {
+    layer_norm_backward_cached_kernel(const T* g, const T* x, const T* w, T* dx, acc_t<T>* partial,
+                                      int64_t rows, int64_t n, double eps) {
   using A = acc_t<T>;
   using P = Pack<T, kVec>;
   constexpr int kChunks = kNormItems / kVec;
   __shared__ A shm[kNormThreads / 32];
-  int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
-  bool live = row < rows;  // dead rows still take part in the block's reductions
-  const int64_t off = (live ? row : 0) * n;
-  A xv[kNormItems], gv[kNormItems];
-  A s = 0;
+  A wv[kNormItems], dw[kNormItems], db[kNormItems];
 #pragma unroll
   for (int k = 0; k < kChunks; ++k) {
     int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
-    P px{}, pg{}, pw{};
-    if (live && i < n) {
-      px = *reinterpret_cast<const P*>(x + off + i);
-      pg = *reinterpret_cast<const P*>(g + off + i);
-      if (w) pw = *reinterpret_cast<const P*>(w + i);
-    }
+    P pw{};
+    if (w && i < n) pw = *reinterpret_cast<const P*>(w + i);
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      xv[k * kVec + j] = cvt<A>(px.v[j]);
-      gv[k * kVec + j] = cvt<A>(pg.v[j]) * (w ? cvt<A>(pw.v[j]) : A(1));
-      s += xv[k * kVec + j];
+      wv[k * kVec + j] = w ? cvt<A>(pw.v[j]) : A(1);
+      dw[k * kVec + j] = db[k * kVec + j] = A(0);
     }
   }
-  const A mean = row_sum(s, shm) / static_cast<A>(n);
-  A sq = 0;
+  const int64_t groups = (rows + blockDim.y - 1) / blockDim.y;
+  for (int64_t group = blockIdx.x; group < groups; group += gridDim.x) {
+    const int64_t row = group * blockDim.y + threadIdx.y;
+    const bool live = row < rows;  // dead rows still take part in the block's reductions
+    const int64_t off = (live ? row : 0) * n;
+    A xv[kNormItems], gv[kNormItems];
+    A s = 0;
 #pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
-    int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
+    for (int k = 0; k < kChunks; ++k) {
+      int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
+      P px{}, pg{};
+      if (live && i < n) {
+        px = *reinterpret_cast<const P*>(x + off + i);
+        pg = *reinterpret_cast<const P*>(g + off + i);
+      }
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      A d = i < n ? xv[k * kVec + j] - mean : A(0);
-      sq += d * d;
+      for (int j = 0; j < kVec; ++j) {
+        xv[k * kVec + j] = cvt<A>(px.v[j]);
+        gv[k * kVec + j] = cvt<A>(pg.v[j]);
+        s += xv[k * kVec + j];
+      }
+    }
+    const A mean = row_sum(s, shm) / static_cast<A>(n);
+    A sq = 0;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        A d = i < n ? xv[k * kVec + j] - mean : A(0);
+        sq += d * d;
+      }
+    }
+    const A rstd = A(1) / sqrt_of(row_sum(sq, shm) / static_cast<A>(n) + static_cast<A>(eps));
+    A sg = 0, sgx = 0;
+#pragma unroll
+    for (int k = 0; k < kNormItems; ++k) {
+      xv[k] = (xv[k] - mean) * rstd;  // xhat from here on (g is 0 past the row's end)
+      dw[k] += gv[k] * xv[k];
+      db[k] += gv[k];
+      gv[k] *= wv[k];
+      sg += gv[k];
+      sgx += gv[k] * xv[k];
+    }
+    if (!dx) continue;
+    const A a = row_sum(sg, shm) / static_cast<A>(n);
+    const A b = row_sum(sgx, shm) / static_cast<A>(n);
+    if (!live) continue;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
+      if (i >= n) break;
+      P o;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        int e = k * kVec + j;
+        o.v[j] = cvt<T>(rstd * (gv[e] - a - xv[e] * b));
+      }
+      *reinterpret_cast<P*>(dx + off + i) = o;
     }
   }
-  const A rstd = A(1) / sqrt_of(row_sum(sq, shm) / static_cast<A>(n) + static_cast<A>(eps));
-  A sg = 0, sgx = 0;
+  if (!partial) return;
+  if (blockDim.y > 1) {  // add the block's rows: row 0's threads sum the others' accumulators
+    extern __shared__ __align__(16) unsigned char raw[];
+    A* red = reinterpret_cast<A*>(raw);
+    const int lanes = static_cast<int>(blockDim.x * blockDim.y);
+    const int t = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
 #pragma unroll
-  for (int k = 0; k < kNormItems; ++k) {
-    xv[k] = (xv[k] - mean) * rstd;  // xhat from here on (0 * rstd past the row's end is unused)
-    sg += gv[k];
-    sgx += gv[k] * xv[k];
+    for (int k = 0; k < kNormItems; ++k) {
+      red[k * lanes + t] = dw[k];
+      red[(kNormItems + k) * lanes + t] = db[k];
+    }
+    __syncthreads();
+    if (threadIdx.y != 0) return;
+    for (unsigned y = 1; y < blockDim.y; ++y) {
+      const int u = static_cast<int>(y * blockDim.x + threadIdx.x);
+#pragma unroll
+      for (int k = 0; k < kNormItems; ++k) {
+        dw[k] += red[k * lanes + u];
+        db[k] += red[(kNormItems + k) * lanes + u];
+      }
+    }
   }
-  const A a = row_sum(sg, shm) / static_cast<A>(n);
-  const A b = row_sum(sgx, shm) / static_cast<A>(n);
-  if (!live) return;
+  A* out = partial + static_cast<int64_t>(blockIdx.x) * 2 * n;
 #pragma unroll
   for (int k = 0; k < kChunks; ++k) {
     int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
     if (i >= n) break;
-    P o;
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
-      int e = k * kVec + j;
-      o.v[j] = cvt<T>(rstd * (gv[e] - a - xv[e] * b));
+      out[i + j] = dw[k * kVec + j];
+      out[n + i + j] = db[k * kVec + j];
     }
-    *reinterpret_cast<P*>(dx + off + i) = o;
   }
+}
+
+// dw[c] and db[c] (each when not null) = the sums of the `parts` rows of partial (parts, 2n).
+// A block of (32, kSumRows) threads per 32 columns: row y of threads adds parts y, y + kSumRows,
+// ... (coalesced loads), then row 0 adds the rows' sums in order. One thread a column looping
+// over all the parts was latency-bound: 64 us a call at gpt_large's 528 parts (run Q12).
+inline constexpr int kSumRows = 32;
+template <class T>
+__global__ void __launch_bounds__(32 * kSumRows)
+    layer_norm_param_sums_kernel(const acc_t<T>* partial, int64_t parts, int64_t n, T* dw, T* db) {
+  using A = acc_t<T>;
+  __shared__ A rows[kSumRows][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  A s = 0;
+  if (c < 2 * n)
+    for (int64_t p = threadIdx.y; p < parts; p += kSumRows) s += partial[p * 2 * n + c];
+  rows[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= 2 * n) return;
+  for (int y = 1; y < kSumRows; ++y) s += rows[y][threadIdx.x];
+  T* out = c < n ? dw : db;
+  if (out) out[c < n ? c : c - n] = cvt<T>(s);
 }
 
 // g, x and dx are (rows, n), w is (n) or null; one row a block. Mean and rstd as the forward
@@ -333,15 +412,29 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
+// Rows of n elements held in registers (kNormItems a thread): launch_norm's geometry, a warp to
+// kNormThreads a row, short rows sharing a block of 256 threads.
+struct RowLayout {
+  int per_row = 32, rows_per_block = 1;
+  bool fits = false;  // whether a row fits in its threads' registers
+  int64_t groups(int64_t rows) const { return (rows + rows_per_block - 1) / rows_per_block; }
+  int threads() const { return per_row * rows_per_block; }
+};
+RowLayout row_layout(int64_t n) {
+  RowLayout l;
+  while (l.per_row < kNormThreads && l.per_row * kNormItems < n) l.per_row *= 2;
+  l.fits = l.per_row * kNormItems >= n;
+  l.rows_per_block = l.per_row >= 256 ? 1 : 256 / l.per_row;
+  return l;
+}
+
 }  // namespace
 
 void launch_norm(Dt dt, const void* x, const void* w, const void* b, void* y, int64_t rows,
                  int64_t n, double eps, bool rms, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
-  // kNormItems elements a thread, one warp to kNormThreads a row; short rows share a block.
-  int per_row = 32;
-  while (per_row < kNormThreads && per_row * kNormItems < n) per_row *= 2;
-  if (per_row * kNormItems < n) {
+  const RowLayout l = row_layout(n);
+  if (!l.fits) {
     KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
       norm_kernel<scalar_t><<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(
           static_cast<const scalar_t*>(x), static_cast<const scalar_t*>(w),
@@ -349,9 +442,8 @@ void launch_norm(Dt dt, const void* x, const void* w, const void* b, void* y, in
     });
     return;
   }
-  int rows_per_block = per_row >= 256 ? 1 : 256 / per_row;
-  dim3 block(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
-  unsigned grid = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+  dim3 block(static_cast<unsigned>(l.per_row), static_cast<unsigned>(l.rows_per_block));
+  unsigned grid = static_cast<unsigned>(l.groups(rows));
   KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
     using T = scalar_t;
     constexpr int kVec = 16 / sizeof(T);
@@ -383,27 +475,39 @@ void launch_nll_loss(Dt dt, const void* self, const int64_t* target, void* out, 
   });
 }
 
+namespace {
+
+// layer_norm_backward_cached_kernel over `grid` blocks (rows that fit, partial as it says).
+void launch_backward_cached(Dt dt, const void* g, const void* x, const void* w, void* dx,
+                            void* partial, int64_t rows, int64_t n, double eps, int64_t grid,
+                            cudaStream_t stream) {
+  const RowLayout l = row_layout(n);
+  dim3 block(static_cast<unsigned>(l.per_row), static_cast<unsigned>(l.rows_per_block));
+  KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
+    using T = scalar_t;
+    using A = acc_t<T>;
+    constexpr int kVec = 16 / sizeof(T) <= kNormItems ? 16 / sizeof(T) : 1;
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    bool vec = n % kVec == 0 && aligned(g) && aligned(x) && aligned(w) && aligned(dx);
+    auto kernel = vec ? &layer_norm_backward_cached_kernel<T, kVec>
+                      : &layer_norm_backward_cached_kernel<T, 1>;
+    size_t shm = partial && l.rows_per_block > 1
+                     ? static_cast<size_t>(l.threads()) * kNormItems * 2 * sizeof(A)
+                     : 0;
+    kernel<<<static_cast<unsigned>(grid), block, shm, stream>>>(
+        static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w),
+        static_cast<T*>(dx), static_cast<A*>(partial), rows, n, eps);
+  });
+}
+
+}  // namespace
+
 void launch_layer_norm_backward(Dt dt, const void* g, const void* x, const void* w, void* dx,
                                 int64_t rows, int64_t n, double eps, cudaStream_t stream) {
   if (rows == 0 || n == 0) return;
-  // Rows that fit in registers: launch_norm's geometry (kNormItems elements a thread).
-  int per_row = 32;
-  while (per_row < kNormThreads && per_row * kNormItems < n) per_row *= 2;
-  if (per_row * kNormItems >= n) {
-    int rows_per_block = per_row >= 256 ? 1 : 256 / per_row;
-    dim3 block(static_cast<unsigned>(per_row), static_cast<unsigned>(rows_per_block));
-    unsigned grid = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
-    KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
-      using T = scalar_t;
-      constexpr int kVec = 16 / sizeof(T) <= kNormItems ? 16 / sizeof(T) : 1;
-      auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-      bool vec = n % kVec == 0 && aligned(g) && aligned(x) && aligned(w) && aligned(dx);
-      auto kernel = vec ? &layer_norm_backward_cached_kernel<T, kVec>
-                        : &layer_norm_backward_cached_kernel<T, 1>;
-      kernel<<<grid, block, 0, stream>>>(static_cast<const T*>(g), static_cast<const T*>(x),
-                                         static_cast<const T*>(w), static_cast<T*>(dx), rows, n,
-                                         eps);
-    });
+  const RowLayout l = row_layout(n);
+  if (l.fits) {
+    launch_backward_cached(dt, g, x, w, dx, nullptr, rows, n, eps, l.groups(rows), stream);
     return;
   }
   // About four elements a thread, in whole warps.
@@ -413,6 +517,29 @@ void launch_layer_norm_backward(Dt dt, const void* g, const void* x, const void*
     layer_norm_backward_kernel<T><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
         static_cast<const T*>(g), static_cast<const T*>(x), static_cast<const T*>(w),
         static_cast<T*>(dx), n, eps);
+  });
+}
+
+bool layer_norm_fused_backward_fit(int64_t n) { return row_layout(n).fits; }
+
+int64_t layer_norm_fused_backward_parts(int64_t rows, int64_t n) {
+  const RowLayout l = row_layout(n);
+  // About 1024 threads resident a multiprocessor: one wave of blocks, each taking its share of
+  // the row groups.
+  const int64_t wave = static_cast<int64_t>(sm_count()) * std::max(1, 1024 / l.threads());
+  return std::max<int64_t>(1, std::min(l.groups(rows), wave));
+}
+
+void launch_layer_norm_fused_backward(Dt dt, const void* g, const void* x, const void* w, void* dx,
+                                      void* dw, void* db, void* partial, int64_t parts,
+                                      int64_t rows, int64_t n, double eps, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  launch_backward_cached(dt, g, x, w, dx, partial, rows, n, eps, parts, stream);
+  KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
+    using T = scalar_t;
+    const unsigned blocks = static_cast<unsigned>((2 * n + 31) / 32);
+    layer_norm_param_sums_kernel<T><<<blocks, dim3(32, kSumRows), 0, stream>>>(
+        static_cast<const acc_t<T>*>(partial), parts, n, static_cast<T*>(dw), static_cast<T*>(db));
   });
 }
 

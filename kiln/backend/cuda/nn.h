@@ -18,6 +18,15 @@ void launch_norm(Dt dt, const void* x, const void* w, const void* b, void* y, in
 // the gradient of layer_norm with respect to x. g, x and dx are (rows, n).
 void launch_layer_norm_backward(Dt dt, const void* g, const void* x, const void* w, void* dx,
                                 int64_t rows, int64_t n, double eps, cudaStream_t stream);
+// layer_norm_fused_backward for rows of n elements that fit in registers
+// (layer_norm_fused_backward_fit): dx (if not null) as launch_layer_norm_backward, and dw = sum of
+// g * xhat, db = sum of g over the rows (each if not null). `partial` is scratch of (parts, 2n)
+// accumulators (float, double for float64), parts = layer_norm_fused_backward_parts(rows, n).
+bool layer_norm_fused_backward_fit(int64_t n);
+int64_t layer_norm_fused_backward_parts(int64_t rows, int64_t n);
+void launch_layer_norm_fused_backward(Dt dt, const void* g, const void* x, const void* w, void* dx,
+                                      void* dw, void* db, void* partial, int64_t parts,
+                                      int64_t rows, int64_t n, double eps, cudaStream_t stream);
 // out = grad * gelu'(x) over `ix` (erf form, or the tanh approximation's derivative).
 void launch_gelu_backward(Dt dt, const Indexer<3>& ix, void* out, const Operand& grad,
                           const Operand& x, bool approximate_tanh, cudaStream_t stream);

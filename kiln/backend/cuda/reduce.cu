@@ -27,6 +27,8 @@ unsigned grid_for(int64_t items, int64_t per_block) {
   return static_cast<unsigned>(std::clamp<int64_t>(ceil_div(items, per_block), 1, kMaxGrid));
 }
 
+}  // namespace
+
 int sm_count() {
   int dev = 0, n = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -34,6 +36,8 @@ int sm_count() {
     return 132;  // an H100; the count only sizes the split of long reductions
   return n;
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Merging accumulators across threads
@@ -285,6 +289,67 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// columns_kernel with kV adjacent columns a lane, read by one 16-byte load: a tile is 32 * kV
+// columns, and warp y reads rows lo + y, lo + y + kWarps, ... of it. Needs cols % kV == 0 and x
+// 16-byte aligned. The block's warps merge each column's accumulators in shared memory, one of
+// the kV columns at a time.
+template <class Op, int kV>
+__global__ void __launch_bounds__(kThreads)
+    columns_vec_kernel(const typename Op::In* x, int64_t batch, int64_t len, int64_t cols,
+                       int64_t chunk, Op op, typename Op::Acc* partials) {
+  using A = typename Op::Acc;
+  using T = typename Op::In;
+  struct alignas(sizeof(T) * kV) Pack {
+    T v[kV];
+  };
+  constexpr int kUnroll = 4;  // loads in flight a thread
+  __shared__ __align__(16) unsigned char raw[kThreads * sizeof(A)];
+  A* part = reinterpret_cast<A*>(raw);
+  const int lane = static_cast<int>(threadIdx.x), y = static_cast<int>(threadIdx.y);
+  const int64_t width = 32 * kV, tiles = ceil_div(cols, width);
+  const int64_t lo = blockIdx.y * chunk, hi = min(len, lo + chunk);
+  for (int64_t t = blockIdx.x; t < batch * tiles; t += gridDim.x) {
+    const int64_t b = t / tiles, c = t % tiles * width + int64_t{lane} * kV;
+    A a[kV];
+#pragma unroll
+    for (int j = 0; j < kV; ++j) a[j] = op.init();
+    if (c < cols) {
+      const T* p = x + b * len * cols + c;
+      int64_t i = lo + y;
+      for (; i + (kUnroll - 1) * kWarps < hi; i += kUnroll * kWarps) {
+        Pack v[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          v[u] = *reinterpret_cast<const Pack*>(p + (i + u * kWarps) * cols);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+          for (int j = 0; j < kV; ++j) a[j] = op.step(a[j], v[u].v[j], i + u * kWarps);
+      }
+      for (; i < hi; i += kWarps) {
+        Pack v = *reinterpret_cast<const Pack*>(p + i * cols);
+#pragma unroll
+        for (int j = 0; j < kV; ++j) a[j] = op.step(a[j], v.v[j], i);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      part[y * 32 + lane] = a[j];
+      __syncthreads();
+      if (y == 0 && c < cols) {
+        A m = a[j];
+        for (int w = 1; w < kWarps; ++w) m = op.merge(m, part[w * 32 + lane]);
+        const int64_t o = b * cols + c + j;
+        if (partials)
+          partials[o * gridDim.y + blockIdx.y] = m;
+        else
+          op.write(o, m);
+      }
+      __syncthreads();
+    }
+  }
+}
+
 // partials is (outputs, splits): one warp merges the slices of each output and writes it.
 template <class Op>
 __global__ void __launch_bounds__(kThreads)
@@ -307,9 +372,12 @@ struct Plan {
   int64_t splits = 1;  // slices of len per output (partials and merge_kernel when > 1)
   int64_t chunk = 0;   // elements of len per slice
   int width = 32;      // kColumns: columns per tile
+  bool vec = false;    // kColumns: columns_vec_kernel (width 32 * 16 / element size)
 };
 
+template <class Op>
 Plan plan_for(const ReduceArgs& a) {
+  constexpr int kV = 16 / sizeof(typename Op::In);
   Plan p;
   p.chunk = a.len;
   // Slices len (each at least min_chunk long) until about 8 blocks per SM run, when `blocks`
@@ -320,7 +388,14 @@ Plan plan_for(const ReduceArgs& a) {
     p.chunk = ceil_div(a.len, std::max<int64_t>(s, 1));
     p.splits = p.chunk > 0 ? ceil_div(a.len, p.chunk) : 1;
   };
-  if (a.cols > 1) {
+  // 16-byte loads where a row has a tile of them (bias gradients, sums over a batch).
+  p.vec =
+      kV > 1 && a.cols >= 32 * kV && a.cols % kV == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  if (p.vec) {
+    p.kind = Plan::kColumns;
+    p.width = 32 * kV;
+    split(a.batch * ceil_div(a.cols, p.width), 4 * kWarps);  // each warp 4 rows or more
+  } else if (a.cols > 1) {
     p.kind = Plan::kColumns;
     while (p.width / 2 >= a.cols) p.width /= 2;
     split(a.batch * ceil_div(a.cols, p.width), 8 * kThreads / p.width);
@@ -378,7 +453,7 @@ template <class Op>
 void run(const Op& op, const ReduceArgs& a, void* workspace, cudaStream_t stream) {
   using A = typename Op::Acc;
   const auto* x = static_cast<const typename Op::In*>(a.x);
-  Plan p = plan_for(a);
+  Plan p = plan_for<Op>(a);
   int64_t outputs = a.batch * a.cols;
   A* partials = p.splits > 1 ? static_cast<A*>(workspace) : nullptr;
   switch (p.kind) {
@@ -395,8 +470,12 @@ void run(const Op& op, const ReduceArgs& a, void* workspace, cudaStream_t stream
       break;
     case Plan::kColumns: {
       dim3 grid(grid_for(a.batch * ceil_div(a.cols, p.width), 1), static_cast<unsigned>(p.splits));
-      columns_kernel<<<grid, dim3(32, kWarps), 0, stream>>>(x, a.batch, a.len, a.cols, p.width,
-                                                            p.chunk, op, partials);
+      if (p.vec)
+        columns_vec_kernel<Op, 16 / sizeof(typename Op::In)><<<grid, dim3(32, kWarps), 0, stream>>>(
+            x, a.batch, a.len, a.cols, p.chunk, op, partials);
+      else
+        columns_kernel<<<grid, dim3(32, kWarps), 0, stream>>>(x, a.batch, a.len, a.cols, p.width,
+                                                              p.chunk, op, partials);
       break;
     }
   }
@@ -556,11 +635,14 @@ void launch_softmax_warp(const T* x, T* y, int64_t rows, int64_t n, bool log, cu
 
 size_t reduce_workspace_bytes(const ReduceArgs& a) {
   if (a.batch * a.cols == 0) return 0;
-  Plan p = plan_for(a);
-  if (p.splits <= 1) return 0;
-  size_t acc_bytes = 0;
-  with_op(a, [&](auto op) { acc_bytes = sizeof(typename decltype(op)::Acc); });
-  return acc_bytes * static_cast<size_t>(a.batch * a.cols * p.splits);
+  size_t bytes = 0;
+  with_op(a, [&](auto op) {
+    using Op = decltype(op);
+    Plan p = plan_for<Op>(a);
+    if (p.splits > 1)
+      bytes = sizeof(typename Op::Acc) * static_cast<size_t>(a.batch * a.cols * p.splits);
+  });
+  return bytes;
 }
 
 void launch_reduce(const ReduceArgs& a, void* workspace, cudaStream_t stream) {
