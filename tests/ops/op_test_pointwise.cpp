@@ -609,6 +609,13 @@ void add_public_api(Cases& cs) {
                 .make = two(draw_mask(), Spec{{3, 1}}, draw_any(), mt),
                 .kiln = [](const KArgs& x) { return KTensors{where(x[0], x[1], 0.5)}; },
                 .aten = [](const AArgs& a) { return ATensors{at::where(a[0], a[1], 0.5)}; }});
+  // Runs longer than the CPU engine's 64-element chunks for broadcast operands (relu's backward).
+  cs.push_back({.name = "where_scalar_other_long",
+                .ops = {"where"},
+                .dtypes = kAllDTypes,
+                .make = two(draw_mask(), Spec{{5, 70}}, draw_any(), Spec{{5, 70}}),
+                .kiln = [](const KArgs& x) { return KTensors{where(x[0], x[1], 0.5)}; },
+                .aten = [](const AArgs& a) { return ATensors{at::where(a[0], a[1], 0.5)}; }});
   cs.push_back({.name = "masked_fill",
                 .ops = {"where"},
                 .dtypes = kAllDTypes,
