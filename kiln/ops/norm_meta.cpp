@@ -382,6 +382,23 @@ TensorTriple run_group_norm_backward(const NormKernels& k, const Tensor& grad_ou
   return {gi, gw, gb};
 }
 
+LayerNormGrads layer_norm_fused_backward_outputs(const Tensor& grad, const Tensor& input,
+                                                 IntArrayRef normalized_shape, const Tensor& weight,
+                                                 double eps, IntArrayRef output_mask) {
+  meta::layer_norm_fused_backward(grad, input, normalized_shape, weight, eps, output_mask);
+  LayerNormGrads r;
+  r.n = prod(normalized_shape, 0, normalized_shape.size());
+  r.rows = r.n == 0 ? 0 : input.numel() / r.n;
+  const Device d = input.device();
+  if (output_mask[0]) r.dx = empty_tensor(input.sizes(), input.dtype(), d);
+  for (auto [flag, t] : {std::pair{output_mask[1], &r.dw}, std::pair{output_mask[2], &r.db}}) {
+    if (!flag) continue;
+    *t = empty_tensor(normalized_shape, input.dtype(), d);
+    if (r.rows == 0) t->zero_();
+  }
+  return r;
+}
+
 TensorTriple run_layer_norm(const NormKernels& k, const Tensor& input, IntArrayRef normalized_shape,
                             const Tensor& weight, const Tensor& bias, double eps) {
   const int64_t axis = meta::native_layer_norm(input, normalized_shape, weight, bias, eps);

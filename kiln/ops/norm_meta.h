@@ -45,6 +45,17 @@ void layer_norm_fused_backward(const Tensor& grad, const Tensor& input,
 
 namespace kiln::detail {
 
+// layer_norm_fused_backward's checks and results, shared by the backends: dx, dw and db as
+// output_mask asks, on input's device (dw and db zeroed where there are no rows: sums of
+// nothing), with the rows and the row length n.
+struct LayerNormGrads {
+  Tensor dx, dw, db;
+  int64_t rows = 0, n = 0;
+};
+LayerNormGrads layer_norm_fused_backward_outputs(const Tensor& grad, const Tensor& input,
+                                                 IntArrayRef normalized_shape, const Tensor& weight,
+                                                 double eps, IntArrayRef output_mask);
+
 // A backend's three norm kernels, on contiguous tensors viewed as [n, c, hw] (the input's
 // dtype T; statistics and coefficients in norm_stat_dtype(T), contiguous).
 struct NormKernels {

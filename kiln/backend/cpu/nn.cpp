@@ -4,7 +4,6 @@
 
 #include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/norm_meta.h"
-#include "kiln/ops/ops.h"
 #include "kiln/ops/other_meta.h"
 #include "kiln/ops/structured.h"
 
@@ -164,14 +163,7 @@ void layer_norm_backward_impl(const Tensor& out, const Tensor& g, const Tensor& 
 
 TensorTriple layer_norm_fused_backward_kernel(const Tensor& g, const Tensor& x, IntArrayRef shape,
                                               const Tensor& w, double eps, IntArrayRef mask) {
-  meta::layer_norm_fused_backward(g, x, shape, w, eps, mask);
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  const int64_t rows = n == 0 ? 0 : x.numel() / n;
-  Tensor dx = mask[0] ? empty_cpu(x.sizes(), x.dtype()) : Tensor();
-  // Without rows the sums are 0.
-  Tensor dw = mask[1] ? zeros(shape, x.dtype(), Device(kCPU)) : Tensor();
-  Tensor db = mask[2] ? zeros(shape, x.dtype(), Device(kCPU)) : Tensor();
+  auto [dx, dw, db, rows, n] = detail::layer_norm_fused_backward_outputs(g, x, shape, w, eps, mask);
   if (rows == 0) return {dx, dw, db};
   Tensor cg = contiguous_as(g, x.dtype()), cx = contiguous_as(x, x.dtype());
   Tensor cw = w.defined() ? contiguous_as(w, x.dtype()) : Tensor();

@@ -60,24 +60,14 @@ void layer_norm_backward_impl(const Tensor& out, const Tensor& g, const Tensor& 
 // and sums of ops, in float32 for the 16-bit dtypes, for dw and db.
 TensorTriple layer_norm_fused_backward_kernel(const Tensor& g, const Tensor& x, IntArrayRef shape,
                                               const Tensor& w, double eps, IntArrayRef mask) {
-  meta::layer_norm_fused_backward(g, x, shape, w, eps, mask);
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  const int64_t rows = n == 0 ? 0 : x.numel() / n;
-  const Device d = x.device();
-  Tensor dx = mask[0] ? empty_cuda(x.sizes(), x.dtype(), d) : Tensor();
-  Tensor dw = mask[1] ? empty_cuda(shape, x.dtype(), d) : Tensor();
-  Tensor db = mask[2] ? empty_cuda(shape, x.dtype(), d) : Tensor();
-  if (rows == 0 || n == 0) {  // no rows: the sums are 0
-    for (Tensor* t : {&dw, &db})
-      if (t->defined()) t->zero_();
-    return {dx, dw, db};
-  }
+  auto [dx, dw, db, rows, n] = detail::layer_norm_fused_backward_outputs(g, x, shape, w, eps, mask);
+  if (rows == 0) return {dx, dw, db};
   Tensor cg = contiguous_as(g, x.dtype()), cx = contiguous_as(x, x.dtype());
   Tensor cw = w.defined() ? contiguous_as(w, x.dtype()) : Tensor();
   if (layer_norm_fused_backward_fit(n)) {
     const int64_t parts = layer_norm_fused_backward_parts(rows, n);
-    Tensor partial = empty_cuda({parts, 2 * n}, x.dtype() == kFloat64 ? kFloat64 : kFloat32, d);
+    Tensor partial =
+        empty_cuda({parts, 2 * n}, x.dtype() == kFloat64 ? kFloat64 : kFloat32, x.device());
     launch_layer_norm_fused_backward(dt(x.dtype()), cg.impl()->data(), cx.impl()->data(),
                                      data_or_null(cw), dx.defined() ? dx.impl()->data() : nullptr,
                                      dw.defined() ? dw.impl()->data() : nullptr,
