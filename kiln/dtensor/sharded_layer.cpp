@@ -359,7 +359,8 @@ std::unique_ptr<Entry> decide(const OpDef& op, Stack& stack, const Scratch& s, u
   e->local_args = std::move(d.local_args);
   e->local_run = std::move(d.local_run);
   for (size_t pos : d.local_shape_args) {
-    KILN_ASSERT(!e->outputs.empty(), "[{}] a local shape argument without a result", op.name());
+    KILN_ASSERT(!e->outputs.empty() && e->outputs[0],
+                "[{}] a local shape argument without a result", op.name());
     e->local_args.emplace_back(pos, Shape(e->outputs[0]->local_shape()));
   }
   (void)placements_of;
@@ -375,7 +376,10 @@ void wrap_results(Stack& stack, const Entry& e) {
       const DTensorSpec* spec = e.outputs[r++];
       if (spec) *t = make_dtensor(std::move(*t), spec);
     } else if (auto* l = std::get_if<TensorList>(&v)) {
-      for (Tensor& x : *l) x = make_dtensor(std::move(x), e.outputs[r++]);
+      for (Tensor& x : *l) {
+        const DTensorSpec* spec = e.outputs[r++];
+        if (spec) x = make_dtensor(std::move(x), spec);
+      }
     }
   }
 }

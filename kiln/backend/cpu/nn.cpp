@@ -1,6 +1,8 @@
 // CPU kernels of layer_norm (and its backward ops), rms_norm, embedding, nll_loss and dropout.
+#include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "kiln/backend/cpu/loops.h"
 #include "kiln/ops/norm_meta.h"
@@ -163,8 +165,11 @@ void layer_norm_backward_impl(const Tensor& out, const Tensor& g, const Tensor& 
 
 TensorTriple layer_norm_fused_backward_kernel(const Tensor& g, const Tensor& x, IntArrayRef shape,
                                               const Tensor& w, double eps, IntArrayRef mask) {
-  auto [dx, dw, db, rows, n] = detail::layer_norm_fused_backward_outputs(g, x, shape, w, eps, mask);
-  if (rows == 0) return {dx, dw, db};
+  // A named result, not a structured binding: lambdas capture it (clang before 16 cannot capture
+  // bindings, and the fuzz build uses clang).
+  const detail::LayerNormGrads r =
+      detail::layer_norm_fused_backward_outputs(g, x, shape, w, eps, mask);
+  if (r.rows == 0) return {r.dx, r.dw, r.db};
   Tensor cg = contiguous_as(g, x.dtype()), cx = contiguous_as(x, x.dtype());
   Tensor cw = w.defined() ? contiguous_as(w, x.dtype()) : Tensor();
   KILN_DISPATCH_FLOAT_TYPES(x.dtype(), "layer_norm_fused_backward", [&] {
@@ -172,10 +177,10 @@ TensorTriple layer_norm_fused_backward_kernel(const Tensor& g, const Tensor& x, 
     auto data = [](const Tensor& t) {
       return t.defined() ? static_cast<T*>(t.impl()->data()) : nullptr;
     };
-    layer_norm_fused_backward_rows<T>(data(cg), data(cx), data(cw), data(dx), data(dw), data(db),
-                                      rows, n, eps);
+    layer_norm_fused_backward_rows<T>(data(cg), data(cx), data(cw), data(r.dx), data(r.dw),
+                                      data(r.db), r.rows, r.n, eps);
   });
-  return {dx, dw, db};
+  return {r.dx, r.dw, r.db};
 }
 
 // padding_idx and scale_grad_by_freq change only the gradient (Note [Embedding gradients]).

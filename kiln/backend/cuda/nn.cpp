@@ -56,15 +56,16 @@ void layer_norm_backward_impl(const Tensor& out, const Tensor& g, const Tensor& 
 }
 
 // layer_norm_fused_backward: dx, dw and db from one pass where rows fit in registers (per-block
-// partial sums, then a kernel adding them up); longer rows take layer_norm_backward's kernel for dx
-// and sums of ops, in float32 for the 16-bit dtypes, for dw and db.
+// partial sums, then a kernel adding them up); longer rows, or dx alone, take
+// layer_norm_backward's kernel for dx, and sums of ops, in float32 for the 16-bit dtypes, for dw
+// and db.
 TensorTriple layer_norm_fused_backward_kernel(const Tensor& g, const Tensor& x, IntArrayRef shape,
                                               const Tensor& w, double eps, IntArrayRef mask) {
   auto [dx, dw, db, rows, n] = detail::layer_norm_fused_backward_outputs(g, x, shape, w, eps, mask);
   if (rows == 0) return {dx, dw, db};
   Tensor cg = contiguous_as(g, x.dtype()), cx = contiguous_as(x, x.dtype());
   Tensor cw = w.defined() ? contiguous_as(w, x.dtype()) : Tensor();
-  if (layer_norm_fused_backward_fit(n)) {
+  if (layer_norm_fused_backward_fit(n) && (dw.defined() || db.defined())) {
     const int64_t parts = layer_norm_fused_backward_parts(rows, n);
     Tensor partial =
         empty_cuda({parts, 2 * n}, x.dtype() == kFloat64 ? kFloat64 : kFloat32, x.device());

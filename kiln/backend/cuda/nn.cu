@@ -235,12 +235,13 @@ __global__ void __launch_bounds__(kLossThreads)
 // gpt_large's [8192, 768] float32 rows on the H200 this is what makes the backward of layer
 // norm cost about a forward's time instead of three.
 // Blocks step over the row groups (blockDim.y rows each) from blockIdx.x by gridDim.x. With
-// `partial` (layer_norm_fused_backward) each thread also sums g * xhat and g over its rows for its
-// columns (which w and the layout fix for every row); the block adds its rows' sums in shared
-// memory (dynamic, blockDim.x * blockDim.y * kNormItems * 2 accumulators when blockDim.y > 1)
-// and writes row blockIdx.x of partial (gridDim.x, 2n): the dw sums, then the db sums.
-// dx may be null (then only the sums).
-template <class T, int kVec>
+// kSums (layer_norm_fused_backward) each thread also sums g * xhat and g over its live rows for
+// its columns (which w and the layout fix for every row); the block adds its rows' sums in
+// shared memory (dynamic, blockDim.x * blockDim.y * kNormItems * 2 accumulators when
+// blockDim.y > 1) and writes row blockIdx.x of partial (gridDim.x, 2n): the dw sums, then the db
+// sums. dx may then be null (only the sums). Dead rows (past `rows`) add nothing: their rstd is
+// 1 / sqrt(eps), infinite for eps 0.
+template <class T, int kVec, bool kSums>
 __global__ void __launch_bounds__(kNormThreads)
     layer_norm_backward_cached_kernel(const T* g, const T* x, const T* w, T* dx, acc_t<T>* partial,
                                       int64_t rows, int64_t n, double eps) {
@@ -248,17 +249,18 @@ __global__ void __launch_bounds__(kNormThreads)
   using P = Pack<T, kVec>;
   constexpr int kChunks = kNormItems / kVec;
   __shared__ A shm[kNormThreads / 32];
-  A wv[kNormItems], dw[kNormItems], db[kNormItems];
+  A wv[kNormItems], dw[kSums ? kNormItems : 1], db[kSums ? kNormItems : 1];
 #pragma unroll
   for (int k = 0; k < kChunks; ++k) {
     int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
     P pw{};
     if (w && i < n) pw = *reinterpret_cast<const P*>(w + i);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      wv[k * kVec + j] = w ? cvt<A>(pw.v[j]) : A(1);
-      dw[k * kVec + j] = db[k * kVec + j] = A(0);
-    }
+    for (int j = 0; j < kVec; ++j) wv[k * kVec + j] = w ? cvt<A>(pw.v[j]) : A(1);
+  }
+  if constexpr (kSums) {
+#pragma unroll
+    for (int k = 0; k < kNormItems; ++k) dw[k] = db[k] = A(0);
   }
   const int64_t groups = (rows + blockDim.y - 1) / blockDim.y;
   for (int64_t group = blockIdx.x; group < groups; group += gridDim.x) {
@@ -298,8 +300,12 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
     for (int k = 0; k < kNormItems; ++k) {
       xv[k] = (xv[k] - mean) * rstd;  // xhat from here on (g is 0 past the row's end)
-      dw[k] += gv[k] * xv[k];
-      db[k] += gv[k];
+      if constexpr (kSums) {
+        if (live) {
+          dw[k] += gv[k] * xv[k];
+          db[k] += gv[k];
+        }
+      }
       gv[k] *= wv[k];
       sg += gv[k];
       sgx += gv[k] * xv[k];
@@ -321,37 +327,38 @@ __global__ void __launch_bounds__(kNormThreads)
       *reinterpret_cast<P*>(dx + off + i) = o;
     }
   }
-  if (!partial) return;
-  if (blockDim.y > 1) {  // add the block's rows: row 0's threads sum the others' accumulators
-    extern __shared__ __align__(16) unsigned char raw[];
-    A* red = reinterpret_cast<A*>(raw);
-    const int lanes = static_cast<int>(blockDim.x * blockDim.y);
-    const int t = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
-#pragma unroll
-    for (int k = 0; k < kNormItems; ++k) {
-      red[k * lanes + t] = dw[k];
-      red[(kNormItems + k) * lanes + t] = db[k];
-    }
-    __syncthreads();
-    if (threadIdx.y != 0) return;
-    for (unsigned y = 1; y < blockDim.y; ++y) {
-      const int u = static_cast<int>(y * blockDim.x + threadIdx.x);
+  if constexpr (kSums) {
+    if (blockDim.y > 1) {  // add the block's rows: row 0's threads sum the others' accumulators
+      extern __shared__ __align__(16) unsigned char raw[];
+      A* red = reinterpret_cast<A*>(raw);
+      const int lanes = static_cast<int>(blockDim.x * blockDim.y);
+      const int t = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
 #pragma unroll
       for (int k = 0; k < kNormItems; ++k) {
-        dw[k] += red[k * lanes + u];
-        db[k] += red[(kNormItems + k) * lanes + u];
+        red[k * lanes + t] = dw[k];
+        red[(kNormItems + k) * lanes + t] = db[k];
+      }
+      __syncthreads();
+      if (threadIdx.y != 0) return;
+      for (unsigned y = 1; y < blockDim.y; ++y) {
+        const int u = static_cast<int>(y * blockDim.x + threadIdx.x);
+#pragma unroll
+        for (int k = 0; k < kNormItems; ++k) {
+          dw[k] += red[k * lanes + u];
+          db[k] += red[(kNormItems + k) * lanes + u];
+        }
       }
     }
-  }
-  A* out = partial + static_cast<int64_t>(blockIdx.x) * 2 * n;
+    A* out = partial + static_cast<int64_t>(blockIdx.x) * 2 * n;
 #pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
-    int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
-    if (i >= n) break;
+    for (int k = 0; k < kChunks; ++k) {
+      int64_t i = (threadIdx.x + static_cast<int64_t>(k) * blockDim.x) * kVec;
+      if (i >= n) break;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      out[i + j] = dw[k * kVec + j];
-      out[n + i + j] = db[k * kVec + j];
+      for (int j = 0; j < kVec; ++j) {
+        out[i + j] = dw[k * kVec + j];
+        out[n + i + j] = db[k * kVec + j];
+      }
     }
   }
 }
@@ -489,8 +496,10 @@ void launch_backward_cached(Dt dt, const void* g, const void* x, const void* w, 
     constexpr int kVec = 16 / sizeof(T) <= kNormItems ? 16 / sizeof(T) : 1;
     auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     bool vec = n % kVec == 0 && aligned(g) && aligned(x) && aligned(w) && aligned(dx);
-    auto kernel = vec ? &layer_norm_backward_cached_kernel<T, kVec>
-                      : &layer_norm_backward_cached_kernel<T, 1>;
+    auto kernel = partial ? (vec ? &layer_norm_backward_cached_kernel<T, kVec, true>
+                                 : &layer_norm_backward_cached_kernel<T, 1, true>)
+                          : (vec ? &layer_norm_backward_cached_kernel<T, kVec, false>
+                                 : &layer_norm_backward_cached_kernel<T, 1, false>);
     size_t shm = partial && l.rows_per_block > 1
                      ? static_cast<size_t>(l.threads()) * kNormItems * 2 * sizeof(A)
                      : 0;
