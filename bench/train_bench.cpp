@@ -5,9 +5,12 @@
 // step (kiln::nn::CNN, batch 64 of 28x28 images; issue 16's target: 1.2x libtorch's speed). Both
 // sides start from the same weights and inputs; each workload checks that the first losses agree
 // before timing. Both run on the same number of threads (--threads, default 1). --smoke runs each
-// workload's check only. --json FILE writes the numbers. --flush-denormal flushes denormal
-// floats to zero on both sides (torch.set_flush_denormal and kiln::set_flush_denormal): the mlp
-// workloads fit their 64 samples and then run mostly on denormal gradients without it.
+// workload's check only. --only NAME runs one workload (adamw, mlp, cnn or gpt). Kiln and
+// libtorch are timed in alternation (Note [Interleaved timing] in bench/timing.h); a row's ratio
+// is the median of the rounds' ratios, printed with their range. --json FILE writes the numbers.
+// --flush-denormal flushes denormal floats to zero on both sides (torch.set_flush_denormal and
+// kiln::set_flush_denormal): the mlp workloads fit their 64 samples and then run mostly on denormal
+// gradients without it.
 #include <omp.h>
 #include <torch/torch.h>
 
@@ -25,11 +28,6 @@
 namespace {
 
 bool g_smoke = false;
-
-// Median over `repeats` of the mean µs per call of `fn` over `iters` calls, after a warm-up.
-double time_us(const std::function<void()>& fn, int iters, int repeats = 5) {
-  return 1e6 * kiln::bench::median_seconds_per_call(fn, iters, repeats, 2);
-}
 
 torch::Tensor to_torch(const kiln::Tensor& t) {
   std::vector<float> v = t.to(kiln::kFloat32).to_vector<float>();
@@ -64,6 +62,11 @@ struct Row {
   double kiln_us;
   double torch_us;
   double target;  // kiln / libtorch time ratio to meet
+  // Where both sides were timed in alternation (Note [Interleaved timing] in bench/timing.h):
+  // the median over rounds of kiln / libtorch, the row's ratio. 0: kiln_us / torch_us.
+  double paired_ratio = 0;
+  double ratio_min = 0, ratio_max = 0;  // the range of the rounds' ratios (paired timing only)
+  double ratio() const { return paired_ratio > 0 ? paired_ratio : kiln_us / torch_us; }
 };
 
 // ---------------------------------------------------------------- adamw
@@ -85,7 +88,11 @@ Row bench_adamw() {
   check_close("adamw", kiln::sum(kp[5].to(kiln::kFloat64)).item<double>(),
               tp[5].sum().item<double>(), 1e-5);
   if (g_smoke) return {"adamw_step", 0, 0, 1};
-  return {"adamw_step", time_us([&] { kopt.step(); }, 20), time_us([&] { topt.step(); }, 20), 0.67};
+  const kiln::bench::Interleaved t = kiln::bench::interleaved_seconds_per_call(
+      {[&] { topt.step(); }, [&] { kopt.step(); }}, 20, 5, 2);
+  return {"adamw_step",  1e6 * t.seconds_per_call[1], 1e6 * t.seconds_per_call[0],
+          0.67,          t.ratio_to_first[1],         t.ratio_min[1],
+          t.ratio_max[1]};
 }
 
 // ---------------------------------------------------------------- mlp
@@ -121,13 +128,28 @@ double g_gpt_eager_us = 0;
 
 // How a classifier's step is checked and timed (classifier_rows).
 struct StepBench {
-  int iters, repeats;
+  int iters, rounds;
   double tol, target, compiled_target;
 };
 
+// Times libtorch's step, Kiln's compiled step and Kiln's eager step in alternation (Note
+// [Interleaved timing] in bench/timing.h). Pushes the compiled row; returns the eager one.
+Row timed_rows(std::vector<Row>& rows, const std::string& key, const std::function<void()>& tstep,
+               Compiled& c, const std::function<void()>& kstep, const StepBench& b) {
+  const kiln::bench::Interleaved t = kiln::bench::interleaved_seconds_per_call(
+      {tstep, [&] { c.fn.call(c.in, c.out); }, kstep}, b.iters, b.rounds, 2);
+  const double torch_us = 1e6 * t.seconds_per_call[0];
+  rows.push_back({key + "_compiled", 1e6 * t.seconds_per_call[1], torch_us, b.compiled_target,
+                  t.ratio_to_first[1], t.ratio_min[1], t.ratio_max[1]});
+  return {key,           1e6 * t.seconds_per_call[2], torch_us,
+          b.target,      t.ratio_to_first[2],         t.ratio_min[2],
+          t.ratio_max[2]};
+}
+
 // A classifier's training step (zero_grad, forward, cross-entropy, backward, AdamW lr 1e-3) in
 // Kiln, eager and compiled, and in libtorch, from the same weights and batch: the first losses
-// must agree within `tol`, then each is timed. Pushes the compiled row; returns the eager one.
+// must agree within `tol`, then the three are timed in alternation (Note [Interleaved timing]).
+// Pushes the compiled row; returns the eager one.
 template <class TorchModel>
 Row classifier_rows(std::vector<Row>& rows, const std::string& key, kiln::nn::UnaryModule& kmodel,
                     const std::shared_ptr<TorchModel>& tmodel, const kiln::Tensor& kx,
@@ -165,10 +187,7 @@ Row classifier_rows(std::vector<Row>& rows, const std::string& key, kiln::nn::Un
     rows.push_back({key + "_compiled", 0, 0, b.compiled_target});
     return {key, 0, 0, b.target};
   }
-  double torch_us = time_us(tstep, b.iters, b.repeats);
-  rows.push_back({key + "_compiled", time_us([&] { c.fn.call(c.in, c.out); }, b.iters, b.repeats),
-                  torch_us, b.compiled_target});
-  return {key, time_us(kstep, b.iters, b.repeats), torch_us, b.target};
+  return timed_rows(rows, key, tstep, c, kstep, b);
 }
 
 Row bench_mlp(std::vector<Row>& rows, const std::string& key, int64_t width, int64_t layers,
@@ -286,11 +305,9 @@ Row bench_gpt(std::vector<Row>& rows, int64_t width, int iters) {
     rows.push_back({key + "_compiled", 0, 0, 1.1});
     return {key, 0, 0, 1.1};
   }
-  double torch_us = time_us(tstep, iters, 3);
-  rows.push_back(
-      {key + "_compiled", time_us([&] { c.fn.call(c.in, c.out); }, iters, 3), torch_us, 1.1});
-  g_gpt_eager_us = time_us(kstep, iters, 3);
-  return {key, g_gpt_eager_us, torch_us, 1.1};
+  Row eager = timed_rows(rows, key, tstep, c, kstep, {iters, 5, 0, 1.1, 1.1});
+  g_gpt_eager_us = eager.kiln_us;
+  return eager;
 }
 
 // ---------------------------------------------------------------- cnn
@@ -331,7 +348,7 @@ Row bench_cnn(std::vector<Row>& rows, int iters) {
   auto tmodel = std::make_shared<TorchCNN>(cfg);
   kiln::Tensor kx = kiln::randn({64, 1, 28, 28}, &gen), ky = kiln::randint(0, 10, {64}, &gen);
   return classifier_rows(rows, "cnn_step_batch64", kmodel, tmodel, kx, ky,
-                         {iters, 3, 1e-3, 1 / 1.2, 1 / 1.2});
+                         {iters, 7, 1e-3, 1 / 1.2, 1 / 1.2});
 }
 
 int bench_main(int argc, char** argv) {
@@ -339,6 +356,7 @@ int bench_main(int argc, char** argv) {
   int threads = 1;
   int64_t gpt_width = 256;
   bool flush_denormal = false;
+  std::string only;  // one workload, for quick measurements
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--smoke"))
       g_smoke = true;
@@ -350,10 +368,12 @@ int bench_main(int argc, char** argv) {
       gpt_width = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--flush-denormal"))
       flush_denormal = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
     else {
       fmt::print(stderr,
                  "usage: kiln_train_bench [--smoke] [--json FILE] [--threads N] [--gpt-width W] "
-                 "[--flush-denormal]\n");
+                 "[--flush-denormal] [--only adamw|mlp|cnn|gpt]\n");
       return 2;
     }
   }
@@ -363,30 +383,31 @@ int bench_main(int argc, char** argv) {
     at::globalContext().setFlushDenormal(true);
     kiln::set_flush_denormal(true);
   }
+  auto wanted = [&](const char* workload) { return only.empty() || only == workload; };
   std::vector<Row> rows;
-  rows.push_back(bench_adamw());
+  if (wanted("adamw")) rows.push_back(bench_adamw());
   // bench_* push their compiled rows first, then return the eager row.
   auto add = [&](std::vector<Row> compiled, Row eager) {
     rows.push_back(eager);
     rows.insert(rows.end(), compiled.begin(), compiled.end());
   };
-  {
+  if (wanted("mlp")) {
     std::vector<Row> c;
     Row e = bench_mlp(c, "mlp_step_width512", 512, 4, 20, 1.1, 1.1);
     add(c, e);
   }
-  {
+  if (wanted("mlp")) {
     std::vector<Row> c;
     Row e = bench_mlp(c, "mlp_step_width64", 64, 3, 200, 0.67, 1.0 / 3);
     add(c, e);
   }
-  {
+  if (wanted("cnn")) {
     std::vector<Row> c;
     Row e = bench_cnn(c, 5);
     add(c, e);
   }
   if (g_smoke) gpt_width = 32;
-  {
+  if (wanted("gpt")) {
     std::vector<Row> c;
     Row e = bench_gpt(c, gpt_width, 2);
     add(c, e);
@@ -395,30 +416,33 @@ int bench_main(int argc, char** argv) {
     fmt::print("kiln_train_bench: smoke run passed ({} workloads checked)\n", rows.size());
     return 0;
   }
-  fmt::print("{} thread(s)\n{:<22} {:>12} {:>12} {:>8} {:>8}\n", threads, "workload", "kiln us",
-             "libtorch us", "ratio", "target");
+  fmt::print("{} thread(s)\n{:<27} {:>10} {:>12} {:>7} {:>13} {:>8}\n", threads, "workload",
+             "kiln us", "libtorch us", "ratio", "rounds", "target");
   std::string json = "{\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    double ratio = r.kiln_us / r.torch_us;
-    fmt::print("{:<22} {:>12.1f} {:>12.1f} {:>8.3f} {:>7}{:.2f}{}\n", r.key, r.kiln_us, r.torch_us,
-               ratio, "<=", r.target, ratio <= r.target ? "" : "  (missed)");
+    const double ratio = r.ratio();
+    fmt::print("{:<27} {:>10.1f} {:>12.1f} {:>7.3f} {:>6.3f}-{:<6.3f} {:>5}{:.2f}{}\n", r.key,
+               r.kiln_us, r.torch_us, ratio, r.ratio_min, r.ratio_max, "<=", r.target,
+               ratio <= r.target ? "" : "  (missed)");
     json += fmt::format(
-        "  \"{}\": {{\"kiln_us\": {:.1f}, \"libtorch_us\": {:.1f}, \"ratio\": {:.4f}}}{}\n", r.key,
-        r.kiln_us, r.torch_us, ratio, i + 1 < rows.size() ? "," : "");
+        "  \"{}\": {{\"kiln_us\": {:.1f}, \"libtorch_us\": {:.1f}, \"ratio\": {:.4f}}},\n", r.key,
+        r.kiln_us, r.torch_us, ratio);
   }
-  // Compiling = the traced call (the real step, plus recording) and the lowering; what it
-  // costs beyond running the step once eagerly is what compile adds.
-  const double beyond = g_gpt_compile.compile_ms - g_gpt_eager_us / 1e3;
-  fmt::print(
-      "compiling the gpt step: {:.1f} ms = traced call {:.1f} ms + lowering {:.1f} ms; beyond "
-      "one eager step ({:.1f} ms): {:.1f} ms (target <= 200 ms){}\n",
-      g_gpt_compile.compile_ms, g_gpt_compile.trace_ms, g_gpt_compile.lower_ms,
-      g_gpt_eager_us / 1e3, beyond, beyond <= 200 ? "" : "  (missed)");
-  json += fmt::format(
-      "  \"gpt_compile_ms\": {:.1f},\n  \"gpt_compile_lower_ms\": {:.1f},\n  "
-      "\"gpt_compile_beyond_eager_ms\": {:.1f},\n",
-      g_gpt_compile.compile_ms, g_gpt_compile.lower_ms, beyond);
+  if (wanted("gpt")) {
+    // Compiling = the traced call (the real step, plus recording) and the lowering; what it
+    // costs beyond running the step once eagerly is what compile adds.
+    const double beyond = g_gpt_compile.compile_ms - g_gpt_eager_us / 1e3;
+    fmt::print(
+        "compiling the gpt step: {:.1f} ms = traced call {:.1f} ms + lowering {:.1f} ms; beyond "
+        "one eager step ({:.1f} ms): {:.1f} ms (target <= 200 ms){}\n",
+        g_gpt_compile.compile_ms, g_gpt_compile.trace_ms, g_gpt_compile.lower_ms,
+        g_gpt_eager_us / 1e3, beyond, beyond <= 200 ? "" : "  (missed)");
+    json += fmt::format(
+        "  \"gpt_compile_ms\": {:.1f},\n  \"gpt_compile_lower_ms\": {:.1f},\n  "
+        "\"gpt_compile_beyond_eager_ms\": {:.1f},\n",
+        g_gpt_compile.compile_ms, g_gpt_compile.lower_ms, beyond);
+  }
   json += fmt::format("  \"threads\": {}\n}}\n", threads);
   if (!json_path.empty()) std::ofstream(json_path) << json;
   return 0;

@@ -12,8 +12,9 @@ namespace kiln::amp {
 // (OpRecordTest.AutocastPolicyCoverage) fails for a functional op without an entry, so a new op
 // comes with a decision. In-place and out= forms, views and factories are Passthrough by their
 // kind: autocast leaves a written tensor's dtype alone and views and factories have no inputs to
-// cast. Backward ops (gelu_backward, layer_norm_backward, layer_norm_fused_backward,
-// flash_attention_backward) run in backward passes, where autocast is off; they are Passthrough.
+// cast. Backward ops (gelu_backward, threshold_backward, layer_norm_backward,
+// layer_norm_fused_backward, flash_attention_backward) run in backward passes, where autocast is
+// off; they are Passthrough.
 namespace {
 
 using P = AutocastPolicy;
@@ -151,6 +152,7 @@ constexpr auto kTable = std::to_array<PolicyEntry>({
     {"native_dropout", P::Passthrough},
     {"foreach_sqrt", P::Passthrough},
     {"gelu_backward", P::Passthrough},
+    {"threshold_backward", P::Passthrough},
     {"elu_backward", P::Passthrough},
     {"layer_norm_backward", P::Passthrough},
     {"layer_norm_fused_backward", P::Passthrough},

@@ -138,8 +138,9 @@ void sigmoid_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   Tensor y = c.output(0);
   gi[0] = mul(g[0], mul(y, 1.0 - y));
 }
+// One pass over grad and the result (threshold_backward), as PyTorch's relu backward.
 void relu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
-  gi[0] = where(gt(c.output(0), 0.0), g[0], 0.0);
+  gi[0] = threshold_backward(g[0], c.output(0), 0);
 }
 void silu_bw(const BackwardCtx& c, const Grads& g, Grads& gi) {
   Tensor a = c.input(0), s = sigmoid(a);

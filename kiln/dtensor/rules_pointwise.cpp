@@ -1,5 +1,5 @@
 // Sharding rules of the pointwise ops (their functional, in-place and out= forms), where,
-// clamp, gelu_backward, casts and copies. See Note [Pointwise placements].
+// clamp, gelu_backward, threshold_backward, casts and copies. See Note [Pointwise placements].
 #include <algorithm>
 
 #include "kiln/dtensor/dtensor.h"
@@ -176,6 +176,8 @@ const bool g_registered = [] {
 #undef KILN_POINTWISE_RULE
   set_sharding_rule(ops::op_gelu_backward.def, &kFirst);
   set_sharding_rule(ops::op_gelu_backward_out.def, &kFirst);
+  set_sharding_rule(ops::op_threshold_backward.def, &kFirst);
+  set_sharding_rule(ops::op_threshold_backward_out.def, &kFirst);
   set_sharding_rule(ops::op_elu_backward.def, &kFirst);
   set_sharding_rule(ops::op_elu_backward_out.def, &kFirst);
   set_sharding_rule(ops::op_to_copy.def, &kNo);

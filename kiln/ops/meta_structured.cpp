@@ -330,8 +330,10 @@ TensorSpec tril(const Tensor& self, int64_t) {
   KILN_CHECK(self.dim() >= 2, "[tril] input must have at least 2 dimensions, got {}", self.dim());
   return {Shape(self.sizes()), self.dtype(), self.device()};
 }
-TensorSpec gelu_backward(const Tensor& grad, const Tensor& self, bool) {
-  const char* op = "gelu_backward";
+namespace {
+// A pointwise backward op's operands: grad_output and self (or the result), floating, of one
+// dtype, one shape and one device.
+TensorSpec pointwise_backward(const char* op, const Tensor& grad, const Tensor& self) {
   check_defined(op, grad, "grad_output");
   check_defined(op, self, "self");
   KILN_CHECK_TYPE(is_floating(self.dtype()) && grad.dtype() == self.dtype(),
@@ -341,6 +343,13 @@ TensorSpec gelu_backward(const Tensor& grad, const Tensor& self, bool) {
              "[{}] grad_output has shape [{}], but self has shape [{}]", op,
              fmt::join(grad.sizes(), ", "), fmt::join(self.sizes(), ", "));
   return {Shape(self.sizes()), self.dtype(), common_device(op, {&grad, &self})};
+}
+}  // namespace
+TensorSpec gelu_backward(const Tensor& grad, const Tensor& self, bool) {
+  return pointwise_backward("gelu_backward", grad, self);
+}
+TensorSpec threshold_backward(const Tensor& grad, const Tensor& self, const Scalar&) {
+  return pointwise_backward("threshold_backward", grad, self);
 }
 
 TensorSpec one_hot(const Tensor& self, int64_t num_classes) {

@@ -172,6 +172,8 @@ namespace kiln::ops {
   _(one_hot, (const Tensor&, int64_t), "one_hot(Tensor self, int num_classes)")                    \
   _(gelu_backward, (const Tensor&, const Tensor&, bool),                                           \
     "gelu_backward(Tensor grad_output, Tensor self, bool approximate_tanh=False)")                 \
+  _(threshold_backward, (const Tensor&, const Tensor&, const Scalar&),                             \
+    "threshold_backward(Tensor grad_output, Tensor self, Scalar threshold)")                       \
   _(layer_norm_backward, (const Tensor&, const Tensor&, IntArrayRef, const Tensor&, double),       \
     "layer_norm_backward(Tensor grad_output, Tensor input, int[] normalized_shape, Tensor? "       \
     "weight, "                                                                                     \

@@ -256,6 +256,9 @@ std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& grad_o
 Tensor gelu_backward(const Tensor& grad, const Tensor& self, bool approximate_tanh) {
   return op_gelu_backward(grad, self, approximate_tanh);
 }
+Tensor threshold_backward(const Tensor& grad, const Tensor& self, const Scalar& threshold) {
+  return op_threshold_backward(grad, self, threshold);
+}
 Tensor clamp(const Tensor& a, std::optional<Scalar> lo, std::optional<Scalar> hi) {
   return op_clamp(a, lo, hi);
 }

@@ -198,6 +198,9 @@ KILN_FORALL_PUBLIC_UNARY(KILN_DECLARE_PUBLIC_UNARY)
 Tensor gelu(const Tensor& a, bool approximate_tanh = false);
 // grad * d/dx gelu(x), in one pass: gelu's backward formula (no double backward).
 Tensor gelu_backward(const Tensor& grad, const Tensor& self, bool approximate_tanh = false);
+// grad where self > threshold, else 0, in one pass (ATen's threshold_backward): relu's backward
+// formula, with relu's result as self and threshold 0. A NaN self lets grad through.
+Tensor threshold_backward(const Tensor& grad, const Tensor& self, const Scalar& threshold);
 // round: half to even, as PyTorch. ceil, floor, round and trunc keep integer tensors as they are.
 // isnan and isinf: bool results, false for integer and bool tensors (no in-place forms).
 Tensor isnan(const Tensor& self);

@@ -487,6 +487,75 @@ void add_unary_ops(Cases& cs) {
         return KTensors{x.out};
       }));
   }
+  // relu's backward (threshold_backward) against ATen's: a threshold inside the values (on
+  // transposed and strided operands too), relu's results at 0 (exact zeros on the boundary) and
+  // NaN, infinities and signed zeros on both sides (a NaN self lets grad through).
+  {
+    auto kiln_at = [](double th) {
+      return [th](const KArgs& x) { return KTensors{threshold_backward(x[0], x[1], th)}; };
+    };
+    auto aten_at = [](double th) {
+      return [th](const AArgs& a) { return ATensors{at::threshold_backward(a[0], a[1], th)}; };
+    };
+    OpCase row{.name = "threshold_backward",
+               .ops = {"threshold_backward"},
+               .dtypes = kFloatDTypes,
+               .make = make_from({draw_any(), draw_uniform(-2, 2)}, {Spec{{7, 9}}, Spec{{7, 9}}}),
+               .kiln = kiln_at(0.5),
+               .aten = aten_at(0.5)};
+    row.errors = {{"threshold_backward_shape",
+                   K::Value,
+                   "threshold_backward",
+                   {"[2, 3]", "[3, 2]"},
+                   [](const Watch&) {
+                     threshold_backward(f32({2, 3}), f32({3, 2}), 0);
+                   }},
+                  {"threshold_backward_int",
+                   K::Type,
+                   "threshold_backward",
+                   {"int64"},
+                   [](const Watch&) { threshold_backward(i64({3}), i64({3}), 0); }},
+                  {"threshold_backward_dtypes",
+                   K::Type,
+                   "threshold_backward",
+                   {"float64", "float32"},
+                   [](const Watch&) { threshold_backward(ones({3}, kFloat64), f32({3}), 0); }}};
+    cs.push_back(row);
+    cs.push_back(out_variant(row, "threshold_backward_out", [](const KArgs& x) {
+      ops::op_threshold_backward_out(x.out, x[0], x[1], 0.5);
+      return KTensors{x.out};
+    }));
+    cs.push_back(
+        {.name = "threshold_backward_strided",
+         .ops = {"threshold_backward"},
+         .dtypes = kFloatDTypes,
+         .make = make_from({draw_any(), draw_uniform(-2, 2)},
+                           {Spec{{40, 33}, Layout::Transposed}, Spec{{40, 33}, Layout::Strided}}),
+         .kiln = kiln_at(-0.25),
+         .aten = aten_at(-0.25)});
+    cs.push_back(
+        {.name = "threshold_backward_relu_result",
+         .ops = {"threshold_backward", "relu"},
+         .dtypes = kFloatDTypes,
+         .make = make_from({draw_any(), draw_any()}, {Spec{{300, 129}}, Spec{{300, 129}}}),
+         .kiln = [](const KArgs& x) { return KTensors{threshold_backward(x[0], relu(x[1]), 0)}; },
+         .aten =
+             [](const AArgs& a) {
+               return ATensors{at::threshold_backward(a[0], at::relu(a[1]), 0)};
+             }});
+    const Dims n{static_cast<int64_t>(special_values().size())};
+    Draw special = [](Gen& g, const Spec& s) {
+      std::vector<double> v = special_values();
+      std::shuffle(v.begin(), v.end(), g.rng);
+      return g.values(v, s.shape);
+    };
+    cs.push_back({.name = "threshold_backward_special",
+                  .ops = {"threshold_backward"},
+                  .dtypes = kFloatDTypes,
+                  .make = make_from({special, special}, {Spec{n}, Spec{n}}),
+                  .kiln = kiln_at(0),
+                  .aten = aten_at(0)});
+  }
   add_pointwise(
       cs,
       {.name = "clamp",

@@ -33,6 +33,10 @@ int64_t spatial(const PoolConfig& c) {
 const std::vector<PoolConfig>& max_configs() {
   static const std::vector<PoolConfig> c = {
       {"2d_k2", {2, 3, 8, 8}, {2}, {}, {0}, {1}},
+      // Note [2x2 max pooling]'s loop with a row and a column left over, and the general loop
+      // where ceil_mode's last windows overhang the plane.
+      {"2d_k2_odd", {2, 3, 7, 9}, {2}, {}, {0}, {1}},
+      {"2d_k2_odd_ceil", {1, 2, 7, 9}, {2}, {}, {0}, {1}, true},
       {"2d_k3_s2_p1", {2, 3, 7, 9}, {3}, {2}, {1}, {1}},
       {"2d_rect_dilated", {1, 2, 9, 10}, {3, 2}, {2, 1}, {1, 0}, {2, 1}},
       {"2d_ceil", {2, 2, 8, 8}, {3}, {2}, {0}, {1}, true},

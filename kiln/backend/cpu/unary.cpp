@@ -263,6 +263,20 @@ void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x,
   });
 }
 
+// grad where x > threshold, else 0, in one pass (relu's backward formula). The threshold is
+// rounded to x's dtype, as ATen does; a NaN x compares false and lets grad through.
+void threshold_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x,
+                             const Scalar& threshold) {
+  with_result_dtype(out, x.dtype(), [&](const Tensor& r) {
+    KILN_DISPATCH_FLOAT_TYPES(x.dtype(), "threshold_backward", [&] {
+      using T = scalar_t;
+      const A<T> th = static_cast<T>(threshold.to<A<T>>());
+      elementwise<T, T, T>(r, {&grad, &x},
+                           [th](T gv, T xv) -> T { return A<T>(xv) <= th ? T(0) : gv; });
+    });
+  });
+}
+
 void clamp_impl(const Tensor& out, const Tensor& a, const OptScalar& lo, const OptScalar& hi) {
   DType ct = meta::clamp(a, lo, hi).dtype;
   unary(out, a, ct, "clamp", [&](auto* tag) {
@@ -322,6 +336,7 @@ KILN_REGISTER_POINTWISE(logical_not, K, &logical_not_impl);
 KILN_REGISTER_POINTWISE(gelu, K, &gelu_impl);
 KILN_REGISTER_POINTWISE(clamp, K, &clamp_impl);
 KILN_REGISTER_STRUCTURED(gelu_backward, K, &gelu_backward_impl);
+KILN_REGISTER_STRUCTURED(threshold_backward, K, &threshold_backward_impl);
 
 }  // namespace
 }  // namespace kiln::cpu

@@ -1,5 +1,5 @@
-// CUDA kernels of layer_norm (and its backward ops), rms_norm, gelu_backward, embedding and
-// nll_loss: host glue.
+// CUDA kernels of layer_norm (and its backward ops), rms_norm, gelu_backward,
+// threshold_backward, embedding and nll_loss: host glue.
 #include "kiln/backend/cuda/nn.h"
 
 #include "kiln/backend/cuda/common.h"
@@ -102,6 +102,16 @@ void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x,
   });
 }
 
+void threshold_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x,
+                             const Scalar& threshold) {
+  with_result(out, x.dtype(), false, [&](const Tensor& r) {
+    Indexer<3> ix = make_indexer<3>(r, {&grad, &x});
+    launch_threshold_backward(dt(x.dtype()), ix, r.impl()->data(), operand(grad), operand(x),
+                              threshold.to_double(), stream_for(r));
+    check_launch("threshold_backward");
+  });
+}
+
 // The rows of weight (V, D) at indices: index_select along dim 0, as (1, V, D) -> (1, N, D).
 // padding_idx and scale_grad_by_freq change only the gradient (Note [Embedding gradients]).
 void embedding_impl(const Tensor& out, const Tensor& weight, const Tensor& indices, int64_t, bool,
@@ -144,6 +154,7 @@ KILN_CUDA_STRUCTURED(layer_norm, &layer_norm_impl);
 KILN_CUDA_STRUCTURED(layer_norm_backward, &layer_norm_backward_impl);
 KILN_CUDA_STRUCTURED(rms_norm, &rms_norm_impl);
 KILN_CUDA_STRUCTURED(gelu_backward, &gelu_backward_impl);
+KILN_CUDA_STRUCTURED(threshold_backward, &threshold_backward_impl);
 KILN_CUDA_STRUCTURED(embedding, &embedding_impl);
 KILN_CUDA_STRUCTURED(nll_loss, &nll_loss_impl);
 

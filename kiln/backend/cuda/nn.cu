@@ -150,6 +150,15 @@ __global__ void __launch_bounds__(kNormThreads)
     yr[i] = norm_out(cvt<A>(xr[i]), mean, rstd, w, b, i);
 }
 
+// grad where x > threshold, else 0; a NaN x lets grad through, as on the CPU.
+template <class T>
+struct ThresholdBackward {
+  T threshold;  // rounded to T on the host, as ATen rounds it
+  __device__ T operator()(T g, T x) const {
+    return cvt<acc_t<T>>(x) <= cvt<acc_t<T>>(threshold) ? cvt<T>(0.0f) : g;
+  }
+};
+
 // grad * d/dx gelu(x), as the CPU kernel computes it.
 template <class T>
 struct GeluBackward {
@@ -469,6 +478,15 @@ void launch_gelu_backward(Dt dt, const Indexer<3>& ix, void* out, const Operand&
     launch_elementwise<scalar_t, scalar_t, scalar_t>(
         ix, out, GeluBackward<scalar_t>{approximate_tanh}, stream, in_of<scalar_t>(grad),
         in_of<scalar_t>(x));
+  });
+}
+
+void launch_threshold_backward(Dt dt, const Indexer<3>& ix, void* out, const Operand& grad,
+                               const Operand& x, double threshold, cudaStream_t stream) {
+  KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
+    launch_elementwise<scalar_t, scalar_t, scalar_t>(
+        ix, out, ThresholdBackward<scalar_t>{cvt<scalar_t>(threshold)}, stream,
+        in_of<scalar_t>(grad), in_of<scalar_t>(x));
   });
 }
 

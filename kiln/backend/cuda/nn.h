@@ -27,6 +27,9 @@ int64_t layer_norm_fused_backward_parts(int64_t rows, int64_t n);
 void launch_layer_norm_fused_backward(Dt dt, const void* g, const void* x, const void* w, void* dx,
                                       void* dw, void* db, void* partial, int64_t parts,
                                       int64_t rows, int64_t n, double eps, cudaStream_t stream);
+// out = grad where x > threshold, else 0, over `ix` (threshold_backward).
+void launch_threshold_backward(Dt dt, const Indexer<3>& ix, void* out, const Operand& grad,
+                               const Operand& x, double threshold, cudaStream_t stream);
 // out = grad * gelu'(x) over `ix` (erf form, or the tanh approximation's derivative).
 void launch_gelu_backward(Dt dt, const Indexer<3>& ix, void* out, const Operand& grad,
                           const Operand& x, bool approximate_tanh, cudaStream_t stream);
