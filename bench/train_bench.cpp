@@ -377,6 +377,10 @@ int bench_main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!only.empty() && only != "adamw" && only != "mlp" && only != "cnn" && only != "gpt") {
+    fmt::print(stderr, "kiln_train_bench: --only takes adamw, mlp, cnn or gpt, got '{}'\n", only);
+    return 2;
+  }
   torch::set_num_threads(threads);
   omp_set_num_threads(threads);
   if (flush_denormal) {  // both sides, after the thread counts (Note [Flushing denormals])

@@ -549,6 +549,19 @@ void add_unary_ops(Cases& cs) {
       std::shuffle(v.begin(), v.end(), g.rng);
       return g.values(v, s.shape);
     };
+    // A threshold between two float16 (and two bfloat16) values, with self on and around it:
+    // self and the threshold compare unrounded, as ATen's CPU kernel compares them.
+    cs.push_back({.name = "threshold_backward_unrounded",
+                  .ops = {"threshold_backward"},
+                  .dtypes = kFloatDTypes,
+                  .make =
+                      [](Gen& g) {
+                        const std::vector<double> v = {0.69921875, 0.7001953125, 0.7, 0.5,
+                                                       0.6999,     0.7002,       1.0, -0.7};
+                        return KTensors{g.values({1, 2, 3, 4, 5, 6, 7, 8}, {8}), g.values(v, {8})};
+                      },
+                  .kiln = kiln_at(0.7),
+                  .aten = aten_at(0.7)});
     cs.push_back({.name = "threshold_backward_special",
                   .ops = {"threshold_backward"},
                   .dtypes = kFloatDTypes,

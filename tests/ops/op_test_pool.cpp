@@ -37,6 +37,7 @@ const std::vector<PoolConfig>& max_configs() {
       // where ceil_mode's last windows overhang the plane.
       {"2d_k2_odd", {2, 3, 7, 9}, {2}, {}, {0}, {1}},
       {"2d_k2_odd_ceil", {1, 2, 7, 9}, {2}, {}, {0}, {1}, true},
+      {"3d_depth1_k122", {2, 2, 1, 6, 6}, {1, 2, 2}, {1, 2, 2}, {0}, {1}},
       {"2d_k3_s2_p1", {2, 3, 7, 9}, {3}, {2}, {1}, {1}},
       {"2d_rect_dilated", {1, 2, 9, 10}, {3, 2}, {2, 1}, {1, 0}, {2, 1}},
       {"2d_ceil", {2, 2, 8, 8}, {3}, {2}, {0}, {1}, true},
@@ -176,14 +177,21 @@ void add_max(Cases& cs, GradSamples& grads) {
 }
 
 // NaN wins a window (the last one when several), ties go to the first, and -inf is a value.
+// nan_first_k2's 2x2 windows start with a NaN, hold only -inf, tie, and end with a NaN.
 void add_max_special(Cases& cs) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  const std::vector<double> v = {1, nan, 3, 3, nan, 2, nan, 0, -inf, -inf, 5, 5, 1, 1, 5, 7};
-  for (const PoolConfig& c : {PoolConfig{"nan_k2", {1, 1, 4, 4}, {2}, {}, {0}, {1}},
-                              PoolConfig{"nan_k3_overlapping", {1, 1, 4, 4}, {3}, {1}, {1}, {1}}}) {
-    PoolConfig fc = c;
-    cs.push_back({.name = "max_pool_" + std::string(c.label),
+  const std::vector<double> mixed = {1, nan, 3, 3, nan, 2, nan, 0, -inf, -inf, 5, 5, 1, 1, 5, 7};
+  const std::vector<double> edges = {nan, 1, -inf, -inf, 2, 3, -inf, -inf,
+                                     5,   5, nan,  2,    5, 5, 1,    nan};
+  const std::pair<PoolConfig, std::vector<double>> rows[] = {
+      {{"nan_k2", {1, 1, 4, 4}, {2}, {}, {0}, {1}}, mixed},
+      {{"nan_k3_overlapping", {1, 1, 4, 4}, {3}, {1}, {1}, {1}}, mixed},
+      {{"nan_first_k2", {1, 1, 4, 4}, {2}, {}, {0}, {1}}, edges}};
+  for (const auto& row : rows) {
+    const PoolConfig fc = row.first;
+    const std::vector<double> v = row.second;
+    cs.push_back({.name = "max_pool_" + std::string(fc.label),
                   .ops = {"max_pool2d_with_indices"},
                   .dtypes = kFloatDTypes,
                   .make =

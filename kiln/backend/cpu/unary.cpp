@@ -263,14 +263,15 @@ void gelu_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x,
   });
 }
 
-// grad where x > threshold, else 0, in one pass (relu's backward formula). The threshold is
-// rounded to x's dtype, as ATen does; a NaN x compares false and lets grad through.
+// grad where x > threshold, else 0, in one pass (relu's backward formula). x and the threshold
+// compare in acc_t (float for the 16-bit floats), the threshold unrounded, as ATen's CPU kernel
+// compares them; a NaN x compares false and lets grad through.
 void threshold_backward_impl(const Tensor& out, const Tensor& grad, const Tensor& x,
                              const Scalar& threshold) {
   with_result_dtype(out, x.dtype(), [&](const Tensor& r) {
     KILN_DISPATCH_FLOAT_TYPES(x.dtype(), "threshold_backward", [&] {
       using T = scalar_t;
-      const A<T> th = static_cast<T>(threshold.to<A<T>>());
+      const A<T> th = threshold.to<A<T>>();
       elementwise<T, T, T>(r, {&grad, &x},
                            [th](T gv, T xv) -> T { return A<T>(xv) <= th ? T(0) : gv; });
     });

@@ -150,12 +150,13 @@ __global__ void __launch_bounds__(kNormThreads)
     yr[i] = norm_out(cvt<A>(xr[i]), mean, rstd, w, b, i);
 }
 
-// grad where x > threshold, else 0; a NaN x lets grad through, as on the CPU.
+// grad where x > threshold, else 0, compared in acc_t with the threshold unrounded, as on the
+// CPU; a NaN x lets grad through.
 template <class T>
 struct ThresholdBackward {
-  T threshold;  // rounded to T on the host, as ATen rounds it
+  acc_t<T> threshold;
   __device__ T operator()(T g, T x) const {
-    return cvt<acc_t<T>>(x) <= cvt<acc_t<T>>(threshold) ? cvt<T>(0.0f) : g;
+    return cvt<acc_t<T>>(x) <= threshold ? cvt<T>(0.0f) : g;
   }
 };
 
@@ -485,7 +486,7 @@ void launch_threshold_backward(Dt dt, const Indexer<3>& ix, void* out, const Ope
                                const Operand& x, double threshold, cudaStream_t stream) {
   KILN_CUDA_DISPATCH_FLOAT(dt, [&] {
     launch_elementwise<scalar_t, scalar_t, scalar_t>(
-        ix, out, ThresholdBackward<scalar_t>{cvt<scalar_t>(threshold)}, stream,
+        ix, out, ThresholdBackward<scalar_t>{static_cast<acc_t<scalar_t>>(threshold)}, stream,
         in_of<scalar_t>(grad), in_of<scalar_t>(x));
   });
 }
