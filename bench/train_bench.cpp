@@ -62,11 +62,9 @@ struct Row {
   double kiln_us;
   double torch_us;
   double target;  // kiln / libtorch time ratio to meet
-  // Where both sides were timed in alternation (Note [Interleaved timing] in bench/timing.h):
-  // the median over rounds of kiln / libtorch, the row's ratio. 0: kiln_us / torch_us.
-  double paired_ratio = 0;
-  double ratio_min = 0, ratio_max = 0;  // the range of the rounds' ratios (paired timing only)
-  double ratio() const { return paired_ratio > 0 ? paired_ratio : kiln_us / torch_us; }
+  // The median over rounds of kiln / libtorch and the rounds' range (Note [Interleaved timing]
+  // in bench/timing.h); not kiln_us / torch_us, which are medians taken apart.
+  double ratio = 0, ratio_min = 0, ratio_max = 0;
 };
 
 // ---------------------------------------------------------------- adamw
@@ -425,7 +423,7 @@ int bench_main(int argc, char** argv) {
   std::string json = "{\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    const double ratio = r.ratio();
+    const double ratio = r.ratio;
     fmt::print("{:<27} {:>10.1f} {:>12.1f} {:>7.3f} {:>6.3f}-{:<6.3f} {:>5}{:.2f}{}\n", r.key,
                r.kiln_us, r.torch_us, ratio, r.ratio_min, r.ratio_max, "<=", r.target,
                ratio <= r.target ? "" : "  (missed)");
