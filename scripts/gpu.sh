@@ -16,17 +16,7 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 # KILN_GPU_ORACLE=1 also builds the op table test against PyTorch's libtorch (the machine has no
 # Debian one) and runs the table on CUDA against ATen (Note [The op table on CUDA]).
-oracle=(-DKILN_ORACLE_TESTS=OFF)
-if [ -n "${KILN_GPU_ORACLE:-}" ]; then
-  torch_dir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
-  abi=$(python3 -c 'import torch; print(torch._C._GLIBCXX_USE_CXX11_ABI)')
-  echo "oracle: torch in $torch_dir, C++11 ABI $abi"
-  if [ "$abi" = True ]; then
-    oracle=(-DKILN_ORACLE_TESTS=ON "-DKILN_TORCH_DIR=$torch_dir")
-  else  # Kiln, GoogleTest and fmt are built with the C++11 ABI: they cannot link with it
-    echo "oracle: skipped (this PyTorch was built without the C++11 ABI)"
-  fi
-fi
+mapfile -t oracle < <(scripts/oracle_cmake_flags.sh)
 cmake --preset release "${oracle[@]}" -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_TESTS=ON -DKILN_WERROR=OFF \
   > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 targets=()

@@ -3,7 +3,10 @@
 # per call so that each fits the device tool's 10 minutes; both sides of every ratio run in the
 # same stage. Logs and JSON land in $OUT_DIR (default build/gpu-dist-out).
 #   bash scripts/gpu_dist.sh N build        # Kiln's CUDA tests and benchmarks, every core
-#   bash scripts/gpu_dist.sh N tests        # the NCCL and custom all-reduce tests, a rank a GPU
+#                                           # (KILN_GPU_ORACLE=1: the op table test too)
+#   bash scripts/gpu_dist.sh N tests        # the NCCL and custom all-reduce tests, a rank a GPU,
+#                                           # and the fault scenarios on cuda tensors (2 ranks)
+#   bash scripts/gpu_dist.sh N single       # scripts/gpu.sh's single-GPU tests (no workloads)
 #   bash scripts/gpu_dist.sh N collectives  # Kiln's sweep against PyTorch's, 8 B to 1 GiB
 #   bash scripts/gpu_dist.sh N gpt W        # the GPT step W (gpt_large_ddp, gpt_large_tp,
 #                                           # gpt_large_fsdp, gpt_ddp), Kiln's and PyTorch's
@@ -25,10 +28,13 @@ case $stage in
     python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' \
       | tee -a "$out/gpu.txt"
     grep -h "define NCCL_M" /usr/include/nccl.h | tee -a "$out/gpu.txt"
+    mapfile -t oracle < <(scripts/oracle_cmake_flags.sh)
     cmake --preset release -DKILN_BUILD_BENCH=ON -DKILN_BUILD_TESTS=ON -DKILN_WERROR=OFF \
-      -DKILN_ORACLE_TESTS=OFF > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-    cmake --build --preset release -j "$(nproc)" --target kiln_cli kiln_collectives_bench \
-      kiln_nccl_gpt_bench kiln_cuda_nccl_test kiln_cuda_custom_allreduce_test \
+      "${oracle[@]}" > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+    targets=(kiln_cli kiln_collectives_bench kiln_nccl_gpt_bench kiln_cuda_nccl_test
+             kiln_cuda_custom_allreduce_test kiln_fault_test kiln_cuda_test kiln_cuda_bench)
+    [ "${oracle[0]}" = -DKILN_ORACLE_TESTS=ON ] && targets+=(kiln_op_test)
+    cmake --build --preset release -j "$(nproc)" --target "${targets[@]}" \
       > "$out/build.log" 2>&1 || { grep -B2 -A12 -m3 error "$out/build.log"; exit 1; }
     echo "built"
     ;;
@@ -38,6 +44,14 @@ case $stage in
       echo "$t on $n ranks: exit $?"
       grep -E '^\[  (FAILED|PASSED) ' "$out/$t.log" | head -5
     done
+    # Note [Fault scenarios on cuda tensors] in tests/distributed/fault_test.cpp (2 ranks).
+    timeout 300 ctest --preset release -R 'kiln_fault_test\..*cuda' --output-on-failure \
+      > "$out/fault_cuda.log" 2>&1
+    echo "fault scenarios on cuda: exit $?"
+    grep -E 'Test +#|tests passed' "$out/fault_cuda.log"
+    ;;
+  single)  # kiln_cuda_test and, when built, the op table on CUDA (rank 0's GPU)
+    KILN_GPU_QUICK=1 KILN_GPU_NO_BENCH=1 bash scripts/gpu.sh "$out/single"
     ;;
   collectives)
     timeout 280 scripts/mpirun.sh "$n" build/release/bench/kiln_collectives_bench --device cuda \

@@ -19,6 +19,10 @@ case $scenario in
   guard | guard_sim | setup_timeout) export KILN_DIST_TIMEOUT=60 ;;  # 5 s of a guard or group
   kill) export KILN_MPIRUN_EXTRA=--enable-recovery ;;
 esac
+case $scenario in  # Note [Fault scenarios on cuda tensors] in fault_test.cpp
+  *_nccl_cuda*) export KILN_CUSTOM_AR=0 ;;
+  *_cuda*) unset KILN_CUSTOM_AR ;;
+esac
 
 # Each rank runs under a shell that reports its exit status: under --enable-recovery mpirun
 # exits 0 whatever its ranks did (Open MPI 4.1).
@@ -36,6 +40,12 @@ for f in "$dump"/kiln_flight_rank*.txt; do
   [ -e "$f" ] && { echo "== $f"; cat "$f"; }
 done
 echo "fault_test.sh: $scenario: mpirun exited $rc after $elapsed_ms ms"
+
+# Where the machine has no GPU for each rank, the *_cuda scenarios skip (ctest's SKIP_RETURN_CODE).
+if grep -q "^kiln-fault-test: rank [01] skipped: " <<<"$out"; then
+  echo "fault_test.sh: $scenario: skipped"
+  exit 77
+fi
 
 failed=0
 fail() {
@@ -55,6 +65,14 @@ within_deadline() {
 timed_out() {  # OP RANK SEQ NUMEL
   echo "kiln: DistributedError: \[$1\] timed out after 5000 ms on group world \(rank $2 of 2\), collective $3 of its communicator, $4 float32 elements(, peer [0-9]+)?; flight recorder written to $dump/kiln_flight_rank$2.txt"
 }
+# NCCL's (Note [NCCL deadlines] in kiln/backend/cuda/nccl.cpp), raised again by synchronize.
+nccl_timed_out() {  # RANK SEQ NUMEL
+  echo "\[all_reduce_?\] timed out after 5000 ms on group world \(rank $1 of 2\), collective $2 of its NCCL communicator, $3 float32 elements on cuda:$1; its NCCL communicator was aborted \(ncclCommAbort\)"
+}
+# The custom all-reduce kernel's own deadline (custom_allreduce.cpp), raised by synchronize.
+custom_timed_out() {  # RANK
+  echo "kiln-fault-test: rank $1 raised: .*\[all_reduce\] the custom all-reduce of group world \(rank $1 of 2\) on cuda:$1 timed out waiting for a peer"
+}
 disagree() {  # SEQ CALLS...
   echo "raised DistributedError: \[[a-z_]+\] ranks disagree on collective $1 of group world \(KILN_DIST_DEBUG=detail\): $2"
 }
@@ -65,11 +83,12 @@ case $scenario in
     job_failed
     within_deadline
     ;;
-  ops_detail | sizes_detail | sizes_sim_detail | sizes_async_detail)  # every rank raises at once
+  ops_detail | sizes_detail | sizes_sim_detail | sizes_async_detail | sizes_cuda_detail | \
+    sizes_nccl_cuda_detail)  # every rank raises at once
     seq=2  # after agree()'s collective on the same communicator
     case $scenario in
       ops_detail) calls='rank 0: all_reduce_? of 4 float32 .*; rank 1: broadcast_? of 4 float32 .*' ;;
-      sizes_detail) calls='rank 0: all_reduce_? of 4 float32 .*; rank 1: all_reduce_? of 8 float32 .*' ;;
+      sizes_detail | sizes_*cuda_detail) calls='rank 0: all_reduce_? of 4 float32 .*; rank 1: all_reduce_? of 8 float32 .*' ;;
       sizes_sim_detail)  # the sim stream's first collective, raised by synchronize
         seq=1
         calls='rank 0: all_reduce_? of 4 float32 .*; rank 1: all_reduce_? of 8 float32 .*' ;;
@@ -95,6 +114,26 @@ case $scenario in
     file_has "$f" '^# kiln flight recorder, rank 0'
     file_has "$f" '^all_reduce_? group world seq 1 numel 4 float32 completed'
     file_has "$f" '^all_reduce_? group world seq 2 numel 4 float32 started'
+    job_failed
+    within_deadline
+    ;;
+  skip_nccl_cuda)  # rank 0's watchdog aborts the communicator, and synchronize raises
+    has "kiln: DistributedError: $(nccl_timed_out 0 2 4)"
+    has "kiln-fault-test: rank 0 raised DistributedError: $(nccl_timed_out 0 2 4)"
+    file_has "$dump/kiln_flight_rank0.txt" '^all_reduce_? group world seq 2 numel 4 float32'
+    job_failed
+    within_deadline
+    ;;
+  skip_cuda)  # the custom all-reduce's kernel gives up waiting
+    has "$(custom_timed_out 0)"
+    job_failed
+    within_deadline
+    ;;
+  sizes_nccl_cuda)  # NCCL cannot tell: a rank may finish with a wrong sum, the other times out
+    has "kiln-fault-test: rank [01] raised DistributedError: \[all_reduce_?\] timed out after 5000 ms on group world"
+    for r in 0 1; do
+      has "kiln-fault-test: rank $r (raised DistributedError: $(nccl_timed_out $r 2 '[48]')|finished)"
+    done
     job_failed
     within_deadline
     ;;

@@ -51,6 +51,8 @@ class CustomAllReduce {
   // Queues the all-reduce of `in` into `out` (may be `in`) on the current stream of their
   // device; under capture, registers `in` for the exchange at the end of the capture.
   void all_reduce(const Tensor& in, const Tensor& out, const distributed::Collective& c);
+  // The all-reduces queued so far (the flight recorder's numbering of this path's calls).
+  uint64_t calls() const;
 
   // Completes the pending registrations of every custom all-reduce on `device` (one exchange
   // each). The CUDA plugin's end_capture calls it once a capture succeeded, on the capturing

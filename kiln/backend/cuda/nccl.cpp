@@ -250,12 +250,13 @@ void retire(Comm& c) {
 // Under KILN_DIST_DEBUG=detail: every rank all-gathers what it is about to call, over the
 // group's MPI communicator for this stream, and all raise when the calls differ (as the MPI
 // backend does, Note [Debug checks] in kiln/distributed/mpi_comm.cpp). Skipped for send and
-// recv, which only two ranks call.
-void debug_check(const dist::ProcessGroup& g, Device device, const CallDesc& d) {
+// recv, which only two ranks call. `seq` is the number the call will have on its path (the
+// NCCL communicator's or the custom all-reduce's), as the flight recorder and a timeout name it.
+void debug_check(const dist::ProcessGroup& g, Device device, const CallDesc& d, uint64_t seq) {
   if (d.op == "send" || d.op == "recv_") return;
   dist::MpiComm* comm = g.comm(dist::stream_key(device));
   if (!comm || comm->size() == 1) return;
-  dist::check_same_call(*comm, dist::CallInfo{d.op, &g, d.dtype, d.numel, d.reduce, d.peer}, 0,
+  dist::check_same_call(*comm, dist::CallInfo{d.op, &g, d.dtype, d.numel, d.reduce, d.peer}, seq,
                         dist::timeout_for(g));
 }
 
@@ -267,7 +268,8 @@ class NcclBackend final : public dist::CollectiveBackend {
   void all_reduce(const Tensor& in, const Tensor& out, const dist::Collective& c) override {
     if (custom_ && custom_->eligible(in, c.reduce)) {  // Note [Custom all-reduce on CUDA]
       if (dist::debug_detail())
-        debug_check(*c.group, in.device(), {c.op, in.numel(), in.dtype(), c.reduce});
+        debug_check(*c.group, in.device(), {c.op, in.numel(), in.dtype(), c.reduce},
+                    custom_->calls() + 1);
       return custom_->all_reduce(in, out, c);
     }
     const void* src = in.impl()->data();
@@ -434,7 +436,14 @@ void NcclBackend::issue(const dist::Collective& call, Device device, CallDesc d,
   cudaStream_t stream = current_stream(c.device);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (dist::debug_detail()) debug_check(*call.group, device, d);
+  if (dist::debug_detail()) {
+    uint64_t next = 0;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      next = c.seq + 1;
+    }
+    debug_check(*call.group, device, d, next);
+  }
   if (empty) return;
   const std::chrono::milliseconds timeout = dist::timeout_for(*call.group);
   const Clock::time_point deadline = Clock::now() + timeout;
