@@ -73,8 +73,14 @@ std::string size_key(int64_t bytes) {
 }
 
 // Rank r's values: r + 1 + i % 7 (exact in float32 sums at any size here).
+// i % 7 for i in [first, first + n), as float32: the indices are int64, since float32 holds
+// integers exactly only up to 2^24 (a 64 MiB tensor) and the sweep goes to 1 GiB.
+Tensor mod7(int64_t first, int64_t n) {
+  return remainder(arange(first, first + n, 1, kInt64), 7).to(kFloat32);
+}
+
 Tensor rank_values(int64_t n, int rank, Device d) {
-  return add(remainder(arange(0, n, 1, kFloat32), 7.0), static_cast<double>(rank + 1)).to(d);
+  return add(mod7(0, n), static_cast<double>(rank + 1)).to(d);
 }
 
 void check(bool ok, const std::string& what) {
@@ -128,9 +134,7 @@ int run(int argc, char** argv) {
   };
   const double sum_ranks = ranks * (ranks + 1) / 2.0;  // Σ (r + 1)
   // The mean over ranks of r + 1 + i % 7: what Avg gives, and keeps giving when repeated.
-  auto mean_values = [&](int64_t n) {
-    return add(remainder(arange(0, n, 1, kFloat32), 7.0), (ranks + 1) / 2.0);
-  };
+  auto mean_values = [&](int64_t n) { return add(mod7(0, n), (ranks + 1) / 2.0); };
   // Repeated averages over a rank count that is not a power of 2 may drift by rounding.
   auto near = [](const Tensor& got, const Tensor& want) {
     return allclose(got.to(Device(kCPU)), want, 1e-4, 1e-4);
@@ -140,8 +144,7 @@ int run(int argc, char** argv) {
     const std::string k = size_key(bytes);
     // all_reduce: element i sums to Σ (r + 1 + i % 7).
     Tensor x = rank_values(n, rank, dev);
-    Tensor want =
-        add(mul(remainder(arange(0, n, 1, kFloat32), 7.0), static_cast<double>(ranks)), sum_ranks);
+    Tensor want = add(mul(mod7(0, n), static_cast<double>(ranks)), sum_ranks);
     dist::all_reduce_(x);
     check(equal(x.to(Device(kCPU)), want), "all_reduce of " + k);
     // Timed as Avg of the same values, which stay bounded however often it runs.
@@ -166,8 +169,7 @@ int run(int argc, char** argv) {
     Tensor whole = rank_values(part * ranks, rank, dev);
     Tensor mine = dist::reduce_scatter_tensor(whole);
     // Element j of this rank's part sums r + 1 + (rank * part + j) % 7 over the ranks.
-    Tensor cols = add(arange(0, part, 1, kFloat32), static_cast<double>(rank * part));
-    Tensor mine_want = add(mul(remainder(cols, 7.0), static_cast<double>(ranks)), sum_ranks);
+    Tensor mine_want = add(mul(mod7(rank * part, part), static_cast<double>(ranks)), sum_ranks);
     check(equal(mine.to(Device(kCPU)), mine_want), "reduce_scatter of " + k);
     s = timed(iters, [&] { dist::reduce_scatter_tensor_out(mine, whole); });
     j["reduce_scatter_" + k + "_us"] = s * 1e6;

@@ -204,6 +204,33 @@ TEST_F(CustomAllReduce, RecaptureAfterTheInputsMove) {
   EXPECT_EQ(d.registered, 2u);
 }
 
+// A captured input's segment freed (its graph destroyed, the cache emptied) and other segments
+// allocated, perhaps over the same addresses, captured again, four times over: each peer
+// replaces its import of the freed allocation instead of reusing it or opening an allocation
+// twice (cudaErrorAlreadyMapped; Note [Custom all-reduce on CUDA], imports). The registered
+// input is the graph's own buffer (x + 0), freed with the graph.
+TEST_F(CustomAllReduce, CapturedSegmentsFreedAndAllocatedAgain) {
+  ModeGuard m(CustomAllReduceMode::On);
+  auto before = cuda::custom_all_reduce_stats();
+  for (int round = 0; round < 4; ++round) {
+    {
+      CompiledFunction f = compile([](const Tensor& x) { return dist::all_reduce(add(x, 0.0)); },
+                                   {.name = fmt::format("round_{}", round), .static_inputs = {0}});
+      const int64_t n = int64_t{48} << (2 * round);
+      Tensor x = input(0, {n}, kFloat32);
+      for (int call = 0; call < 3; ++call) {  // trace, warm-up, capture (then replays)
+        x.copy_(input(call, {n}, kFloat32));
+        ASSERT_TRUE(bitwise_equal(f({x})[0], reference(call, {n}, kFloat32)))
+            << "round " << round << ", call " << call;
+      }
+      ASSERT_EQ(f.entries().at(0).captures, 1) << f.explain();
+    }
+    sync();
+    cuda::empty_cache(gpu().index());
+  }
+  EXPECT_EQ(delta(before).exchanges, 4u);
+}
+
 // Two captures on one stream before either replays: one exchange as each ends; then the graphs
 // replay in the other order, bitwise equal to the reference (the sim mirror tests the same).
 TEST_F(CustomAllReduce, TwoCapturesOnOneStreamBeforeTheFirstReplay) {

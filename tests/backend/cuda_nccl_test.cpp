@@ -301,9 +301,11 @@ TEST(NcclErrors, BadCallsRaiseBeforeAnythingIsSent) {
                         "[reduce_scatter_tensor] dim 0 of self");
   }
   if (cuda::device_count() > 1) {
-    // One device per process: a tensor on another one is refused, naming both.
+    // One device per process: a tensor on another one is refused, naming both. 4 bytes, which
+    // the custom all-reduce (multiples of 16) leaves to NCCL.
     Device other("cuda", (cuda::nccl_device() + 1) % cuda::device_count());
-    EXPECT_THROW_PREFIX(dist::all_reduce(x.to(other)), DeviceError,
+    Tensor one = make_tensor({1}, kFloat32, gpu(), me(), rv(kFloat32));
+    EXPECT_THROW_PREFIX(dist::all_reduce(one.to(other)), DeviceError,
                         fmt::format("[all_reduce] the tensor is on {} but the NCCL communicator of "
                                     "group world (rank {} of {}) serves {}",
                                     other.str(), me(), n, gpu().str()));

@@ -23,8 +23,14 @@
 //   a rank sends the IPC handle of the allocation holding its buffer and the buffer's offset
 //   in it (the caching allocator hands out pieces of larger cudaMalloc segments, and IPC
 //   shares whole allocations: cuMemGetAddressRange gives the base), the peers open the handle
-//   (once per allocation) and add the offset, and the slot is written. Replays then read the
-//   graph's own buffers with no copy. An input the kernel cannot read in place (an in-place
+//   (once per allocation) and add the offset, and the slot is written. Imports are kept by
+//   peer and base address with the allocation's buffer id (CU_POINTER_ATTRIBUTE_BUFFER_ID,
+//   never reused in a process): an allocation opened twice fails (cudaErrorAlreadyMapped), and
+//   a peer's segment may be freed (its graph gone, its cache emptied) and another allocated
+//   over its addresses, with another id: the stale imports it overlaps are then closed before
+//   the new one is opened. Only a graph whose peers' buffers are
+//   already gone could still name it, and replaying that one is invalid anyway. Replays then read
+//   the graph's own buffers with no copy. An input the kernel cannot read in place (an in-place
 //   call, whose output a one-shot kernel would overwrite while peers read it, or an address not
 //   16-byte aligned) is copied to staging inside the graph instead, and its peers are told so.
 //   Getting a handle or an address range, or opening a peer's handle, can fail on one rank
@@ -92,19 +98,24 @@ struct Counters {
       reclaimed{0}, ordered{0};
 } g_stats;
 
-// cuMemGetAddressRange through the runtime's driver entry point: linking libcuda would make
+// Driver functions through the runtime's driver entry point: linking libcuda would make
 // libkiln_cuda unloadable where no driver is installed (CI builds it there, and its tests skip).
+void* driver_function(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    p = nullptr;
+  return p;
+}
 using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 AddressRangeFn address_range() {
-  static AddressRangeFn fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      p = nullptr;
-    return reinterpret_cast<AddressRangeFn>(p);
-  }();
+  static auto fn = reinterpret_cast<AddressRangeFn>(driver_function("cuMemGetAddressRange"));
+  return fn;
+}
+using PointerAttributeFn = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+PointerAttributeFn pointer_attribute() {
+  static auto fn = reinterpret_cast<PointerAttributeFn>(driver_function("cuPointerGetAttribute"));
   return fn;
 }
 
@@ -149,9 +160,13 @@ struct CustomAllReduce::State {
     size_t bytes;
     unsigned long long capture;  // the capture's id (cudaStreamGetCaptureInfo)
   };
-  std::vector<Pending> pending;         // under mu
-  std::map<std::string, char*> opened;  // peer rank + IPC handle -> mapped allocation
-  uint64_t seq = 0;                     // calls issued
+  std::vector<Pending> pending;  // under mu
+  struct Import {
+    uint64_t size = 0, buffer_id = 0;  // the allocation's (CU_POINTER_ATTRIBUTE_BUFFER_ID)
+    char* mapped = nullptr;
+  };
+  std::map<std::pair<int, uint64_t>, Import> opened;  // peer rank, its base -> its import
+  uint64_t seq = 0;                                   // calls issued
 
   char* staging(int r) const {
     return bases[r] + detail::custom_all_reduce_signal_bytes() + capacity;
@@ -166,6 +181,16 @@ struct CustomAllReduce::State {
   // is pending.back() (under mu).
   int take_slot(cudaStream_t stream, std::string_view op);
   void exchange();
+  // A rank's registration of one captured input, as every rank all-gathers it.
+  struct Row {
+    uint64_t slot = 0, bytes = 0, offset = 0;
+    uint64_t base = 0, size = 0, buffer_id = 0;  // its allocation
+    int32_t staged = 0, pad = 0;
+    cudaIpcMemHandle_t handle{};
+  };
+  // Peer r's allocation holding its captured input `input`, mapped here (Note [Custom
+  // all-reduce on CUDA], imports).
+  char* import(int r, const Row& row, size_t input);
 };
 
 namespace {
@@ -411,6 +436,27 @@ void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist
             dist::CallState::Completed);  // queued; a hang shows as the kernel's deadline
 }
 
+char* CustomAllReduce::State::import(int r, const Row& row, size_t input) {
+  auto it = opened.find({r, row.base});
+  if (it != opened.end() && it->second.buffer_id == row.buffer_id) return it->second.mapped;
+  // Another allocation than the one imported from there: the peer freed that one.
+  std::erase_if(opened, [&](const auto& kv) {
+    const auto& [key, old] = kv;
+    const bool stale =
+        key.first == r && key.second < row.base + row.size && row.base < key.second + old.size;
+    if (stale) cudaIpcCloseMemHandle(old.mapped);
+    return stale;
+  });
+  cudaGetLastError();
+  void* m = nullptr;
+  const cudaError_t err = cudaIpcOpenMemHandle(&m, row.handle, cudaIpcMemLazyEnablePeerAccess);
+  KILN_CHECK_DEVICE(err == cudaSuccess,
+                    "cudaIpcOpenMemHandle of group rank {}'s captured input {} failed: {} ({})", r,
+                    input, cudaGetErrorName(err), cudaGetErrorString(err));
+  opened.emplace(std::pair{r, row.base}, Import{row.size, row.buffer_id, static_cast<char*>(m)});
+  return static_cast<char*>(m);
+}
+
 void CustomAllReduce::State::exchange() {
   KILN_CUDA_CHECK(cudaSetDevice(device));  // handles are opened on the current device
   std::vector<Pending> regs;
@@ -427,11 +473,6 @@ void CustomAllReduce::State::exchange() {
           "[all_reduce] the ranks of {} captured different numbers of custom all-reduces: rank "
           "{} registered {}, rank {} registered {}",
           where(), rank, count, r, counts[r]));
-  struct Row {
-    uint64_t slot = 0, bytes = 0, offset = 0;
-    int32_t staged = 0, pad = 0;
-    cudaIpcMemHandle_t handle{};
-  };
   // This rank's rows: what fails here fails on this rank only, so every rank hears of it.
   std::vector<Row> mine(regs.size());
   std::string error;
@@ -454,6 +495,14 @@ void CustomAllReduce::State::exchange() {
                         "buffer not from cudaMalloc?)",
                         static_cast<int>(r), i, fmt::ptr(regs[i].ptr));
       row.offset = reinterpret_cast<uintptr_t>(regs[i].ptr) - static_cast<uintptr_t>(b);
+      row.base = static_cast<uint64_t>(b);
+      row.size = sz;
+      PointerAttributeFn attribute = pointer_attribute();
+      KILN_CHECK_DEVICE(
+          attribute && attribute(&row.buffer_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, b) == CUDA_SUCCESS,
+          "cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_BUFFER_ID) failed for "
+          "captured input {} at {}",
+          i, fmt::ptr(regs[i].ptr));
       KILN_CUDA_CHECK(cudaIpcGetMemHandle(&row.handle, reinterpret_cast<void*>(b)));
     }
   } catch (const Error& e) {
@@ -486,20 +535,7 @@ void CustomAllReduce::State::exchange() {
         } else if (row.staged) {
           p = staging(r);
         } else {
-          std::string key(reinterpret_cast<const char*>(&row.handle), sizeof row.handle);
-          key += std::to_string(r);
-          auto it = opened.find(key);
-          if (it == opened.end()) {
-            void* m = nullptr;
-            const cudaError_t err =
-                cudaIpcOpenMemHandle(&m, row.handle, cudaIpcMemLazyEnablePeerAccess);
-            KILN_CHECK_DEVICE(err == cudaSuccess,
-                              "cudaIpcOpenMemHandle of group rank {}'s captured input {} failed: "
-                              "{} ({})",
-                              r, i, cudaGetErrorName(err), cudaGetErrorString(err));
-            it = opened.emplace(key, static_cast<char*>(m)).first;
-          }
-          p = it->second + row.offset;
+          p = import(r, row, i) + row.offset;
         }
         std::memcpy(data.data() + r * sizeof(char*), &p, sizeof p);
       }
