@@ -74,13 +74,15 @@ std::string size_key(int64_t bytes) {
 
 // Rank r's values: r + 1 + i % 7 (exact in float32 sums at any size here).
 // i % 7 for i in [first, first + n), as float32: the indices are int64, since float32 holds
-// integers exactly only up to 2^24 (a 64 MiB tensor) and the sweep goes to 1 GiB.
-Tensor mod7(int64_t first, int64_t n) {
-  return remainder(arange(first, first + n, 1, kInt64), 7).to(kFloat32);
+// integers exactly only up to 2^24 (a 64 MiB tensor) and the sweep goes to 1 GiB. Made on the
+// device the collectives run on, where the checks run too: on the host, one thread a rank, the
+// checks of the 1 GiB messages took minutes.
+Tensor mod7(int64_t first, int64_t n, Device d) {
+  return remainder(arange(first, first + n, 1, kInt64, d), 7).to(kFloat32);
 }
 
 Tensor rank_values(int64_t n, int rank, Device d) {
-  return add(mod7(0, n), static_cast<double>(rank + 1)).to(d);
+  return add(mod7(0, n, d), static_cast<double>(rank + 1));
 }
 
 void check(bool ok, const std::string& what) {
@@ -124,6 +126,15 @@ int run(int argc, char** argv) {
   nlohmann::ordered_json j;
   j["world"] = ranks;
   j["device"] = dev.str();
+  // Each result is printed (rank 0) as soon as it is measured, so that a run stopped by a time
+  // limit still shows what it measured.
+  auto record = [&](const std::string& key, double v) {
+    j[key] = v;
+    if (rank == 0) {
+      fmt::print("  {:<44} {:12.3f}\n", key, v);
+      std::fflush(stdout);
+    }
+  };
   // Times fn (iters calls a repeat, each ending with a device synchronize): seconds per call.
   auto timed = [&](int64_t iters, const std::function<void()>& fn) {
     return workloads::time_interleaved(iters, a.smoke ? 1 : 5, {[&] {
@@ -134,46 +145,46 @@ int run(int argc, char** argv) {
   };
   const double sum_ranks = ranks * (ranks + 1) / 2.0;  // Σ (r + 1)
   // The mean over ranks of r + 1 + i % 7: what Avg gives, and keeps giving when repeated.
-  auto mean_values = [&](int64_t n) { return add(mod7(0, n), (ranks + 1) / 2.0); };
+  auto mean_values = [&](int64_t n) { return add(mod7(0, n, dev), (ranks + 1) / 2.0); };
   // Repeated averages over a rank count that is not a power of 2 may drift by rounding.
-  auto near = [](const Tensor& got, const Tensor& want) {
-    return allclose(got.to(Device(kCPU)), want, 1e-4, 1e-4);
-  };
+  auto near = [](const Tensor& got, const Tensor& want) { return allclose(got, want, 1e-4, 1e-4); };
   for (int64_t bytes : sizes_up_to(a.max_bytes)) {
     const int64_t n = bytes / 4, iters = iters_at(bytes, a.smoke);
     const std::string k = size_key(bytes);
     // all_reduce: element i sums to Σ (r + 1 + i % 7).
     Tensor x = rank_values(n, rank, dev);
-    Tensor want = add(mul(mod7(0, n), static_cast<double>(ranks)), sum_ranks);
+    Tensor want = add(mul(mod7(0, n, dev), static_cast<double>(ranks)), sum_ranks);
     dist::all_reduce_(x);
-    check(equal(x.to(Device(kCPU)), want), "all_reduce of " + k);
+    check(equal(x, want), "all_reduce of " + k);
     // Timed as Avg of the same values, which stay bounded however often it runs.
     Tensor y = rank_values(n, rank, dev);
     double s = timed(iters, [&] { dist::all_reduce_(y, dist::ReduceOp::Avg); });
     check(near(y, mean_values(n)), "timed all_reduce of " + k);
-    j["all_reduce_" + k + "_us"] = s * 1e6;
-    j["all_reduce_" + k + "_busbw_GBs"] = bytes / s / 1e9 * ring2;
+    record("all_reduce_" + k + "_us", s * 1e6);
+    record("all_reduce_" + k + "_busbw_GBs", bytes / s / 1e9 * ring2);
     // all_gather: each rank sends bytes / ranks (whole elements), receives bytes.
     const int64_t part = std::max<int64_t>(1, n / ranks);
     Tensor piece = rank_values(part, rank, dev);
     Tensor gathered = dist::all_gather_into_tensor(piece);
     TensorList chunks;
-    for (int r = 0; r < ranks; ++r) chunks.push_back(rank_values(part, r, Device(kCPU)));
+    for (int r = 0; r < ranks; ++r) chunks.push_back(rank_values(part, r, dev));
     const Tensor all = cat(chunks, 0);
-    check(equal(gathered.to(Device(kCPU)), all), "all_gather of " + k);
+    chunks.clear();
+    check(equal(gathered, all), "all_gather of " + k);
     s = timed(iters, [&] { dist::all_gather_into_tensor_out(gathered, piece); });
-    check(equal(gathered.to(Device(kCPU)), all), "timed all_gather of " + k);
-    j["all_gather_" + k + "_us"] = s * 1e6;
-    j["all_gather_" + k + "_busbw_GBs"] = part * ranks * 4.0 / s / 1e9 * ring;
+    check(equal(gathered, all), "timed all_gather of " + k);
+    record("all_gather_" + k + "_us", s * 1e6);
+    record("all_gather_" + k + "_busbw_GBs", part * ranks * 4.0 / s / 1e9 * ring);
     // reduce_scatter: each rank sends part * ranks elements, keeps the sum of its part.
     Tensor whole = rank_values(part * ranks, rank, dev);
     Tensor mine = dist::reduce_scatter_tensor(whole);
     // Element j of this rank's part sums r + 1 + (rank * part + j) % 7 over the ranks.
-    Tensor mine_want = add(mul(mod7(rank * part, part), static_cast<double>(ranks)), sum_ranks);
-    check(equal(mine.to(Device(kCPU)), mine_want), "reduce_scatter of " + k);
+    Tensor mine_want =
+        add(mul(mod7(rank * part, part, dev), static_cast<double>(ranks)), sum_ranks);
+    check(equal(mine, mine_want), "reduce_scatter of " + k);
     s = timed(iters, [&] { dist::reduce_scatter_tensor_out(mine, whole); });
-    j["reduce_scatter_" + k + "_us"] = s * 1e6;
-    j["reduce_scatter_" + k + "_busbw_GBs"] = part * ranks * 4.0 / s / 1e9 * ring;
+    record("reduce_scatter_" + k + "_us", s * 1e6);
+    record("reduce_scatter_" + k + "_busbw_GBs", part * ranks * 4.0 / s / 1e9 * ring);
   }
   // The custom all-reduce against the library path (NCCL on cuda), eager and captured.
   const int64_t custom_max = std::min<int64_t>(a.max_bytes, 8 << 20);
@@ -184,8 +195,8 @@ int run(int argc, char** argv) {
                               std::pair{dist::CustomAllReduceMode::Off, "library"}}) {
       dist::set_custom_all_reduce_mode(mode);
       Tensor x = rank_values(n, rank, dev);
-      j[fmt::format("all_reduce_{}_{}_us", name, k)] =
-          timed(iters, [&] { dist::all_reduce_(x, dist::ReduceOp::Avg); }) * 1e6;
+      record(fmt::format("all_reduce_{}_{}_us", name, k),
+             timed(iters, [&] { dist::all_reduce_(x, dist::ReduceOp::Avg); }) * 1e6);
       check(near(x, mean_values(n)), fmt::format("{} all_reduce of {}", name, k));
       CompiledFunction chain = compile(
           [](const Tensor& in) {
@@ -198,20 +209,12 @@ int run(int argc, char** argv) {
       for (int call = 0; call < 3; ++call)  // trace, warm-up, capture
         check(near(chain({in})[0], mean_values(n)),
               fmt::format("captured {} all_reduce of {}", name, k));
-      j[fmt::format("all_reduce_{}_{}_captured_us", name, k)] =
-          timed(iters, [&] { chain({in}); }) * 1e6 / kChained;
+      record(fmt::format("all_reduce_{}_{}_captured_us", name, k),
+             timed(iters, [&] { chain({in}); }) * 1e6 / kChained);
     }
     dist::set_custom_all_reduce_mode(dist::CustomAllReduceMode::Auto);
   }
-  if (rank != 0) return 0;
-  for (auto& [key, v] : j.items()) {
-    if (v.is_number_float()) {
-      fmt::print("  {:<44} {:12.3f}\n", key, v.get<double>());
-    } else {
-      fmt::print("  {:<44} {}\n", key, v.dump());
-    }
-  }
-  if (a.json) std::ofstream(a.json) << j.dump(1) << "\n";
+  if (rank == 0 && a.json) std::ofstream(a.json) << j.dump(1) << "\n";
   return 0;
 }
 
