@@ -16,7 +16,7 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 # KILN_GPU_ORACLE=1 also builds the op table test against PyTorch's libtorch (the machine has no
 # Debian one) and runs the table on CUDA against ATen (Note [The op table on CUDA]).
-mapfile -t oracle < <(scripts/oracle_cmake_flags.sh)
+mapfile -t oracle < <(scripts/torch_cmake_flags.sh)
 cmake --preset release "${oracle[@]}" -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_TESTS=ON -DKILN_WERROR=OFF \
   > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 targets=()

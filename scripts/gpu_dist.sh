@@ -28,7 +28,7 @@ case $stage in
     python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' \
       | tee -a "$out/gpu.txt"
     grep -h "define NCCL_M" /usr/include/nccl.h | tee -a "$out/gpu.txt"
-    mapfile -t oracle < <(scripts/oracle_cmake_flags.sh)
+    mapfile -t oracle < <(scripts/torch_cmake_flags.sh)
     cmake --preset release -DKILN_BUILD_BENCH=ON -DKILN_BUILD_TESTS=ON -DKILN_WERROR=OFF \
       "${oracle[@]}" > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
     targets=(kiln_cli kiln_collectives_bench kiln_nccl_gpt_bench kiln_cuda_nccl_test
