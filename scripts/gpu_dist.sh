@@ -10,7 +10,9 @@
 #   bash scripts/gpu_dist.sh N collectives  # Kiln's sweep against PyTorch's, 8 B to 1 GiB
 #   bash scripts/gpu_dist.sh N gpt W        # the GPT step W (gpt_large_ddp, gpt_large_tp,
 #                                           # gpt_large_fsdp, gpt_ddp), Kiln's and PyTorch's
-#   bash scripts/gpu_dist.sh N anchor       # ../shared/anchors/torch_dist_anchor.py (ANCHORS=dir)
+#   bash scripts/gpu_dist.sh N anchor       # torch_dist_anchor.py from ANCHORS (default
+#                                           # ../shared/anchors; the device tool copies only
+#                                           # the tree: copy it to build/anchors and carry that)
 # The gpt stage runs each workload at 1 rank and at N (DDP's scaling efficiency is tokens/s a
 # GPU at N over that at 1). NVLink multicast stays off in every process (NCCL_NVLS_ENABLE=0).
 set -uo pipefail
