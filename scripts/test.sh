@@ -105,7 +105,10 @@ bench_smoke() {
     # Issue 18's GPT steps (their losses must fall): DDP and FSDP eager, TP compiled on sim.
     scripts/mpirun.sh 2 build/release/kiln bench gpt_ddp --iters 1 --threads 1 >/dev/null
     scripts/mpirun.sh 2 build/release/kiln bench gpt_fsdp --iters 1 --threads 1 >/dev/null
-    scripts/mpirun.sh 2 build/release/kiln bench gpt_tp --device sim --iters 1 --threads 1 >/dev/null
+    # (sim counts its memory: the step's peak is reported)
+    local tp
+    tp=$(scripts/mpirun.sh 2 build/release/kiln bench gpt_tp --device sim --iters 1 --threads 1 --json)
+    grep -q '"gpt_tp_graph_peak_mb"' <<<"$tp" || { echo "gpt_tp: no peak memory in: $tp"; return 1; }
     # The collective sweep's checks (sums, gathers, captured chains) on 2 sim ranks.
     scripts/mpirun.sh 2 build/release/bench/kiln_collectives_bench --device sim --smoke >/dev/null
   fi

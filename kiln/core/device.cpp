@@ -190,6 +190,26 @@ uint64_t DeviceInterface::create_stream(int) { return 0; }
 void DeviceInterface::launch_host_task(int, std::string_view, std::function<void()> fn) { fn(); }
 void* DeviceInterface::host_task_address(int, void*) { return nullptr; }
 bool DeviceInterface::capturing(int) { return false; }
+std::optional<DeviceMemoryStats> DeviceInterface::memory_stats(int) { return std::nullopt; }
+void DeviceInterface::reset_peak_memory(int) {}
+
+namespace {
+DeviceInterface& counting_interface(Device device, std::string_view op) {
+  DeviceInterface* iface = device_interface(device.type());
+  KILN_CHECK_DEVICE(iface && iface->memory_stats(device.index()),
+                    "[{}] {} keeps no count of its memory (the cuda and sim backends do)", op,
+                    device);
+  return *iface;
+}
+}  // namespace
+
+DeviceMemoryStats memory_stats(Device device) {
+  return *counting_interface(device, "memory_stats").memory_stats(device.index());
+}
+
+void reset_peak_memory(Device device) {
+  counting_interface(device, "reset_peak_memory").reset_peak_memory(device.index());
+}
 
 namespace {
 std::mutex g_capture_end_mu;

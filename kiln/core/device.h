@@ -2,6 +2,7 @@
 // Devices and the device registry. See DESIGN.md "Core objects": one canonical identity.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,13 @@ struct DeviceCaps {
 // and events exist but every operation has already finished, and graph calls throw
 // NotImplementedError. See Note [Device graphs] in kiln/compile/device_graphs.cpp for how compile
 // uses the graph calls.
+// A device's memory as its allocator counts it (DeviceInterface::memory_stats, memory_stats).
+struct DeviceMemoryStats {
+  size_t allocated = 0;       // in live tensors, as the allocator rounds their sizes
+  size_t reserved = 0;        // held from the device: in use or cached for reuse
+  size_t peak_allocated = 0;  // the most `allocated` has been since the last reset
+};
+
 class DeviceInterface {
  public:
   virtual ~DeviceInterface() = default;
@@ -90,6 +98,10 @@ class DeviceInterface {
   // Whether the calling thread is capturing the current stream of device `index`: work queued
   // now is recorded into a graph, not run. False on a device without graphs, the default.
   virtual bool capturing(int index);
+  // Device `index`'s memory as its allocator counts it; nullopt, the default, where the
+  // backend keeps no count. reset_peak_memory starts a new peak from what is allocated now.
+  virtual std::optional<DeviceMemoryStats> memory_stats(int index);
+  virtual void reset_peak_memory(int index);
 };
 
 // Capture-end hooks: a device plugin's end_capture calls run_capture_end_hooks once a capture
@@ -159,6 +171,11 @@ int device_type_for_key(DispatchKey key);
 int find_device_type(std::string_view name);
 // Waits for all work queued on a device (a no-op on synchronous devices such as cpu).
 void synchronize(Device device);
+// `device`'s memory as its backend's allocator counts it (PyTorch's torch.cuda.memory_stats),
+// and the start of a new peak; both raise a DeviceError on a device whose backend keeps no
+// count (cpu, meta).
+DeviceMemoryStats memory_stats(Device device);
+void reset_peak_memory(Device device);
 // Waits for all work queued on every device with an interface.
 void synchronize_all_devices();
 // Reseeds every device type's own generators (DeviceInterface::manual_seed).

@@ -176,6 +176,14 @@ TEST(CudaAllocator, ReusesFreedBlocksAndCountsThem) {
   EXPECT_GE(after.peak_allocated, before.allocated + 4000000);
   cuda::empty_cache(0);
   EXPECT_LE(cuda::memory_stats(0).reserved, after.reserved);
+  // The same counts behind the backend interface (kiln::memory_stats), and a new peak.
+  const cuda::MemoryStats now = cuda::memory_stats(0);
+  const DeviceMemoryStats seen = memory_stats(gpu());
+  EXPECT_EQ(seen.allocated, now.allocated);
+  EXPECT_EQ(seen.reserved, now.reserved);
+  EXPECT_EQ(seen.peak_allocated, now.peak_allocated);
+  reset_peak_memory(gpu());
+  EXPECT_EQ(memory_stats(gpu()).peak_allocated, now.allocated);
 }
 
 TEST(CudaStreams, EventsOrderTwoStreams) {

@@ -142,6 +142,37 @@ TEST(SimDevice, FreesWaitForTheStreamThatOwnsTheBlock) {
   EXPECT_EQ(values(z), std::vector<float>(n, 7.0f));
 }
 
+// kiln::memory_stats counts live blocks by size class, their peak since reset_peak_memory, and
+// what is cached beside them, as a GPU's caching allocator reports them. A device of its own,
+// so that no other test's tensors come and go meanwhile.
+TEST(SimDevice, MemoryStatsCountLiveBlocksAndTheirPeak) {
+  Device d = sim(1);
+  synchronize(d);
+  const DeviceMemoryStats before = memory_stats(d);
+  reset_peak_memory(d);
+  EXPECT_EQ(memory_stats(d).peak_allocated, before.allocated);
+  constexpr size_t kMiB = size_t{1} << 20;
+  {
+    Tensor a = empty({1 << 18}, kFloat32, d);  // 1 MiB each, a size class of its own
+    Tensor b = full({1 << 18}, 2.0f, kFloat32, d);
+    const DeviceMemoryStats two = memory_stats(d);
+    EXPECT_EQ(two.allocated, before.allocated + 2 * kMiB);
+    EXPECT_EQ(two.peak_allocated, two.allocated);
+    EXPECT_GE(two.reserved, two.allocated);
+  }
+  synchronize(d);  // the frees are ordered on the stream; then the blocks are cached
+  const DeviceMemoryStats after = memory_stats(d);
+  EXPECT_EQ(after.allocated, before.allocated);
+  EXPECT_EQ(after.peak_allocated, before.allocated + 2 * kMiB);
+  EXPECT_GE(after.reserved, after.allocated + 2 * kMiB);
+  reset_peak_memory(d);
+  EXPECT_EQ(memory_stats(d).peak_allocated, after.allocated);
+  EXPECT_THROW_PREFIX(memory_stats(Device(kCPU)), DeviceError,
+                      "[memory_stats] cpu keeps no count of its memory");
+  EXPECT_THROW_PREFIX(reset_peak_memory(Device(kMeta)), DeviceError,
+                      "[reset_peak_memory] meta keeps no count of its memory");
+}
+
 TEST(SimDevice, DrawsFromACallersGeneratorRunInOrder) {
   // The generator dies when the op returns; the draw must already have used it.
   auto draw = [](Device d) {

@@ -86,6 +86,14 @@ double local_mb(const TensorList& tensors) {
   return bytes / 1e6;
 }
 
+std::optional<double> peak_device_mb(Device device) {
+  DeviceInterface* iface = device_interface(device.type());
+  if (!iface || !iface->memory_stats(device.index())) return std::nullopt;
+  Tensor peak = full({1}, static_cast<double>(memory_stats(device).peak_allocated) / 1e6, kFloat64);
+  distributed::all_reduce_(peak, distributed::ReduceOp::Max);
+  return peak.item<double>();
+}
+
 std::vector<Metric> on_every_rank(const std::function<std::vector<Metric>()>& body) {
   try {
     return body();

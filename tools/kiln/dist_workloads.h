@@ -5,6 +5,7 @@
 // Without a launcher they run on a world of one. See Note [Timing collectives].
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,12 @@ std::vector<Metric> on_every_rank(const std::function<std::vector<Metric>()>& bo
 // The megabytes (1e6) the tensors hold on this rank: a DTensor's local shard, undefined ones
 // none. What a rank keeps, for the FSDP and GPT workloads.
 double local_mb(const TensorList& tensors);
+
+// The most memory in live tensors any rank's device held since that rank last called
+// reset_peak_memory (kiln::memory_stats), in megabytes (1e6), as PyTorch's
+// max_memory_allocated; nullopt on a device whose backend keeps no count (cpu). Every rank
+// calls it (a collective).
+std::optional<double> peak_device_mb(Device device);
 
 // Another all-reduce to time beside Kiln's and MPI's (bench/allreduce_bench.cpp: gloo).
 struct AllreduceImpl {

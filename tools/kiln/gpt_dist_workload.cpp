@@ -170,6 +170,18 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
   const double tokens = static_cast<double>(kRowsPerRank * cfg.context) *
                         (mode == GptParallelism::TP ? 1.0 : static_cast<double>(ranks));
 
+  // Device memory (where the backend counts it): the peak over a model's checked, warm-up and
+  // timed steps, as torch_gpt_dist.py measures PyTorch's.
+  const bool counts_memory =
+      !device.is_cpu() && device_interface(device.type())->memory_stats(device.index());
+  auto reset_peak = [&] {
+    if (counts_memory) reset_peak_memory(device);
+  };
+  auto report_peak = [&](std::vector<Metric>& into, const std::string& name, const char* what) {
+    if (std::optional<double> mb = peak_device_mb(device))
+      into.push_back({key + name, *mb, "MB", what});
+  };
+  reset_peak();
   std::unique_ptr<ParallelGpt> eager = make(cfg, mode, device, bf16, mesh);
   check_falls(key, [&] { return eager->step(); });
   auto timed = [&](const std::function<void()>& fn) {
@@ -189,16 +201,20 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
                    mode == GptParallelism::TP ? "the same on every rank" : "each its own")},
       {key + "_resident_mb", eager->resident_mb(), "MB",
        "a rank's parameters, gradients and AdamW moments"}};
+  report_peak(m, "_eager_peak_mb", "the most device memory a rank held in live tensors");
   double best = tokens / s;
   if (device.is_cpu() || !has_graphs(device)) {
     eager.reset();
   } else {
     eager.reset();  // its memory back before the compiled model's
+    synchronize(device);
+    reset_peak();
     std::unique_ptr<ParallelGpt> fresh = make(cfg, mode, device, bf16, mesh);
     CompiledFunction cf = compile([&] { return fresh->step(); }, {.name = key + "_step"});
     check_falls(key + " compiled", [&] { return cf({})[0]; });
     const double g = timed([&] { cf({}); });
     m.push_back({key + "_graph_tokens_per_s", tokens / g, "tok/s", "the same step, compiled"});
+    report_peak(m, "_graph_peak_mb", "the same for the compiled step (its graphs' memory too)");
     best = std::max(best, tokens / g);
   }
   m.push_back({key + "_best_tokens_per_s", best, "tok/s", "the better of the two"});

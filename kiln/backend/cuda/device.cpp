@@ -235,6 +235,11 @@ class Interface final : public DeviceInterface {
   // not call CUDA. Captured, it is recorded into the graph and kept until exit (each replay
   // runs it). An exception it throws is posted to the device (post_device_error).
   bool capturing(int index) override { return ::kiln::cuda::capturing(index); }
+  std::optional<DeviceMemoryStats> memory_stats(int index) override {
+    const MemoryStats m = ::kiln::cuda::memory_stats(index);
+    return DeviceMemoryStats{m.allocated, m.reserved, m.peak_allocated};
+  }
+  void reset_peak_memory(int index) override { ::kiln::cuda::reset_peak_memory(index); }
   void launch_host_task(int index, std::string_view, std::function<void()> fn) override {
     struct Task {
       int index;

@@ -27,6 +27,10 @@ void* SimDevice::allocate(size_t nbytes) {
   void* p = take_cached(cls);
   if (!p) p = std::aligned_alloc(64, cls);
   KILN_CHECK(p != nullptr, "[sim] out of memory allocating {} bytes on sim:{}", nbytes, index_);
+  const size_t now = allocated_bytes_ += cls;
+  size_t peak = peak_bytes_.load();
+  while (now > peak && !peak_bytes_.compare_exchange_weak(peak, now)) {
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (c && c->device == index_) {
     pools_[c->pool].blocks.push_back({p, nbytes});
@@ -39,6 +43,7 @@ void* SimDevice::allocate(size_t nbytes) {
 
 void SimDevice::deallocate(void* p, size_t nbytes) noexcept {
   if (!p) return;
+  allocated_bytes_ -= size_class(nbytes);
   try {
     std::shared_ptr<Stream> owner;
     {
@@ -88,6 +93,14 @@ void SimDevice::cache(void* p, size_t cls) {
   }
   std::free(p);
 }
+
+DeviceMemoryStats SimDevice::memory_stats() {
+  const size_t allocated = allocated_bytes_.load();
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  return {allocated, allocated + cached_bytes_, peak_bytes_.load()};
+}
+
+void SimDevice::reset_peak_memory() { peak_bytes_ = allocated_bytes_.load(); }
 
 uint64_t SimDevice::create_pool() {
   std::lock_guard<std::mutex> lock(mu_);

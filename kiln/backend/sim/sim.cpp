@@ -120,6 +120,10 @@ class Interface final : public DeviceInterface {
     const Capture* c = tls_capture;
     return c && c->device == index && device_state(index).current() == c->stream;
   }
+  std::optional<DeviceMemoryStats> memory_stats(int index) override {
+    return device_state(index).memory_stats();
+  }
+  void reset_peak_memory(int index) override { device_state(index).reset_peak_memory(); }
   uint64_t create_pool(int index) override { return device_state(index).create_pool(); }
   void release_pool(int index, uint64_t p) override { device_state(index).release_pool(p); }
   void begin_capture(int index, uint64_t s, uint64_t pool) override {

@@ -143,6 +143,10 @@ class SimDevice {
   void cache(void* p, size_t cls);
   uint64_t create_pool();
   void release_pool(uint64_t id);
+  // The bytes of live blocks (by size class) and of cached ones, and the peak of the first
+  // since reset_peak_memory (DeviceInterface::memory_stats).
+  DeviceMemoryStats memory_stats();
+  void reset_peak_memory();
 
   // Capture.
   void begin_capture(uint64_t stream_id, uint64_t pool);
@@ -187,6 +191,7 @@ class SimDevice {
   std::mutex cache_mu_;
   std::unordered_map<size_t, std::vector<void*>> cache_;
   size_t cached_bytes_ = 0;
+  std::atomic<size_t> allocated_bytes_{0}, peak_bytes_{0};
 };
 
 // ---------------------------------------------------------------- kernels (fallback.cpp)
