@@ -72,7 +72,6 @@ std::string size_key(int64_t bytes) {
   return fmt::format("{}b", bytes);
 }
 
-// Rank r's values: r + 1 + i % 7 (exact in float32 sums at any size here).
 // i % 7 for i in [first, first + n), as float32: the indices are int64, since float32 holds
 // integers exactly only up to 2^24 (a 64 MiB tensor) and the sweep goes to 1 GiB. Made on the
 // device the collectives run on, where the checks run too: on the host, one thread a rank, the
@@ -81,6 +80,7 @@ Tensor mod7(int64_t first, int64_t n, Device d) {
   return remainder(arange(first, first + n, 1, kInt64, d), 7).to(kFloat32);
 }
 
+// Rank r's values: r + 1 + i % 7 (exact in float32 sums at any size here).
 Tensor rank_values(int64_t n, int rank, Device d) {
   return add(mod7(0, n, d), static_cast<double>(rank + 1));
 }

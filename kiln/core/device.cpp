@@ -193,13 +193,17 @@ bool DeviceInterface::capturing(int) { return false; }
 std::optional<DeviceMemoryStats> DeviceInterface::memory_stats(int) { return std::nullopt; }
 void DeviceInterface::reset_peak_memory(int) {}
 
+bool counts_memory(Device device) {
+  DeviceInterface* iface = device_interface(device.type());
+  return iface && iface->memory_stats(device.index());
+}
+
 namespace {
 DeviceInterface& counting_interface(Device device, std::string_view op) {
-  DeviceInterface* iface = device_interface(device.type());
-  KILN_CHECK_DEVICE(iface && iface->memory_stats(device.index()),
+  KILN_CHECK_DEVICE(counts_memory(device),
                     "[{}] {} keeps no count of its memory (the cuda and sim backends do)", op,
                     device);
-  return *iface;
+  return *device_interface(device.type());
 }
 }  // namespace
 

@@ -21,6 +21,13 @@ inline constexpr DeviceType kMeta = 1;
 inline constexpr DeviceType kCUDA = 2;
 inline constexpr int kMaxDeviceTypes = 16;
 
+// A device's memory as its allocator counts it (DeviceInterface::memory_stats, memory_stats).
+struct DeviceMemoryStats {
+  size_t allocated = 0;       // in live tensors, as the allocator rounds their sizes
+  size_t reserved = 0;        // held from the device: in use or cached for reuse
+  size_t peak_allocated = 0;  // the most `allocated` has been since the last reset
+};
+
 // What a device type can do beyond allocating and copying.
 struct DeviceCaps {
   bool host_memory = true;  // host code may read its memory directly (cpu)
@@ -34,13 +41,6 @@ struct DeviceCaps {
 // and events exist but every operation has already finished, and graph calls throw
 // NotImplementedError. See Note [Device graphs] in kiln/compile/device_graphs.cpp for how compile
 // uses the graph calls.
-// A device's memory as its allocator counts it (DeviceInterface::memory_stats, memory_stats).
-struct DeviceMemoryStats {
-  size_t allocated = 0;       // in live tensors, as the allocator rounds their sizes
-  size_t reserved = 0;        // held from the device: in use or cached for reuse
-  size_t peak_allocated = 0;  // the most `allocated` has been since the last reset
-};
-
 class DeviceInterface {
  public:
   virtual ~DeviceInterface() = default;
@@ -176,6 +176,8 @@ void synchronize(Device device);
 // count (cpu, meta).
 DeviceMemoryStats memory_stats(Device device);
 void reset_peak_memory(Device device);
+// Whether `device`'s backend keeps that count (memory_stats would not raise).
+bool counts_memory(Device device);
 // Waits for all work queued on every device with an interface.
 void synchronize_all_devices();
 // Reseeds every device type's own generators (DeviceInterface::manual_seed).

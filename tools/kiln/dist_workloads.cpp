@@ -87,8 +87,7 @@ double local_mb(const TensorList& tensors) {
 }
 
 std::optional<double> peak_device_mb(Device device) {
-  DeviceInterface* iface = device_interface(device.type());
-  if (!iface || !iface->memory_stats(device.index())) return std::nullopt;
+  if (!counts_memory(device)) return std::nullopt;
   Tensor peak = full({1}, static_cast<double>(memory_stats(device).peak_allocated) / 1e6, kFloat64);
   distributed::all_reduce_(peak, distributed::ReduceOp::Max);
   return peak.item<double>();

@@ -172,10 +172,8 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
 
   // Device memory (where the backend counts it): the peak over a model's checked, warm-up and
   // timed steps, as torch_gpt_dist.py measures PyTorch's.
-  const bool counts_memory =
-      !device.is_cpu() && device_interface(device.type())->memory_stats(device.index());
   auto reset_peak = [&] {
-    if (counts_memory) reset_peak_memory(device);
+    if (counts_memory(device)) reset_peak_memory(device);
   };
   auto report_peak = [&](std::vector<Metric>& into, const std::string& name, const char* what) {
     if (std::optional<double> mb = peak_device_mb(device))

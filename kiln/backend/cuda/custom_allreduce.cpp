@@ -23,16 +23,16 @@
 //   a rank sends the IPC handle of the allocation holding its buffer and the buffer's offset
 //   in it (the caching allocator hands out pieces of larger cudaMalloc segments, and IPC
 //   shares whole allocations: cuMemGetAddressRange gives the base), the peers open the handle
-//   (once per allocation) and add the offset, and the slot is written. Imports are kept by
-//   peer and base address with the allocation's buffer id (CU_POINTER_ATTRIBUTE_BUFFER_ID,
-//   never reused in a process): an allocation opened twice fails (cudaErrorAlreadyMapped), and
-//   a peer's segment may be freed (its graph gone, its cache emptied) and another allocated
-//   over its addresses, with another id: the stale imports it overlaps are then closed before
-//   the new one is opened. Only a graph whose peers' buffers are
-//   already gone could still name it, and replaying that one is invalid anyway. Replays then read
-//   the graph's own buffers with no copy. An input the kernel cannot read in place (an in-place
-//   call, whose output a one-shot kernel would overwrite while peers read it, or an address not
-//   16-byte aligned) is copied to staging inside the graph instead, and its peers are told so.
+//   (once per allocation) and add the offset, and the slot is written. Replays then read the
+//   graph's own buffers with no copy. Imports are kept by peer and base address with the
+//   allocation's buffer id (CU_POINTER_ATTRIBUTE_BUFFER_ID, never reused in a process): an
+//   allocation opened twice fails (cudaErrorAlreadyMapped), and a peer's segment may be freed
+//   (its graph gone, its cache emptied) and another allocated over its addresses, with another
+//   id: the stale imports it overlaps are then closed before the new one is opened. Only a
+//   graph whose peers' buffers are already gone could still name them, and replaying that one
+//   is invalid anyway. An input the kernel cannot read in place (an in-place call, whose
+//   output a one-shot kernel would overwrite while peers read it, or an address not 16-byte
+//   aligned) is copied to staging inside the graph instead, and its peers are told so.
 //   Getting a handle or an address range, or opening a peer's handle, can fail on one rank
 //   only: each step ends with every rank's outcome all-gathered, and all raise the same
 //   DistributedError naming the rank that failed (agree_on_outcome).
@@ -500,9 +500,9 @@ void CustomAllReduce::State::exchange() {
       PointerAttributeFn attribute = pointer_attribute();
       KILN_CHECK_DEVICE(
           attribute && attribute(&row.buffer_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, b) == CUDA_SUCCESS,
-          "cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_BUFFER_ID) failed for "
-          "captured input {} at {}",
-          i, fmt::ptr(regs[i].ptr));
+          "cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_BUFFER_ID) failed for the allocation at {} "
+          "holding captured input {}",
+          fmt::ptr(reinterpret_cast<void*>(b)), i);
       KILN_CUDA_CHECK(cudaIpcGetMemHandle(&row.handle, reinterpret_cast<void*>(b)));
     }
   } catch (const Error& e) {
