@@ -85,6 +85,8 @@ def parse():
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--iters", type=int, default=0, help="timed steps a repeat (default: 20 gpt, 5 gpt_large)")
     p.add_argument("--no-compile", action="store_true", help="ddp: skip torch.compile")
+    p.add_argument("--pipelined", action="store_true",
+                   help="steps back to back, one synchronize a repeat (keys gain _pipelined)")
     p.add_argument("--json")
     return p.parse_args()
 
@@ -193,13 +195,15 @@ def main():
             t0 = time.perf_counter()
             for _ in range(iters):
                 step(m)
-                sync()
+                if not a.pipelined:
+                    sync()
+            sync()
             ts.append((time.perf_counter() - t0) / iters)
         return statistics.median(ts)
 
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
-    key = f"{a.model}_{a.mode}" + ("_bf16" if a.amp == "bf16" else "")
+    key = f"{a.model}_{a.mode}" + ("_bf16" if a.amp == "bf16" else "") + ("_pipelined" if a.pipelined else "")
     tokens = batch * context * (1 if a.mode == "tp" else world)  # tokens a step over all ranks
     res = {"mode": a.mode, "model": a.model, "world": world, "params": params, "amp": a.amp}
     t = timeit(wrapped)

@@ -10,6 +10,9 @@
 #   bash scripts/gpu_dist.sh N collectives  # Kiln's sweep against PyTorch's, 8 B to 1 GiB
 #   bash scripts/gpu_dist.sh N gpt W        # the GPT step W (gpt_large_ddp, gpt_large_tp,
 #                                           # gpt_large_fsdp, gpt_ddp), Kiln's and PyTorch's
+#   bash scripts/gpu_dist.sh N ddp_variants W  # Kiln's DDP step W (gpt_ddp, gpt_large_ddp) at N
+#                                           # ranks without its all-reduces (--no-sync: what
+#                                           # they cost) and with 4 and 2 MiB buckets
 #   bash scripts/gpu_dist.sh N anchor       # torch_dist_anchor.py from ANCHORS (default
 #                                           # ../shared/anchors; the device tool copies only
 #                                           # the tree: copy it to build/anchors and carry that)
@@ -77,13 +80,24 @@ case $stage in
       done
     done
     ;;
+  ddp_variants)
+    w=${3:?which workload: gpt_ddp or gpt_large_ddp}
+    for args in "" "--no-sync" "--bucket-mb 4" "--bucket-mb 2"; do
+      # shellcheck disable=SC2086  # the arguments split on purpose
+      timeout 150 scripts/mpirun.sh "$n" build/release/kiln bench "$w" --device cuda --amp bf16 \
+        --json $args > "$out/variant.json" 2> "$out/variant.err"
+      echo "kiln $w $n ${args:-(defaults)}: exit $? $(tr -d '\n' < "$out/variant.json" |
+        grep -o '"[a-z0-9_]*graph_tokens_per_s": [0-9.]*')"
+    done
+    ;;
   anchor)
     KILN_ANCHOR_CUDA=1 timeout 280 "${torchrun[@]}" --nproc_per_node="$n" \
       "${ANCHORS:-../shared/anchors}/torch_dist_anchor.py" > "$out/torch_dist_anchor_$n.log" 2>&1
     echo "torch_dist_anchor.py: exit $?"
     ;;
   *)
-    echo "gpu_dist.sh: unknown stage '$stage' (build, tests, collectives, gpt, anchor)" >&2
+    echo "gpu_dist.sh: unknown stage '$stage' (build, tests, single, collectives, gpt," \
+      "ddp_variants, anchor)" >&2
     exit 2
     ;;
 esac

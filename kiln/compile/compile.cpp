@@ -1,6 +1,7 @@
 // kiln::compile: the cache of traced entries and what happens on a miss. See compile.h.
 #include "kiln/compile/compile.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -534,6 +535,9 @@ std::vector<CacheEntryInfo> CompiledFunction::entries() const {
       out.back().device_graphs = out.back().device_graphs || st.device_graphs;
       out.back().captures += st.captures;
       out.back().graph_updates += st.graph_updates;
+      out.back().comm_stream_steps = std::max(out.back().comm_stream_steps, st.comm_stream_steps);
+      out.back().overlapped_collectives =
+          std::max(out.back().overlapped_collectives, st.overlapped_collectives);
     }
   }
   return out;
@@ -580,6 +584,11 @@ std::string CompiledFunction::explain() const {
           st.graph_updates);
     else if (!st.no_graphs.empty())
       s += fmt::format("  device graphs: none, because {}\n", st.no_graphs);
+    if (st.comm_stream_steps > 0)
+      s += fmt::format(
+          "  collectives: {} on a stream of their own, {} of them overlapping the steps after "
+          "them\n",
+          st.comm_stream_steps, st.overlapped_collectives);
     s += fmt::format(
         "  memory: intermediates planned into {} (without reuse {}); outputs {}; eager peak of "
         "the traced call {}\n",

@@ -159,6 +159,8 @@ void Executable::capture(bool update) {
       iface->begin_capture(index, gr.stream, gr.pool);
       try {
         for (at = s.begin; at < s.end; ++at) run_steps(at, at + 1);
+        at = steps_.size();  // an error now is the capture's, not a step's
+        join_comm_stream();  // a capture ends with its forks joined
       } catch (...) {
         try {
           (void)iface->end_capture(index, gr.stream);
@@ -166,12 +168,12 @@ void Executable::capture(bool update) {
         }
         throw;
       }
-      at = steps_.size();  // an error now is the capture's, not a step's
       graphs.push_back(iface->end_capture(index, gr.stream));
     }
   } catch (...) {
     // Nothing half-done stays: the next call captures again from scratch.
     iface->set_current_stream(index, previous);
+    if (comm_) comm_->pending = false;  // its events belong to the dropped capture
     for (uint64_t g : graphs) iface->destroy_graph(index, g);
     gr.drop_execs();
     std::string why;
@@ -246,6 +248,7 @@ void Executable::run_graphs(std::span<const Tensor> inputs, TensorList& outputs)
   for (const Graphs::Item& s : gr.schedule) {
     if (s.eager) {
       run_steps(s.begin, s.end);
+      join_comm_stream();
       continue;
     }
     int64_t t0 = profiling ? profiler::now_ns() : 0;

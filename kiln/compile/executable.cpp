@@ -50,6 +50,7 @@ Executable::Executable(Graph graph, std::vector<bool> is_static, GraphOptions gr
       graph_options_(std::move(graphs)) {
   build();
   setup_graphs();
+  plan_comm_stream();
 }
 Executable::~Executable() {
   // Graphs go first: queued launches must not outlive the buffers they use.
@@ -138,18 +139,39 @@ void Executable::run(std::span<const Tensor> inputs, TensorList& outputs) {
     }
   }
   run_steps(0, steps_.size());
+  join_comm_stream();
   outputs.clear();
   for (int v : graph_.outputs) outputs.push_back(output(v, inputs));
 }
 
 void Executable::run_steps(size_t begin, size_t end) {
+  try {
+    run_steps_in_order(begin, end);
+  } catch (...) {
+    // What already runs on the communication stream is waited for: the next call's steps may
+    // write what it reads (in a failed capture the wait may fail too; the capture is dropped).
+    try {
+      join_comm_stream();
+    } catch (...) {  // NOLINT: the step's own error is the one to report
+    }
+    if (comm_) comm_->pending = false;
+    throw;
+  }
+}
+
+void Executable::run_steps_in_order(size_t begin, size_t end) {
   const bool profiling = profiler::enabled();
   for (size_t i = begin; i < end; ++i) {
     const auto& step = steps_[i];
     int64_t t0 = profiling ? profiler::now_ns() : 0;
+    if (step->join_comm_before) join_comm_stream();
     switch (step->kind) {
       case Step::Kind::Call:
-        step->call->run();
+        if (step->on_comm_stream) {
+          comm_->run(*step->call);
+        } else {
+          step->call->run();
+        }
         // What an in-place kernel returns is its argument: holding it would count as a
         // reference from outside in the free-tensor guards.
         step->call->results.clear();
@@ -188,9 +210,11 @@ std::string Executable::str() const {
     const Node& n = graph_.nodes[st.node];
     const char* kind = st.kind == Step::Kind::Result     ? " (allocates)"
                        : st.kind == Step::Kind::HostRead ? " (host read: segment break)"
+                       : st.on_comm_stream               ? " (on the communication stream)"
                                                          : "";
     std::vector<std::string> outs;
     for (int o : n.outputs) outs.push_back(fmt::format("%{}", o));
+    if (st.join_comm_before) s += "   (waits for the communication stream)\n";
     s += fmt::format("{}: {} <- n{} {}{}{}\n", i, st.name, st.node, n.name(),
                      outs.empty() ? "" : fmt::format(" -> {}", fmt::join(outs, ", ")), kind);
   }

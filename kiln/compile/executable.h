@@ -28,6 +28,9 @@ struct ExecutableStats {
   int captures = 0;            // times the steps were captured (the first, and re-captures)
   int graph_updates = 0;       // captures applied by update() (only addresses changed)
   int graph_nodes = 0;         // kernel launches recorded in the graphs
+  // Collectives on a stream of their own (Note [Collectives on a stream of their own]).
+  int comm_stream_steps = 0;       // collectives run on the executable's communication stream
+  int overlapped_collectives = 0;  // of which the steps after them need not wait for
 };
 
 // How an executable may use device graphs.
@@ -58,8 +61,9 @@ class Executable {
   std::string str() const;
 
  private:
-  struct Step;    // executable_impl.h
-  struct Graphs;  // executable_impl.h
+  struct Step;        // executable_impl.h
+  struct Graphs;      // executable_impl.h
+  struct CommStream;  // executable_impl.h
   // build() lowers the graph in these steps (executable_build.cpp).
   struct Lowered;
   void build();
@@ -72,8 +76,13 @@ class Executable {
   void setup_graphs();
   void run_graphs(std::span<const Tensor> inputs, TensorList& outputs);
   void capture(bool update);
+  // Collectives on a stream of their own (comm_stream.cpp).
+  void plan_comm_stream();
+  // The communication stream's work joined into the current stream, if any is outstanding.
+  void join_comm_stream();
   // Replay (executable.cpp).
   void run_steps(size_t begin, size_t end);
+  void run_steps_in_order(size_t begin, size_t end);  // run_steps without its error handling
   // Binds input i's buffer to `input`'s storage; whether that changed anything.
   bool bind_input(size_t i, const Tensor& input);
   void bind_inputs(std::span<const Tensor> inputs);
@@ -94,6 +103,7 @@ class Executable {
   std::vector<std::unique_ptr<Step>> steps_;
   GraphOptions graph_options_;
   std::unique_ptr<Graphs> graphs_;
+  std::unique_ptr<CommStream> comm_;  // set when a step communicates on a device with streams
   // Calls on another stream than the previous call's wait for it: every call (the warm-up,
   // a replay of steps or of graphs) uses the executable's buffers. Set for an executable on
   // one device other than the cpu.

@@ -20,6 +20,30 @@ struct Executable::Step {
   std::vector<int> result_buffers;           // Result: buffer of each result, in order
   std::string_view name;                     // the kernel's op name
   DispatchKey key = DispatchKey::Undefined;  // the backend its kernel runs on
+  // Note [Collectives on a stream of their own] in comm_stream.cpp.
+  bool on_comm_stream = false;    // a collective, run on the communication stream
+  bool join_comm_before = false;  // waits for the communication stream's work first
+};
+
+// The executable's communication stream and its two events (Note [Collectives on a stream of
+// their own] in comm_stream.cpp).
+struct Executable::CommStream {
+  CommStream(DeviceInterface* iface, int index);
+  ~CommStream();
+  CommStream(const CommStream&) = delete;
+  CommStream& operator=(const CommStream&) = delete;
+
+  // Runs `call` on the stream, after everything queued so far on the current stream.
+  void run(BoundCall& call);
+  // The current stream waits for everything run on the stream so far.
+  void join();
+
+  DeviceInterface* iface;
+  int index;
+  uint64_t stream = 0;
+  uint64_t forked = 0;   // recorded on the current stream before each collective
+  uint64_t done = 0;     // recorded on the stream after each collective
+  bool pending = false;  // work on the stream that the current stream has not waited for
 };
 
 // The executable's device graphs (Note [Device graphs] in device_graphs.cpp).

@@ -49,7 +49,11 @@ namespace kiln::parallel {
 //
 // Under kiln::compile, all_reduce_async is traced as the synchronous all_reduce_, so a
 // compiled step holds its bucketed all-reduces in order with backward (captured into device
-// graphs on sim and CUDA); its replays run no hooks. no_sync() is a HostCell read by the hooks
+// graphs on sim and CUDA); its replays run no hooks. On a device with streams the executable
+// runs them on a communication stream of its own, and since a bucket is a free tensor nothing
+// waits for its all-reduce until a step touches the bucket again (the optimizer): backward
+// goes on meanwhile, as in eager DDP (Note [Collectives on a stream of their own] in
+// kiln/compile/comm_stream.cpp). no_sync() is a HostCell read by the hooks
 // while tracing, so it is one of the step's guards.
 //
 // Note [A parameter without a gradient]

@@ -22,6 +22,7 @@
 #include "kiln/distributed/collective_backend.h"
 #include "kiln/nn/layers.h"
 #include "kiln/optim/optimizer.h"
+#include "kiln/parallel/ddp.h"
 #include "tests/backend/cuda_util.h"
 #include "tests/distributed/dist_test_util.h"
 
@@ -268,8 +269,58 @@ TEST(NcclCompile, TrainingStepWithAllReducedGradientsEqualsEager) {
       losses.push_back((compiled ? cf({x, y})[0] : step(x, y)).item<double>());
     if (compiled) {
       EXPECT_GE(cf.entries().at(0).captures, 1) << cf.explain();
+      // Each gradient's all-reduce runs on the communication stream and overlaps what follows
+      // (Note [Collectives on a stream of their own] in kiln/compile/comm_stream.cpp).
+      const int n = static_cast<int>(model.parameters().size());
+      EXPECT_EQ(cf.entries().at(0).comm_stream_steps, n) << cf.steps_str(0);
+      EXPECT_EQ(cf.entries().at(0).overlapped_collectives, n) << cf.steps_str(0);
     }
     // The averaged gradients keep every rank's parameters the same.
+    for (const Tensor& p : model.parameters())
+      EXPECT_TRUE(same_on_every_rank(p.detach(), &dist::world()));
+    return losses;
+  };
+  std::vector<double> eager = run(false), compiled = run(true);
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_NEAR(compiled[i], eager[i], 1e-5) << i;
+  EXPECT_LT(eager.back(), eager.front());
+}
+
+// A compiled DDP step with several buckets: each bucket's all-reduce runs on the communication
+// stream inside the captured graph while backward goes on, and the step equals the eager one.
+TEST(NcclCompile, DdpStepOverlapsItsBucketsAndEqualsEager) {
+  SKIP_WITHOUT_NCCL();
+  auto run = [](bool compiled) {
+    Generator g(7);
+    nn::Init init{.gen = &g};
+    nn::Sequential model;
+    for (int i = 0; i < 4; ++i) {
+      model.push_back(std::make_shared<nn::Linear>(64, 64, true, init));
+      model.push_back(std::make_shared<nn::GELU>());
+    }
+    model.to(gpu());
+    parallel::DistributedDataParallel ddp(
+        model, {.bucket_cap_bytes = 20 << 10, .first_bucket_cap_bytes = 4 << 10});
+    EXPECT_GE(ddp.buckets().size(), 3u);
+    optim::AdamW opt(model.parameters(), {.lr = 1e-2});
+    Generator data(200 + me());
+    Tensor x = randn({32, 64}, &data).to(gpu()), y = randint(0, 64, {32}, &data).to(gpu());
+    auto step = [&](const Tensor& xs, const Tensor& ys) {
+      ddp.zero_grad();
+      Tensor loss = cross_entropy(model(xs), ys);
+      loss.backward();
+      opt.step();
+      return loss.detach();
+    };
+    CompiledFunction cf = compile(step, {.name = "ddp_step"});
+    std::vector<double> losses;
+    for (int i = 0; i < 8; ++i)
+      losses.push_back((compiled ? cf({x, y})[0] : step(x, y)).item<double>());
+    if (compiled) {
+      const CacheEntryInfo e = cf.entries().at(0);
+      EXPECT_GE(e.captures, 1) << cf.explain();
+      EXPECT_EQ(e.overlapped_collectives, static_cast<int>(ddp.buckets().size()))
+          << cf.steps_str(0);
+    }
     for (const Tensor& p : model.parameters())
       EXPECT_TRUE(same_on_every_rank(p.detach(), &dist::world()));
     return losses;

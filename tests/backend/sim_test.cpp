@@ -439,6 +439,80 @@ TEST(SimGraphs, CaptureErrorsLikeCuda) {
   EXPECT_EQ(values(x), (std::vector<float>{1, 1, 1, 1}));
 }
 
+// Note [Streams joining a capture] in kiln/backend/sim/sim_impl.h: a stream waiting for an
+// event recorded in a capture joins it, its launches are recorded, and the capture must end with
+// it joined back into the origin stream.
+TEST(SimGraphs, AStreamForkedFromACaptureIsRecordedAndMustJoinIt) {
+  DeviceInterface& di = sim_interface();
+  Tensor x = arange(0, 4, 1, kFloat32).to(sim());
+  Tensor a = zeros({4}, kFloat32, sim()), b = zeros({4}, kFloat32, sim());
+  Tensor y = zeros({4}, kFloat32, sim());
+  const uint64_t side = di.create_stream(0), fork = di.create_event(0), join = di.create_event(0);
+  synchronize(sim());
+  auto on = [&](uint64_t s) { di.set_current_stream(0, s); };
+  Captured c = capture([&] {
+    const uint64_t origin = di.current_stream(0);
+    di.record_event(0, fork, origin);
+    EXPECT_FALSE([&] {
+      on(side);
+      const bool before = di.capturing(0);
+      on(origin);
+      return before;
+    }()) << "a stream that has not waited for a capture event is not capturing";
+    di.stream_wait_event(0, side, fork);  // side joins the capture
+    on(side);
+    EXPECT_TRUE(di.capturing(0));
+    mul_out(a, x, x);
+    di.record_event(0, join, side);
+    on(origin);
+    add_out(b, x, x);
+    di.stream_wait_event(0, origin, join);  // and joins back
+    add_out(y, a, b);
+  });
+  EXPECT_EQ(di.graph_nodes(0, c.graph), 3);
+  EXPECT_EQ(values(y), (std::vector<float>{0, 0, 0, 0}));  // recorded, not run
+  const uint64_t exec = di.instantiate(0, c.graph);
+  di.launch(0, exec, 0);
+  EXPECT_EQ(values(y), (std::vector<float>{0, 3, 8, 15}));  // x*x + 2x
+  di.destroy_exec(0, exec);
+  di.destroy_graph(0, c.graph);
+  di.release_pool(0, c.pool);
+  di.destroy_stream(0, c.stream);
+
+  // A stream that launched after its last joined event, or forked and never joined back.
+  for (bool launches : {true, false}) {
+    const uint64_t s = di.create_stream(0);
+    on(s);
+    di.begin_capture(0, s, di.create_pool(0));
+    di.record_event(0, fork, s);
+    di.stream_wait_event(0, side, fork);
+    if (launches) {
+      on(side);
+      add_(a, 1.0);
+      di.record_event(0, join, side);
+      di.stream_wait_event(0, s, join);
+      add_(a, 1.0);  // after the join
+      on(s);
+    }
+    EXPECT_THROW_CONTAINS(di.end_capture(0, s), DeviceError, "cudaErrorStreamCaptureUnjoined");
+    on(0);
+    di.destroy_stream(0, s);
+  }
+  EXPECT_EQ(values(a), (std::vector<float>{0, 1, 4, 9})) << "a capture ran its launches";
+  // A capturing stream may not wait for an event recorded outside the capture.
+  di.record_event(0, fork, 0);
+  EXPECT_THROW_CONTAINS(capture([&] { di.stream_wait_event(0, di.current_stream(0), fork); }),
+                        DeviceError, "cudaErrorStreamCaptureIsolation");
+  // Once the capture has ended, the side stream runs its work again.
+  on(side);
+  add_(a, 1.0);
+  on(0);
+  EXPECT_EQ(values(a), (std::vector<float>{1, 2, 5, 10}));
+  di.destroy_event(0, fork);
+  di.destroy_event(0, join);
+  di.destroy_stream(0, side);
+}
+
 TEST(SimGraphs, AllocationsDuringCaptureComeFromThePool) {
   DeviceInterface& di = sim_interface();
   Tensor x = full({4}, 2.0f, kFloat32, sim());

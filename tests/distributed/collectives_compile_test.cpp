@@ -215,5 +215,53 @@ TEST_P(CollectiveCompile, KernelsAroundACollectiveStayInOrder) {
   expect_captured(f);
 }
 
+// Note [Collectives on a stream of their own] in kiln/compile/comm_stream.cpp: on sim the
+// in-place collectives run on the executable's communication stream. One on an intermediate is
+// waited for by the very next step; one on a free tensor (what DDP's buckets are) is left to run
+// while the independent kernels after it do, and only a step reading it waits. A collective
+// that allocates its result (the functional all_reduce) stays on the current stream. Results
+// stay bitwise those of eager code at every call: trace, warm-up, capture and replays.
+TEST_P(CollectiveCompile, CollectivesRunOnACommunicationStream) {
+  const Device d = dev();
+  Tensor state_e = input(0, {4096}, d), state_c = state_e.clone();
+  auto fn = [](const Tensor& state, const Tensor& x) -> TensorList {
+    dist::all_reduce_(state, ReduceOp::Avg);  // a free tensor: overlapped
+    Tensor h = mul(x, 2.0);                   // independent of it
+    for (int i = 0; i < 4; ++i) h = add(h, 0.5);
+    dist::all_reduce_(h, ReduceOp::Sum);  // an intermediate: joined at the next step
+    Tensor r = add(h, state);
+    return {add(dist::all_reduce(r, ReduceOp::Sum), 1.0)};  // allocates: the current stream
+  };
+  CompiledFunction f = compile([&](const Tensor& x) { return fn(state_c, x); }, {.name = "comm"});
+  for (int call = 0; call < 6; ++call) {
+    Tensor x = input(call, {4096}, d);
+    Tensor want = fn(state_e, x)[0];
+    Tensor got = f({x})[0];
+    EXPECT_TRUE(bitwise_equal(got, want)) << "call " << call;
+    EXPECT_TRUE(bitwise_equal(state_c, state_e)) << "call " << call;
+  }
+  expect_captured(f);
+  const CacheEntryInfo e = f.entries().at(0);
+  const std::string steps = f.steps_str(0);
+  if (d.is_cpu()) {  // no streams
+    EXPECT_EQ(e.comm_stream_steps, 0) << steps;
+    EXPECT_EQ(steps.find("communication stream"), std::string::npos) << steps;
+    return;
+  }
+  EXPECT_EQ(e.comm_stream_steps, 2) << steps;
+  EXPECT_EQ(e.overlapped_collectives, 1) << steps;
+  EXPECT_TRUE(contains(f.explain(), "collectives: 2 on a stream of their own, 1 of them"))
+      << f.explain();
+  // The step after the second all-reduce waits, once, for both: the stream runs them in order.
+  size_t joins = 0;
+  for (size_t at = steps.find("waits for"); at != std::string::npos;
+       at = steps.find("waits for", at + 1))
+    ++joins;
+  EXPECT_EQ(joins, 1u) << steps;
+  const size_t mul_at = steps.find("mul"), wait_at = steps.find("waits for");
+  ASSERT_NE(mul_at, std::string::npos) << steps;
+  EXPECT_LT(mul_at, wait_at) << "the independent kernels must not wait\n" << steps;
+}
+
 }  // namespace
 }  // namespace kiln::test

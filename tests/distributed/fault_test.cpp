@@ -191,7 +191,8 @@ void guard_sim() {
 // watchdog's abort (Note [NCCL deadlines] in kiln/backend/cuda/nccl.cpp) or the custom
 // all-reduce kernel's own deadline (its device error word) reaches the caller. fault_test.sh
 // sets KILN_CUSTOM_AR=0 for the *_nccl_cuda ones, so that the small all-reduces go through
-// NCCL; the others take the custom all-reduce where the GPUs can reach each other. Where this
+// NCCL, and KILN_CUSTOM_AR=1 for the others, which take the custom all-reduce where the GPUs can
+// reach each other (in Auto an eager call this small would take NCCL). Where this
 // machine has no GPU for each rank, every rank says "skipped" and fault_test.sh skips.
 struct NoGpu {
   std::string why;

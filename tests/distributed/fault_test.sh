@@ -21,7 +21,7 @@ case $scenario in
 esac
 case $scenario in  # Note [Fault scenarios on cuda tensors] in fault_test.cpp
   *_nccl_cuda*) export KILN_CUSTOM_AR=0 ;;
-  *_cuda*) unset KILN_CUSTOM_AR ;;
+  *_cuda*) export KILN_CUSTOM_AR=1 ;;  # eager calls this small take NCCL in Auto
 esac
 
 # Each rank runs under a shell that reports its exit status: under --enable-recovery mpirun

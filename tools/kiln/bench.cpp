@@ -26,11 +26,25 @@ int run_bench(const BenchOptions& o) {
   KILN_CHECK(!o.small || w->name == "gpt", "[bench] --small applies only to the gpt workload");
   KILN_CHECK(o.amp.empty() || w->name.rfind("gpt", 0) == 0,
              "[bench] --amp applies only to the gpt workloads (gpt, gpt_large, gpt_*_ddp|tp|fsdp)");
+  const bool ddp = w->name.ends_with("_ddp");
+  KILN_CHECK(ddp || (o.bucket_mb == 0 && !o.no_sync),
+             "[bench] --bucket-mb and --no-sync apply only to gpt_ddp and gpt_large_ddp");
+  const bool parallel_gpt = w->name.rfind("gpt", 0) == 0 &&
+                            (ddp || w->name.ends_with("_tp") || w->name.ends_with("_fsdp"));
+  KILN_CHECK(
+      !o.pipelined || parallel_gpt,
+      "[bench] --pipelined applies only to the distributed gpt workloads (gpt_*_ddp|tp|fsdp)");
+  KILN_CHECK(o.bucket_mb >= 0, "[bench] --bucket-mb must not be negative, got {}", o.bucket_mb);
   int64_t iters = o.iters > 0 ? o.iters : w->default_iters;
   if (!common.device.is_cpu()) set_allow_tf32(true);  // as torch_anchor.py sets it
   if (o.math_attention) set_fused_attention(false);
-  std::vector<workloads::Metric> metrics =
-      w->run({.iters = iters, .small = o.small, .device = common.device, .amp = o.amp});
+  std::vector<workloads::Metric> metrics = w->run({.iters = iters,
+                                                   .small = o.small,
+                                                   .device = common.device,
+                                                   .amp = o.amp,
+                                                   .bucket_mb = o.bucket_mb,
+                                                   .no_sync = o.no_sync,
+                                                   .pipelined = o.pipelined});
   // Under mpirun (the distributed workloads) every rank times and rank 0 reports.
   if (distributed::is_initialized() && distributed::rank() != 0) return 0;
 

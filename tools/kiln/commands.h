@@ -81,6 +81,13 @@ struct BenchOptions {
   // gpt and gpt_large: "bf16" times the step with the forward and loss under bfloat16
   // autocast (keys gpt_bf16_*, gpt_large_bf16_*); empty: float32.
   std::string amp;
+  // gpt_ddp, gpt_large_ddp: DDP's bucket cap in MiB (0: DDPOptions' default), and whether
+  // backward runs under no_sync() (the step without its all-reduces: what they cost).
+  double bucket_mb = 0;
+  bool no_sync = false;
+  // gpt_{ddp,tp,fsdp} and gpt_large_*: steps back to back, a synchronize at the end of each
+  // repeat only (how a training loop runs), reported under keys ending in _pipelined.
+  bool pipelined = false;
 };
 
 int run_train(const TrainOptions& o);

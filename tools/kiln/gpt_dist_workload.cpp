@@ -66,6 +66,7 @@ struct ParallelGpt {
   Device device;
   GptParallelism mode = GptParallelism::DDP;
   bool bf16 = false;
+  bool no_sync = false;  // DDP's backward without its all-reduces
   int64_t vocab = 0;
 
   Tensor step() {
@@ -86,7 +87,12 @@ struct ParallelGpt {
         loss = model->loss(idx, tgt);
       }
     }
-    loss.backward();
+    if (ddp && no_sync) {
+      auto guard = ddp->no_sync();
+      loss.backward();
+    } else {
+      loss.backward();
+    }
     for (auto& opt : opts) opt->step();
     return (dt::is_dtensor(loss) ? dt::to_local(loss) : loss).detach();
   }
@@ -101,8 +107,10 @@ struct ParallelGpt {
 };
 
 std::unique_ptr<ParallelGpt> make(const nn::GPTConfig& cfg, GptParallelism mode, Device device,
-                                  bool bf16, const dt::DeviceMesh* mesh) {
+                                  const Options& o, const dt::DeviceMesh* mesh) {
   auto p = std::make_unique<ParallelGpt>();
+  const bool bf16 = o.amp == "bf16";
+  p->no_sync = o.no_sync;
   p->device = device;
   p->mode = mode;
   p->bf16 = bf16;
@@ -113,7 +121,11 @@ std::unique_ptr<ParallelGpt> make(const nn::GPTConfig& cfg, GptParallelism mode,
   const optim::AdamWOptions adamw{.lr = 3e-4};
   switch (mode) {
     case GptParallelism::DDP:
-      p->ddp = std::make_unique<parallel::DistributedDataParallel>(*p->model);
+      p->ddp = std::make_unique<parallel::DistributedDataParallel>(
+          *p->model, o.bucket_mb > 0
+                         ? parallel::DDPOptions{.bucket_cap_bytes =
+                                                    static_cast<int64_t>(o.bucket_mb * (1 << 20))}
+                         : parallel::DDPOptions{});
       p->opts.push_back(std::make_unique<optim::AdamW>(p->model->parameters(), adamw));
       break;
     case GptParallelism::TP: {
@@ -161,7 +173,10 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
   const nn::GPTConfig cfg = large ? gpt_large_config() : nn::GPTConfig::bench();
   const bool bf16 = o.amp == "bf16";
   const std::string key =
-      fmt::format("{}_{}{}", large ? "gpt_large" : "gpt", mode_name(mode), bf16 ? "_bf16" : "");
+      fmt::format("{}_{}{}{}{}", large ? "gpt_large" : "gpt", mode_name(mode), bf16 ? "_bf16" : "",
+                  o.bucket_mb > 0 ? fmt::format("_b{}", o.bucket_mb) : "",
+                  o.no_sync ? "_nosync" : "") +
+      (o.pipelined ? "_pipelined" : "");
   const dt::DeviceMesh* mesh = nullptr;
   if (mode != GptParallelism::DDP)
     mesh = &dt::init_device_mesh(device, {ranks}, {mode == GptParallelism::TP ? "tp" : "dp"});
@@ -180,9 +195,16 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
       into.push_back({key + name, *mb, "MB", what});
   };
   reset_peak();
-  std::unique_ptr<ParallelGpt> eager = make(cfg, mode, device, bf16, mesh);
+  std::unique_ptr<ParallelGpt> eager = make(cfg, mode, device, o, mesh);
   check_falls(key, [&] { return eager->step(); });
   auto timed = [&](const std::function<void()>& fn) {
+    if (o.pipelined)  // one call is `iters` steps and a synchronize
+      return time_interleaved(1, kRepeats, {[&] {
+                                for (int64_t i = 0; i < iters; ++i) fn();
+                                synchronize(device);
+                              }},
+                              barrier)[0] /
+             static_cast<double>(iters);
     return time_interleaved(iters, kRepeats, {[&] {
                               fn();
                               synchronize(device);
@@ -207,7 +229,7 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
     eager.reset();  // its memory back before the compiled model's
     synchronize(device);
     reset_peak();
-    std::unique_ptr<ParallelGpt> fresh = make(cfg, mode, device, bf16, mesh);
+    std::unique_ptr<ParallelGpt> fresh = make(cfg, mode, device, o, mesh);
     CompiledFunction cf = compile([&] { return fresh->step(); }, {.name = key + "_step"});
     check_falls(key + " compiled", [&] { return cf({})[0]; });
     const double g = timed([&] { cf({}); });

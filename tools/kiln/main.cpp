@@ -180,6 +180,14 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
                   "gpt, gpt_large: bf16 runs the forward and loss under bfloat16 autocast (keys "
                   "gpt_bf16_*, gpt_large_bf16_*, as anchors/torch_gpt_large_bf16.py's)")
       ->check(CLI::IsMember({"bf16"}));
+  cmd->add_option("--bucket-mb", o.bucket_mb,
+                  "gpt_ddp, gpt_large_ddp: DDP's bucket cap in MiB (keys gain _b<MiB>)");
+  cmd->add_flag("--no-sync", o.no_sync,
+                "gpt_ddp, gpt_large_ddp: backward under no_sync(), no all-reduces (keys gain "
+                "_nosync): what the communication costs");
+  cmd->add_flag("--pipelined", o.pipelined,
+                "gpt_*_ddp|tp|fsdp: steps back to back, one synchronize a repeat (keys gain "
+                "_pipelined)");
   add_common(cmd, o.common);
   return cmd;
 }

@@ -32,6 +32,13 @@ struct Options {
   // gpt and gpt_large: "bf16" runs the forward and the loss under bfloat16 autocast (float32
   // master weights), reported under keys with _bf16 after the workload's name.
   std::string amp;
+  // gpt_ddp, gpt_large_ddp: DDP's bucket cap in MiB (0: the default), and backward under
+  // no_sync() (no all-reduces). Either reports under keys of its own.
+  double bucket_mb = 0;
+  bool no_sync = false;
+  // The distributed GPT steps: timed back to back, synchronized once a repeat (keys gain
+  // _pipelined), not each step.
+  bool pipelined = false;
 };
 
 struct Workload {

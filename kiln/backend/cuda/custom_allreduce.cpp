@@ -17,6 +17,18 @@
 //   own. The slot's address is the kernel's argument, so a graph may hold it while its
 //   contents are written after the capture.
 // - Eager: the input is copied into the rank's staging buffer on the stream, then the kernel.
+//
+// Note [Which all-reduce in Auto]
+// Measured on two H200s against NCCL's blocking communicators (bench/gpu_runs.md, 2026-11-30),
+// sum of float32, one call and its synchronize: captured, the custom all-reduce is faster at
+// every size it takes (7.7 us against 9.3 at 8 B, 9.0 against 12.7 at 256 KiB, 45.9 against
+// 50.5 at 8 MiB); eager, its copy into the staging buffer costs more than NCCL's one kernel
+// below 1 MiB (24 us against 19.5 at 8 B, 25.9 against 24.9 at 256 KiB; even at 1 MiB, 30 and 30)
+// and less above (44 against 50 at 4 MiB). So in Auto a captured call takes it up to its
+// capacity (KILN_CUSTOM_AR_MAX_BYTES, 8 MiB), an eager call from kEagerMinBytes up; without
+// NCCL (KILN_NCCL=0) it takes every call it can. Every rank decides alike: the size and whether
+// the call is captured are the same on all of them.
+//
 // - Captured: the input's address is recorded as a pending registration and the kernel is
 //   captured with the call's slot. When the capture ends (end_capture(), called by the device
 //   plugin's end_capture) every pending registration is completed in one exchange: for each,
@@ -334,8 +346,10 @@ bool CustomAllReduce::eligible(const Tensor& in, dist::ReduceOp op) const {
   const DType t = in.dtype();
   if (t != DType::Float32 && t != DType::Float16 && t != DType::BFloat16) return false;
   const size_t n = in.nbytes();
-  // One size today for both modes: the staging buffer is as large as Auto's threshold.
-  return n > 0 && n % 16 == 0 && n <= s_->capacity;
+  if (n == 0 || n % 16 != 0 || n > s_->capacity) return false;
+  // Note [Which all-reduce in Auto]: an eager message under kEagerMinBytes goes to NCCL.
+  return mode != dist::CustomAllReduceMode::Auto || !nccl_enabled() || n >= kEagerMinBytes ||
+         capturing(s_->device);
 }
 
 namespace {

@@ -44,10 +44,14 @@ class CustomAllReduce {
 
   // Whether an all-reduce of `in` by `op` takes this path: from the mode
   // (distributed::custom_all_reduce_mode()), the op (sum, avg), the dtype (float32, float16,
-  // bfloat16) and the size (a multiple of 16 bytes, up to the staging buffer) only, never
-  // from addresses or from whether a capture is under way: every rank decides alike, and a
-  // warm-up as its capture does.
+  // bfloat16), the size (a multiple of 16 bytes, up to the staging buffer) and, in Auto with
+  // NCCL, whether a capture is under way (an eager call under kEagerMinBytes goes to NCCL, Note
+  // [Which all-reduce in Auto] in custom_allreduce.cpp), never from addresses: every rank
+  // decides alike. A compiled step's warm-up may thus take NCCL where its capture takes this
+  // path; past two ranks their sums may differ in the last bit (the order of the additions).
   bool eligible(const Tensor& in, distributed::ReduceOp op) const;
+  // Eager messages smaller than this go to NCCL in Auto (the measured crossover).
+  static constexpr size_t kEagerMinBytes = size_t{1} << 20;
   // Queues the all-reduce of `in` into `out` (may be `in`) on the current stream of their
   // device; under capture, registers `in` for the exchange at the end of the capture.
   void all_reduce(const Tensor& in, const Tensor& out, const distributed::Collective& c);

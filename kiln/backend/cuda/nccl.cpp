@@ -7,13 +7,26 @@
 // One communicator per group, made eagerly by the group's factory, never inside a capture
 // (NCCL's set-up is itself collective, and talks over sockets): group rank 0 makes the unique
 // id, MPI broadcasts it over the group's own communicator (as nccl-tests do), and every rank
-// joins with its one device, nccl_device(). Communicators are non-blocking (config.blocking =
-// 0): set-up and any call may return ncclInProgress, and the caller polls
-// ncclCommGetAsyncError against the call's deadline, so a peer that never joins cannot hang the
-// caller. A mutex serialises the calls on one communicator: NCCL forbids two threads using one
-// at once, and the watchdog's abort must not race a call. Communicators are never destroyed:
+// joins with its one device, nccl_device(). A mutex serialises the calls on one communicator:
+// NCCL forbids two threads using one at once, and the watchdog's abort must not race a call.
+// Communicators are never destroyed:
 // groups live until exit, and at exit ncclCommDestroy would wait for peers that may be gone,
 // with a CUDA runtime that may already be shut down. The process's end frees them.
+//
+// Note [Blocking communicators]
+// Communicators are blocking (config.blocking = 1), as PyTorch's are. A non-blocking one queues
+// every call from a thread NCCL starts for it and returns ncclInProgress, to be polled: that
+// cost 40-90 us an eager call on two H200s (an 8 B all-reduce took 82 us instead of 20, a 64 MiB
+// one 378 instead of 269; bench/gpu_runs.md, lease 2 of 2026-11-30). Blocking calls must then
+// never wait for a peer on the host:
+// - set-up waits for every rank, so it runs on a thread of its own and the caller waits for it
+//   until the group's deadline; past it the caller raises (a rank did not join) and the thread
+//   is left blocked in NCCL, where it holds nothing of the caller's;
+// - NCCL connects peers lazily by default, inside the first call that needs a connection, which
+//   would then wait for the peer on the host: unless the user set NCCL_RUNTIME_CONNECT, Kiln sets
+//   it to 0 before the first communicator, so every connection is made during set-up;
+// - after that a call only queues kernels, and a peer that never joins a collective is caught
+//   by its deadline on the device (Note [NCCL deadlines]).
 //
 // Note [NCCL deadlines]
 // A call returns once its collective is queued, long before it completes, so its deadline
@@ -47,11 +60,13 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -173,6 +188,45 @@ std::string describe(const Comm& c, const CallDesc& d, uint64_t seq) {
 std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
   const char* last = ncclGetLastError(comm);
   return fmt::format("{}{}{}", ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "");
+}
+
+// Makes a blocking communicator (Note [Blocking communicators]) on a thread of its own, waiting
+// for it until `timeout` has passed: NCCL's result, or nothing when the time ran out (the thread
+// then stays blocked in NCCL, on state it shares with nobody).
+std::optional<ncclResult_t> init_blocking(ncclComm_t& out, int device, int size, ncclUniqueId id,
+                                          int rank, std::string name,
+                                          std::chrono::milliseconds timeout) {
+  static std::once_flag connect_at_setup;
+  std::call_once(connect_at_setup, [] { setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0); });
+  struct Init {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    ncclResult_t result = ncclSuccess;
+    ncclComm_t comm = nullptr;
+    std::string name;
+  };
+  auto init = std::make_shared<Init>();
+  init->name = std::move(name);
+  std::thread([init, device, size, id, rank] {
+    ncclComm_t comm = nullptr;
+    ncclResult_t result = ncclUnhandledCudaError;
+    if (cudaSetDevice(device) == cudaSuccess) {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 1;
+      config.commName = init->name.c_str();
+      result = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+    }
+    std::lock_guard<std::mutex> lock(init->mu);
+    init->done = true;
+    init->result = result;
+    init->comm = comm;
+    init->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(init->mu);
+  if (!init->cv.wait_for(lock, timeout, [&] { return init->done; })) return std::nullopt;
+  out = init->comm;
+  return init->result;
 }
 
 // Raises the error of a call on an aborted communicator (under c.mu).
@@ -394,23 +448,15 @@ NcclBackend::NcclBackend(dist::ProcessGroup& g) : comm_(std::make_shared<Comm>()
                                        c.group, c.rank, c.size,
                                        id_error.empty() ? " on rank 0" : ": " + id_error));
   current_stream(c.device);  // makes c.device this thread's CUDA device
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  const std::string comm_name = "kiln:" + c.group;
-  config.commName = comm_name.c_str();
   const std::chrono::milliseconds timeout = dist::timeout_for(g);
-  const Clock::time_point deadline = Clock::now() + timeout;
-  ncclResult_t r = ncclCommInitRankConfig(&c.nccl, c.size, boot.id, c.rank, &config);
-  while (r == ncclInProgress && Clock::now() < deadline) {
-    std::this_thread::yield();
-    ncclCommGetAsyncError(c.nccl, &r);
-  }
-  if (r != ncclSuccess) {
-    std::string why = r == ncclInProgress
-                          ? fmt::format("timed out after {} ms (a rank of the group did not join)",
-                                        timeout.count())
-                          : nccl_error(r, c.nccl);
-    if (c.nccl) ncclCommAbort(c.nccl);
+  std::optional<ncclResult_t> r =
+      init_blocking(c.nccl, c.device, c.size, boot.id, c.rank, "kiln:" + c.group, timeout);
+  if (!r || *r != ncclSuccess) {
+    std::string why = !r ? fmt::format("timed out after {} ms (a rank of the group did not join)",
+                                       timeout.count())
+                         : nccl_error(*r, c.nccl);
+    if (r && c.nccl) ncclCommAbort(c.nccl);
+    c.nccl = nullptr;
     throw DistributedError(fmt::format(
         "[nccl] making the NCCL communicator of group {} (rank {} of {}) on cuda:{} failed: {}",
         c.group, c.rank, c.size, c.device, why));
@@ -460,14 +506,8 @@ void NcclBackend::issue(const dist::Collective& call, Device device, CallDesc d,
     ncclCommGetAsyncError(c.nccl, &async);
     const uint64_t seq = ++c.seq;
     const uint64_t slot = fr.start(d.op, c.group, seq, d.numel, d.dtype, d.peer);
-    ncclResult_t r = async;
-    if (async == ncclSuccess) {
-      r = enqueue(c.nccl, stream);
-      while (r == ncclInProgress && Clock::now() < deadline) {
-        std::this_thread::yield();
-        ncclCommGetAsyncError(c.nccl, &r);
-      }
-    }
+    // A blocking call: it only queues kernels (Note [Blocking communicators]).
+    const ncclResult_t r = async == ncclSuccess ? enqueue(c.nccl, stream) : async;
     if (r == ncclSuccess && capture != cudaStreamCaptureStatusNone) {
       fr.finish(slot, CallState::Completed);  // recorded into the graph; runs at each replay
       return;
@@ -490,12 +530,9 @@ void NcclBackend::issue(const dist::Collective& call, Device device, CallDesc d,
       return;
     }
     fr.finish(slot, CallState::Failed);
-    failure = r == ncclInProgress
-                  ? fmt::format("[{}] timed out after {} ms queueing on {}", d.op, timeout.count(),
-                                describe(c, d, seq))
-                  : fmt::format("[{}] NCCL failed{} on {}: {}", d.op,
-                                async != ncclSuccess ? " earlier (an asynchronous error)" : "",
-                                describe(c, d, seq), nccl_error(r, c.nccl));
+    failure = fmt::format("[{}] NCCL failed{} on {}: {}", d.op,
+                          async != ncclSuccess ? " earlier (an asynchronous error)" : "",
+                          describe(c, d, seq), nccl_error(r, c.nccl));
     doomed = mark_aborted(c, failure, false);
   }
   if (doomed) ncclCommAbort(doomed);

@@ -9,9 +9,10 @@ void SimDevice::launch(std::string_view name, std::function<void()> fn) {
   Capture* c = tls_capture;
   const uint64_t s = current();
   if (c && c->device == index_) {
-    if (s == c->stream) {
+    if (c->has(s)) {
       KILN_CHECK_DEVICE(c->invalid.empty(), "[sim] launching {} into an invalidated capture: {}",
                         name, c->invalid);
+      if (s != c->stream) ++c->joined[s].work;
       c->nodes.push_back({name, std::move(fn)});
       return;
     }
@@ -36,7 +37,7 @@ void SimDevice::begin_capture(uint64_t stream_id, uint64_t pool) {
                       stream_id);
     KILN_CHECK_DEVICE(pool == 0 || pools_.count(pool), "[sim] sim:{} has no pool {}", index_, pool);
   }
-  tls_capture = new Capture{index_, stream_id, pool, {}, {}};
+  tls_capture = new Capture{index_, stream_id, pool, {}, {}, {}, {}};
 }
 
 uint64_t SimDevice::end_capture(uint64_t stream_id) {
@@ -57,6 +58,12 @@ uint64_t SimDevice::end_capture(uint64_t stream_id) {
                     "[sim] the capture of stream {} was invalidated "
                     "(cudaErrorStreamCaptureInvalidated) by: {}",
                     stream_id, done->invalid);
+  for (const auto& [id, j] : done->joined)
+    KILN_CHECK_DEVICE(j.rejoined == j.work,
+                      "[sim] the capture of stream {} ended with stream {} not joined back: the "
+                      "origin stream must wait for an event recorded on it after its last launch "
+                      "(cudaErrorStreamCaptureUnjoined)",
+                      stream_id, id);
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = next_id_++;
   graphs_[id] = {std::make_shared<Nodes>(std::move(done->nodes)), {}, 0};

@@ -10,15 +10,17 @@
 //   the same bytes. Each launch costs the stream KILN_SIM_LAUNCH_NS (default 5000 ns) before
 //   it runs: launch-bound code shows up in timings as on a GPU.
 // - Graphs behave like CUDA's: capture on a non-default stream records launches instead of
-//   running them; synchronising, copies to or from the host, work on the default stream, and
-//   allocations outside the capture's pool are errors that invalidate the capture (the CUDA
-//   error each stands for is named in the message). An instantiated graph replays at
-//   KILN_SIM_NODE_NS (default 500 ns) per node plus one launch; update() takes a graph of the
+//   running them (streams may fork from it and join it again through events, Note [Streams
+//   joining a capture] in sim_impl.h); synchronising, copies to or from the host, work on the
+//   default stream, and allocations outside the capture's pool are errors that invalidate the
+//   capture (the CUDA error each stands for is named in the message). An instantiated graph replays
+//   at KILN_SIM_NODE_NS (default 500 ns) per node plus one launch; update() takes a graph of the
 //   same kernels with other arguments.
 // - Frees are stream-ordered: a block freed on the host is returned once the stream has run
 //   everything queued before the free (blocks allocated in a capture's pool live as long as
 //   the pool).
 // KILN_SIM_DEVICES (default 2) sets the number of devices.
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -77,12 +79,16 @@ class Interface final : public DeviceInterface {
     std::lock_guard<std::mutex> lock(events_mu_);
     events_.erase(e);
   }
+  // While capturing, an event recorded on a stream of the capture is the capture's (Note
+  // [Streams joining a capture] in sim_impl.h): waiting for it forks or joins streams.
   void record_event(int index, uint64_t e, uint64_t s) override {
     SimDevice& d = device_state(index);
-    d.forbid_in_capture("recording an event (sim captures one stream; no event nodes)",
-                        "cudaErrorStreamCaptureUnsupported");
     std::shared_ptr<Event> x = ev(e);
     std::shared_ptr<Stream> st = d.stream(s);  // first: a missing stream must not count a record
+    if (Capture* c = capture_on(index); c && c->has(s)) {
+      c->events[e] = {s, s == c->stream ? 0 : c->joined[s].work};
+      return;
+    }
     uint64_t seq = x->recorded.fetch_add(1) + 1;
     st->push({[x, seq] {
                 uint64_t r = x->reached.load();
@@ -94,9 +100,23 @@ class Interface final : public DeviceInterface {
   }
   void stream_wait_event(int index, uint64_t s, uint64_t e) override {
     SimDevice& d = device_state(index);
-    d.forbid_in_capture("waiting for an event (sim captures one stream; no event nodes)",
-                        "cudaErrorStreamCaptureUnsupported");
     std::shared_ptr<Event> x = ev(e);
+    (void)d.stream(s);
+    if (Capture* c = capture_on(index)) {
+      if (auto it = c->events.find(e); it != c->events.end()) {
+        const Capture::Recorded r = it->second;
+        if (s != c->stream) {
+          ++c->joined[s].work;  // joins the capture, or depends on more of it
+        } else if (r.stream != c->stream) {
+          uint64_t& rejoined = c->joined[r.stream].rejoined;
+          rejoined = std::max(rejoined, r.work);
+        }
+        return;
+      }
+      if (c->has(s))
+        d.forbid_in_capture("a capturing stream waiting for an event recorded outside the capture",
+                            "cudaErrorStreamCaptureIsolation");
+    }
     uint64_t target = x->recorded.load();
     d.stream(s)->push({[x, target] { wait(*x, target); }, 0});
   }
@@ -117,8 +137,8 @@ class Interface final : public DeviceInterface {
   }
   void* host_task_address(int, void* p) override { return p; }
   bool capturing(int index) override {
-    const Capture* c = tls_capture;
-    return c && c->device == index && device_state(index).current() == c->stream;
+    const Capture* c = capture_on(index);
+    return c && c->has(device_state(index).current());
   }
   std::optional<DeviceMemoryStats> memory_stats(int index) override {
     return device_state(index).memory_stats();
@@ -158,6 +178,11 @@ class Interface final : public DeviceInterface {
     auto it = events_.find(e);
     KILN_CHECK_DEVICE(it != events_.end(), "[sim] no event {}", e);
     return it->second;
+  }
+  // The capture this thread runs on sim:`index`, if any.
+  static Capture* capture_on(int index) {
+    Capture* c = tls_capture;
+    return c && c->device == index ? c : nullptr;
   }
   static void wait(Event& x, uint64_t target) {
     uint64_t r;

@@ -81,12 +81,32 @@ struct Node {
 };
 using Nodes = std::vector<Node>;
 
+// Note [Streams joining a capture]
+// As on CUDA, a capture may fork: a stream that waits for an event recorded on a stream of the
+// capture joins it, and its launches are recorded too. Sim records every stream's launches into
+// the one node list, in the order they were issued: that order already satisfies each stream's
+// order and every wait, so a serial replay is a legal schedule. The capture must end joined:
+// after its last launch, a stream that joined must have recorded an event that the origin
+// stream then waited for; otherwise end_capture raises (cudaErrorStreamCaptureUnjoined). A
+// capturing stream may not wait for an event recorded outside the capture
+// (cudaErrorStreamCaptureIsolation).
 struct Capture {
   int device;
-  uint64_t stream;
+  uint64_t stream;  // the origin: the stream begin_capture was given
   uint64_t pool;
   Nodes nodes;
   std::string invalid;  // the first error, once the capture is invalidated
+  struct Joined {
+    uint64_t work = 0;      // its join and launches since, counted
+    uint64_t rejoined = 0;  // how much of that work the origin has waited for
+  };
+  std::map<uint64_t, Joined> joined;  // streams that joined, by id
+  struct Recorded {
+    uint64_t stream = 0;
+    uint64_t work = 0;  // the stream's work count when the event was recorded
+  };
+  std::map<uint64_t, Recorded> events;  // events recorded on the capture's streams
+  bool has(uint64_t s) const { return s == stream || joined.count(s) > 0; }
 };
 
 extern thread_local Capture* tls_capture;  // the capture this thread is running, if any
