@@ -1,45 +1,78 @@
 // Note [Collectives on a stream of their own]
-// On a device with streams (sim, CUDA), an executable runs its collectives on a stream of its
-// own, so that communication overlaps the kernels after it: DDP's bucketed all-reduces run
-// while backward computes the gradients of the next buckets, as they do in eager DDP (Note
-// [When a bucket is reduced] in kiln/parallel/ddp.cpp), instead of in line with it.
-// - Fork: before each collective, an event recorded on the current stream (the caller's, or
-//   the capturing stream) makes the communication stream wait for everything queued so far;
+// On a device with streams (sim, CUDA), an executable runs collectives on the device's
+// communication stream (one a device, shared by the executables), so that communication
+// overlaps the kernels after it: DDP's bucketed all-reduces run while backward computes the
+// gradients of the next buckets, as they do in eager DDP (Note [When a bucket is reduced] in
+// kiln/parallel/ddp.cpp), instead of in line with it.
+// - Which: an in-place or out= collective (a Call step) whose every buffer holds free tensors
+//   (DDP's buckets, a module's state). Free buffers are never reused by the memory plan, so
+//   nothing but a step that touches them can conflict with the collective. One touching an
+//   intermediate (the arena reuses its bytes once its last reader has run) or an input (the
+//   caller's) would have to be waited for at the very next step, which gains nothing, so it
+//   runs in line, as does a collective whose kernel allocates its result (a Result step:
+//   allocations stay on one stream). Tensor parallelism's all-reduces are of that kind.
+// - Fork: before each such collective, an event recorded on the current stream (the caller's,
+//   or the capturing stream) makes the communication stream wait for everything queued so far;
 //   the collective then runs with the communication stream as the current stream, and an event
-//   is recorded after it. One stream keeps every collective in trace order, which is the order
-//   every rank issues them in (NCCL and the custom all-reduce need one order per group).
+//   is recorded after it. One stream keeps those collectives in trace order.
 // - Join: the current stream waits for the communication stream's last event before the first
 //   later step that touches (reads, writes or views) a buffer a pending collective touches,
-//   before a host read, before a collective that stays on the current stream, and at the end
-//   of every replay and of every captured segment (a capture must end with its forks joined).
-// - Only a collective whose every buffer holds free tensors (DDP's buckets, a module's state)
-//   is left pending past the next step. An intermediate lives in the planned arena, whose bytes
-//   later values reuse once its last reader has run, and an input's buffer is the caller's: a
-//   collective touching either is joined before the very next step, so no step can write those
-//   bytes while it runs. Free buffers are never reused by the plan.
-// - A collective whose kernel allocates its result (a Result step) stays on the current stream,
-//   after the communication stream's work is joined: allocations stay on one stream.
+//   before a host read, before a collective that runs in line (so that every rank's
+//   collectives stay in one order, which NCCL and the custom all-reduce need per group), and
+//   at the end of every replay and of every captured segment (a capture must end joined).
 // Captured, the fork and the join are edges of the graph, so a replay overlaps too. On the cpu
-// (no streams) nothing changes. ExecutableStats counts the collectives on the stream and those
-// left pending (`overlapped_collectives`); tests: DDP.CompiledOnSimIsADeviceGraphEqualToEager,
-// CollectiveCompile.* (tests/distributed), SimCapture.* (sim's forks and joins).
+// (no streams) nothing changes. ExecutableStats::comm_stream_steps counts the collectives on the
+// stream; tests: DDP.CompiledOnSimIsADeviceGraphEqualToEager, CollectiveCompile.* (tests/
+// distributed), SimGraphs.AStreamForkedFromACapture* (sim's forks and joins), NcclCompile.* (CUDA).
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "kiln/compile/executable_impl.h"
 
 namespace kiln::compiler {
 
-Executable::CommStream::CommStream(DeviceInterface* i, int idx) : iface(i), index(idx) {
-  stream = iface->create_stream(index);
+namespace {
+
+// The communication stream of device (iface, index): one a device, shared by every executable
+// and never destroyed. A stream may carry state of the process groups that issue on it (on sim
+// and the cpu, an MPI communicator and a shared-memory channel each, Note [One communicator per
+// stream] in kiln/distributed/process_group.cpp), made the first time it issues: one stream a
+// device keeps that to one more per group, however many executables there are.
+uint64_t communication_stream(DeviceInterface* iface, int index) {
+  static std::mutex mu;
+  static std::map<std::pair<const DeviceInterface*, int>, uint64_t> streams;
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, fresh] = streams.try_emplace({iface, index}, 0);
+  if (fresh) {
+    try {
+      it->second = iface->create_stream(index);
+    } catch (...) {
+      streams.erase(it);
+      throw;
+    }
+  }
+  return it->second;
+}
+
+}  // namespace
+
+Executable::CommStream::CommStream(DeviceInterface* i, int idx)
+    : iface(i), index(idx), stream(communication_stream(i, idx)) {
   forked = iface->create_event(index);
-  done = iface->create_event(index);
+  try {
+    done = iface->create_event(index);
+  } catch (...) {
+    iface->destroy_event(index, forked);
+    throw;
+  }
 }
 
 Executable::CommStream::~CommStream() {
   try {
     iface->destroy_event(index, forked);
     iface->destroy_event(index, done);
-    iface->destroy_stream(index, stream);
   } catch (...) {  // NOLINT: destructors never throw; a failed kernel was reported already
   }
 }
@@ -73,19 +106,9 @@ void Executable::plan_comm_stream() {
   const Graph& g = graph_;
   if (!order_ || !order_->iface->caps().async) return;
   const DispatchKey device_key = order_->device.dispatch_key();
-  auto on_stream = [&](const Step& st) {
-    return st.kind == Step::Kind::Call && st.key == device_key && g.nodes[st.node].communicates;
-  };
-  if (std::none_of(steps_.begin(), steps_.end(), [&](const auto& st) { return on_stream(*st); }))
-    return;
-  comm_ = std::make_unique<CommStream>(order_->iface, order_->device.index());
-
-  std::vector<char> pending(g.buffers.size(), 0);  // touched by a collective not yet joined
-  bool any = false, join_next = false;
-  std::vector<int> touched;
-  for (auto& st : steps_) {
-    const Node& n = g.nodes[st->node];
-    touched.clear();
+  // The buffers a step touches: its arguments', its outputs' and those it writes.
+  auto touched_by = [&](const Node& n) {
+    std::vector<int> touched;
     for (const Arg& a : n.args) {
       if (a.kind == Arg::Kind::Value && a.value >= 0) touched.push_back(g.values[a.value].buffer);
       if (a.kind == Arg::Kind::List)
@@ -94,26 +117,36 @@ void Executable::plan_comm_stream() {
     }
     for (int o : n.outputs) touched.push_back(g.values[o].buffer);
     touched.insert(touched.end(), n.writes.begin(), n.writes.end());
+    return touched;
+  };
+  auto on_stream = [&](const Step& st, const std::vector<int>& touched) {
+    return st.kind == Step::Kind::Call && st.key == device_key && g.nodes[st.node].communicates &&
+           std::all_of(touched.begin(), touched.end(),
+                       [&](int b) { return g.buffers[b].kind == BufferKind::Free; });
+  };
+  if (std::none_of(steps_.begin(), steps_.end(),
+                   [&](const auto& st) { return on_stream(*st, touched_by(g.nodes[st->node])); }))
+    return;
+  comm_ = std::make_unique<CommStream>(order_->iface, order_->device.index());
 
-    const bool collective = on_stream(*st);
-    bool join = join_next || st->kind == Step::Kind::HostRead || (n.communicates && !collective);
+  std::vector<char> pending(g.buffers.size(), 0);  // touched by a collective not yet joined
+  bool any = false;
+  for (auto& st : steps_) {
+    const Node& n = g.nodes[st->node];
+    const std::vector<int> touched = touched_by(n);
+    const bool collective = on_stream(*st, touched);
+    bool join = st->kind == Step::Kind::HostRead || (n.communicates && !collective);
     for (int b : touched) join = join || pending[b];
     if (any && join) {
       st->join_comm_before = true;
       std::fill(pending.begin(), pending.end(), 0);
       any = false;
     }
-    join_next = false;
     if (!collective) continue;
     st->on_comm_stream = true;
     ++stats_.comm_stream_steps;
     for (int b : touched) pending[b] = 1;
     any = true;
-    if (std::all_of(touched.begin(), touched.end(),
-                    [&](int b) { return g.buffers[b].kind == BufferKind::Free; }))
-      ++stats_.overlapped_collectives;
-    else
-      join_next = true;
   }
 }
 

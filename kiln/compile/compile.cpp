@@ -536,8 +536,6 @@ std::vector<CacheEntryInfo> CompiledFunction::entries() const {
       out.back().captures += st.captures;
       out.back().graph_updates += st.graph_updates;
       out.back().comm_stream_steps = std::max(out.back().comm_stream_steps, st.comm_stream_steps);
-      out.back().overlapped_collectives =
-          std::max(out.back().overlapped_collectives, st.overlapped_collectives);
     }
   }
   return out;
@@ -586,9 +584,8 @@ std::string CompiledFunction::explain() const {
       s += fmt::format("  device graphs: none, because {}\n", st.no_graphs);
     if (st.comm_stream_steps > 0)
       s += fmt::format(
-          "  collectives: {} on a stream of their own, {} of them overlapping the steps after "
-          "them\n",
-          st.comm_stream_steps, st.overlapped_collectives);
+          "  collectives: {} on a stream of their own, overlapping the steps after them\n",
+          st.comm_stream_steps);
     s += fmt::format(
         "  memory: intermediates planned into {} (without reuse {}); outputs {}; eager peak of "
         "the traced call {}\n",

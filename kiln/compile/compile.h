@@ -87,11 +87,10 @@ struct CacheEntryInfo {
   bool device_graphs = false;    // replays launch captured device graphs
   int captures = 0;              // captures of the steps (first and after an address change)
   int graph_updates = 0;         // of which applied by updating the executable graph
-  // Collectives on the executable's communication stream (Note [Collectives on a stream of
-  // their own] in kiln/compile/comm_stream.cpp), and of those, the ones the next steps need not
-  // wait for (their buffers hold free tensors only: DDP's buckets).
+  // Collectives on the executable's communication stream, overlapping the steps after them
+  // (those on free tensors only: DDP's buckets; Note [Collectives on a stream of their own] in
+  // kiln/compile/comm_stream.cpp).
   int comm_stream_steps = 0;
-  int overlapped_collectives = 0;
   std::string guards;
 };
 

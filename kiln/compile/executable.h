@@ -28,9 +28,9 @@ struct ExecutableStats {
   int captures = 0;            // times the steps were captured (the first, and re-captures)
   int graph_updates = 0;       // captures applied by update() (only addresses changed)
   int graph_nodes = 0;         // kernel launches recorded in the graphs
-  // Collectives on a stream of their own (Note [Collectives on a stream of their own]).
-  int comm_stream_steps = 0;       // collectives run on the executable's communication stream
-  int overlapped_collectives = 0;  // of which the steps after them need not wait for
+  // Collectives run on the executable's communication stream, overlapping the steps after
+  // them (Note [Collectives on a stream of their own] in comm_stream.cpp).
+  int comm_stream_steps = 0;
 };
 
 // How an executable may use device graphs.

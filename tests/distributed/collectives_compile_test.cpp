@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "kiln/compile/compile.h"
 #include "kiln/core/stream.h"
@@ -215,22 +217,38 @@ TEST_P(CollectiveCompile, KernelsAroundACollectiveStayInOrder) {
   expect_captured(f);
 }
 
-// Note [Collectives on a stream of their own] in kiln/compile/comm_stream.cpp: on sim the
-// in-place collectives run on the executable's communication stream. One on an intermediate is
-// waited for by the very next step; one on a free tensor (what DDP's buckets are) is left to run
-// while the independent kernels after it do, and only a step reading it waits. A collective
-// that allocates its result (the functional all_reduce) stays on the current stream. Results
+// The steps of `steps_str()` that wait for the communication stream: the number of the step
+// printed after each "(waits for ...)" line.
+std::vector<int> steps_waiting(const std::string& steps) {
+  std::vector<int> at;
+  std::istringstream lines(steps);
+  bool wait = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("waits for the communication stream") != std::string::npos) {
+      wait = true;
+    } else if (wait) {
+      at.push_back(std::stoi(line));
+      wait = false;
+    }
+  }
+  return at;
+}
+
+// Note [Collectives on a stream of their own] in kiln/compile/comm_stream.cpp: on sim a
+// collective on a free tensor (what DDP's buckets are) runs on the executable's communication
+// stream while the independent kernels after it run, and only the step reading it waits.
+// Collectives on intermediates run in line, as do those that allocate their result. Results
 // stay bitwise those of eager code at every call: trace, warm-up, capture and replays.
-TEST_P(CollectiveCompile, CollectivesRunOnACommunicationStream) {
+TEST_P(CollectiveCompile, ACollectiveOnAFreeTensorOverlapsTheStepsAfterIt) {
   const Device d = dev();
   Tensor state_e = input(0, {4096}, d), state_c = state_e.clone();
   auto fn = [](const Tensor& state, const Tensor& x) -> TensorList {
-    dist::all_reduce_(state, ReduceOp::Avg);  // a free tensor: overlapped
-    Tensor h = mul(x, 2.0);                   // independent of it
+    dist::all_reduce_(state, ReduceOp::Avg);  // step 0: a free tensor, on the stream
+    Tensor h = mul(x, 2.0);                   // steps 1-5: independent of it
     for (int i = 0; i < 4; ++i) h = add(h, 0.5);
-    dist::all_reduce_(h, ReduceOp::Sum);  // an intermediate: joined at the next step
-    Tensor r = add(h, state);
-    return {add(dist::all_reduce(r, ReduceOp::Sum), 1.0)};  // allocates: the current stream
+    Tensor r = add(h, state);                               // step 6 reads it: waits
+    dist::all_reduce_(r, ReduceOp::Sum);                    // an intermediate: in line
+    return {add(dist::all_reduce(r, ReduceOp::Sum), 1.0)};  // allocates: in line
   };
   CompiledFunction f = compile([&](const Tensor& x) { return fn(state_c, x); }, {.name = "comm"});
   for (int call = 0; call < 6; ++call) {
@@ -248,19 +266,34 @@ TEST_P(CollectiveCompile, CollectivesRunOnACommunicationStream) {
     EXPECT_EQ(steps.find("communication stream"), std::string::npos) << steps;
     return;
   }
-  EXPECT_EQ(e.comm_stream_steps, 2) << steps;
-  EXPECT_EQ(e.overlapped_collectives, 1) << steps;
-  EXPECT_TRUE(contains(f.explain(), "collectives: 2 on a stream of their own, 1 of them"))
-      << f.explain();
-  // The step after the second all-reduce waits, once, for both: the stream runs them in order.
-  size_t joins = 0;
-  for (size_t at = steps.find("waits for"); at != std::string::npos;
-       at = steps.find("waits for", at + 1))
-    ++joins;
-  EXPECT_EQ(joins, 1u) << steps;
-  const size_t mul_at = steps.find("mul"), wait_at = steps.find("waits for");
-  ASSERT_NE(mul_at, std::string::npos) << steps;
-  EXPECT_LT(mul_at, wait_at) << "the independent kernels must not wait\n" << steps;
+  EXPECT_EQ(e.comm_stream_steps, 1) << steps;
+  EXPECT_TRUE(contains(f.explain(), "collectives: 1 on a stream of their own")) << f.explain();
+  EXPECT_EQ(steps_waiting(steps), std::vector<int>{6}) << steps;
+}
+
+// A collective that runs in line after one on the stream waits for the stream first: every
+// rank's collectives stay in one order.
+TEST_P(CollectiveCompile, AnInlineCollectiveWaitsForTheStreamFirst) {
+  const Device d = dev();
+  Tensor state_e = input(0, {256}, d), state_c = state_e.clone();
+  auto fn = [](const Tensor& state, const Tensor& x) -> TensorList {
+    dist::all_reduce_(state, ReduceOp::Sum);  // step 0: on the stream
+    Tensor h = mul(x, 3.0);                   // step 1
+    dist::all_reduce_(h, ReduceOp::Sum);      // step 2: in line, after step 0's all-reduce
+    return {add(h, 1.0)};
+  };
+  CompiledFunction f = compile([&](const Tensor& x) { return fn(state_c, x); }, {.name = "order"});
+  for (int call = 0; call < 5; ++call) {
+    Tensor x = input(call, {256}, d);
+    Tensor want = fn(state_e, x)[0];
+    EXPECT_TRUE(bitwise_equal(f({x})[0], want)) << "call " << call;
+    EXPECT_TRUE(bitwise_equal(state_c, state_e)) << "call " << call;
+  }
+  expect_captured(f);
+  if (d.is_cpu()) return;
+  const std::string steps = f.steps_str(0);
+  EXPECT_EQ(f.entries().at(0).comm_stream_steps, 1) << steps;
+  EXPECT_EQ(steps_waiting(steps), std::vector<int>{2}) << steps;
 }
 
 }  // namespace

@@ -17,18 +17,6 @@
 //   own. The slot's address is the kernel's argument, so a graph may hold it while its
 //   contents are written after the capture.
 // - Eager: the input is copied into the rank's staging buffer on the stream, then the kernel.
-//
-// Note [Which all-reduce in Auto]
-// Measured on two H200s against NCCL's blocking communicators (bench/gpu_runs.md, 2026-11-30),
-// sum of float32, one call and its synchronize: captured, the custom all-reduce is faster at
-// every size it takes (7.7 us against 9.3 at 8 B, 9.0 against 12.7 at 256 KiB, 45.9 against
-// 50.5 at 8 MiB); eager, its copy into the staging buffer costs more than NCCL's one kernel
-// below 1 MiB (24 us against 19.5 at 8 B, 25.9 against 24.9 at 256 KiB; even at 1 MiB, 30 and 30)
-// and less above (44 against 50 at 4 MiB). So in Auto a captured call takes it up to its
-// capacity (KILN_CUSTOM_AR_MAX_BYTES, 8 MiB), an eager call from kEagerMinBytes up; without
-// NCCL (KILN_NCCL=0) it takes every call it can. Every rank decides alike: the size and whether
-// the call is captured are the same on all of them.
-//
 // - Captured: the input's address is recorded as a pending registration and the kernel is
 //   captured with the call's slot. When the capture ends (end_capture(), called by the device
 //   plugin's end_capture) every pending registration is completed in one exchange: for each,
@@ -71,6 +59,20 @@
 //   the eager calls of a group run one after another whatever their streams. A graph's calls
 //   run where the graph is launched, which this code does not see: launch a graph holding them
 //   on a stream ordered with the group's other calls.
+//
+// Note [Which all-reduce in Auto]
+// Measured on two H200s against NCCL's blocking communicators (bench/gpu_runs.md, S4 and S6),
+// sum of float32, one call and its synchronize, custom against NCCL: captured, the custom path
+// is faster from 1 KiB to 8 MiB (S6: 7.7 us against 9.9 at 1 KiB, 9.1 against 12.8 at 256 KiB,
+// 46.5 against 51.2 at 8 MiB) and ties at 8 B (9.5 against 9.3). Eager, its copy into the
+// staging buffer costs what NCCL's single kernel saves: up to 1 KiB NCCL is ahead in both runs
+// (24.2 against 19.5 us at 8 B in S4, 25.9 against 21.0 at 1 KiB in S6), from 4 KiB to 1 MiB
+// the two tie within the runs' noise (NCCL 1-2 us ahead in S4, the custom path 1-3 us in S6),
+// and from 4 MiB the custom path is ahead in both (45.3 against 49.7, 47.0 against 49.6). So in
+// Auto a captured call takes it up to its capacity (KILN_CUSTOM_AR_MAX_BYTES, 8 MiB), an eager
+// call from kEagerMinBytes (1 MiB, in the tie) up; without NCCL (KILN_NCCL=0) it takes every
+// call it can. Every rank decides alike: the size and whether the call is captured are the same
+// on all of them.
 #include "kiln/backend/cuda/custom_allreduce.h"
 
 #include <cuda.h>
