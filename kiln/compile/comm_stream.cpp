@@ -1,6 +1,6 @@
 // Note [Collectives on a stream of their own]
-// On a device with streams (sim, CUDA), an executable runs collectives on the device's
-// communication stream (one a device, shared by the executables), so that communication
+// On a device with streams (sim, CUDA), an executable runs collectives on a communication
+// stream (one a device and thread, shared by the executables), so that communication
 // overlaps the kernels after it: DDP's bucketed all-reduces run while backward computes the
 // gradients of the next buckets, as they do in eager DDP (Note [When a bucket is reduced] in
 // kiln/parallel/ddp.cpp), instead of in line with it.
@@ -26,7 +26,6 @@
 // distributed), SimGraphs.AStreamForkedFromACapture* (sim's forks and joins), NcclCompile.* (CUDA).
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <utility>
 
 #include "kiln/compile/executable_impl.h"
@@ -35,15 +34,16 @@ namespace kiln::compiler {
 
 namespace {
 
-// The communication stream of device (iface, index): one a device, shared by every executable
-// and never destroyed. A stream may carry state of the process groups that issue on it (on sim
-// and the cpu, an MPI communicator and a shared-memory channel each, Note [One communicator per
-// stream] in kiln/distributed/process_group.cpp), made the first time it issues: one stream a
-// device keeps that to one more per group, however many executables there are.
+// The calling thread's communication stream on device (iface, index): shared by the
+// executables the thread runs, never destroyed. A stream may carry state of the process groups
+// that issue on it (on sim and the cpu, an MPI communicator and a shared-memory channel each,
+// Note [One communicator per stream] in kiln/distributed/process_group.cpp), made the first time
+// it issues: one stream keeps that to one more per group, however many executables there are.
+// One a thread, because two threads running compiled steps at once must not share one: on
+// CUDA, a stream joined to one thread's capture would take the other thread's work into it,
+// and a stream's collectives must come from one thread to stay in one order on every rank.
 uint64_t communication_stream(DeviceInterface* iface, int index) {
-  static std::mutex mu;
-  static std::map<std::pair<const DeviceInterface*, int>, uint64_t> streams;
-  std::lock_guard<std::mutex> lock(mu);
+  thread_local std::map<std::pair<const DeviceInterface*, int>, uint64_t> streams;
   auto [it, fresh] = streams.try_emplace({iface, index}, 0);
   if (fresh) {
     try {
@@ -58,8 +58,7 @@ uint64_t communication_stream(DeviceInterface* iface, int index) {
 
 }  // namespace
 
-Executable::CommStream::CommStream(DeviceInterface* i, int idx)
-    : iface(i), index(idx), stream(communication_stream(i, idx)) {
+Executable::CommStream::CommStream(DeviceInterface* i, int idx) : iface(i), index(idx) {
   forked = iface->create_event(index);
   try {
     done = iface->create_event(index);
@@ -79,6 +78,7 @@ Executable::CommStream::~CommStream() {
 
 void Executable::CommStream::run(BoundCall& call) {
   const uint64_t current = iface->current_stream(index);
+  const uint64_t stream = communication_stream(iface, index);  // the running thread's
   iface->record_event(index, forked, current);
   iface->stream_wait_event(index, stream, forked);
   iface->set_current_stream(index, stream);
@@ -86,6 +86,13 @@ void Executable::CommStream::run(BoundCall& call) {
     call.run();
   } catch (...) {
     iface->set_current_stream(index, current);
+    // What the call queued before it failed is waited for like a collective's (run_steps
+    // joins on an error); a capture then ends joined, whatever its own error.
+    try {
+      iface->record_event(index, done, stream);
+      pending = true;
+    } catch (...) {  // NOLINT: the call's own error is the one to report
+    }
     throw;
   }
   iface->set_current_stream(index, current);
@@ -121,8 +128,9 @@ void Executable::plan_comm_stream() {
   };
   auto on_stream = [&](const Step& st, const std::vector<int>& touched) {
     return st.kind == Step::Kind::Call && st.key == device_key && g.nodes[st.node].communicates &&
-           std::all_of(touched.begin(), touched.end(),
-                       [&](int b) { return g.buffers[b].kind == BufferKind::Free; });
+           !touched.empty() && std::all_of(touched.begin(), touched.end(), [&](int b) {
+             return g.buffers[b].kind == BufferKind::Free;
+           });
   };
   if (std::none_of(steps_.begin(), steps_.end(),
                    [&](const auto& st) { return on_stream(*st, touched_by(g.nodes[st->node])); }))

@@ -149,12 +149,12 @@ void Executable::run_steps(size_t begin, size_t end) {
     run_steps_in_order(begin, end);
   } catch (...) {
     // What already runs on the communication stream is waited for: the next call's steps may
-    // write what it reads (in a failed capture the wait may fail too; the capture is dropped).
+    // write what it reads (in a failed capture the wait may fail too; capture() then forgets
+    // it with the capture).
     try {
       join_comm_stream();
     } catch (...) {  // NOLINT: the step's own error is the one to report
     }
-    if (comm_) comm_->pending = false;
     throw;
   }
 }

@@ -25,8 +25,8 @@ struct Executable::Step {
   bool join_comm_before = false;  // waits for the communication stream's work first
 };
 
-// The device's communication stream and the executable's two events on it (Note [Collectives
-// on a stream of their own] in comm_stream.cpp).
+// The executable's two events on the communication stream of the running thread (Note
+// [Collectives on a stream of their own] in comm_stream.cpp).
 struct Executable::CommStream {
   CommStream(DeviceInterface* iface, int index);
   ~CommStream();
@@ -40,7 +40,6 @@ struct Executable::CommStream {
 
   DeviceInterface* iface;
   int index;
-  uint64_t stream = 0;   // the device's, never destroyed
   uint64_t forked = 0;   // recorded on the current stream before each collective
   uint64_t done = 0;     // recorded on the stream after each collective
   bool pending = false;  // work on the stream that the current stream has not waited for

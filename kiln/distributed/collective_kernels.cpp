@@ -12,10 +12,11 @@
 // (kiln/ops/collective_meta.cpp: the group's size is an argument, so shapes are known without
 // the group), a backward formula (collective_grads.cpp) and a kernel. So autograd records
 // them, compile traces them (marked OpDef::side_effects: never dropped or merged) and device
-// graphs capture them with the kernels around them. Nothing about them depends on whether a
-// capture is under way: the warm-up before a capture and the capture itself issue the same
-// collective through the same path, and whether a step's collectives are captured is decided
-// by the trace, identically on every rank.
+// graphs capture them with the kernels around them. Whether a step's collectives are captured
+// is decided by the trace, identically on every rank. Which path a backend takes may depend on
+// it: on CUDA in Auto, a small all-reduce takes NCCL eagerly and the custom all-reduce when
+// captured (Note [Which all-reduce in Auto] in kiln/backend/cuda/custom_allreduce.cpp), so a
+// step's warm-up and its replays may differ in the last bit past two ranks.
 //
 // One kernel per op serves every device type: it validates the call (before anything is sent,
 // so a bad call fails on its own rank with a clear message), then hands the tensors to the

@@ -481,9 +481,9 @@ TEST(SimGraphs, AStreamForkedFromACaptureIsRecordedAndMustJoinIt) {
 
   // A stream that launched after its last joined event, or forked and never joined back.
   for (bool launches : {true, false}) {
-    const uint64_t s = di.create_stream(0);
+    const uint64_t s = di.create_stream(0), pool = di.create_pool(0);
     on(s);
-    di.begin_capture(0, s, di.create_pool(0));
+    di.begin_capture(0, s, pool);
     di.record_event(0, fork, s);
     di.stream_wait_event(0, side, fork);
     if (launches) {
@@ -496,6 +496,7 @@ TEST(SimGraphs, AStreamForkedFromACaptureIsRecordedAndMustJoinIt) {
     }
     EXPECT_THROW_CONTAINS(di.end_capture(0, s), DeviceError, "cudaErrorStreamCaptureUnjoined");
     on(0);
+    di.release_pool(0, pool);
     di.destroy_stream(0, s);
   }
   EXPECT_EQ(values(a), (std::vector<float>{0, 1, 4, 9})) << "a capture ran its launches";

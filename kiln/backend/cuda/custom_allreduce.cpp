@@ -155,6 +155,7 @@ struct CustomAllReduce::State {
   const dist::ProcessGroup* group = nullptr;
   dist::MpiComm* base = nullptr;
   int rank = 0, size = 1, device = 0;
+  bool beside_nccl = false;   // NCCL takes what this path does not (make()'s argument)
   size_t capacity = 0;        // staging and tmp bytes, the same on every rank
   int max_blocks = 0;         // the same on every rank
   char* buffer = nullptr;     // this rank's [Signal | tmp | staging]
@@ -244,7 +245,8 @@ CustomAllReduce::~CustomAllReduce() {
   (void)s_.release();
 }
 
-std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group, int device) {
+std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group, int device,
+                                                       bool beside_nccl) {
   dist::MpiComm* base = group.base_comm();
   if (!base || base->size() < 2 || base->size() > detail::custom_all_reduce_max_ranks())
     return nullptr;
@@ -254,6 +256,7 @@ std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group
   s->rank = base->rank();
   s->size = base->size();
   s->device = device;
+  s->beside_nccl = beside_nccl;
   current_stream(device);  // makes `device` this thread's device
 
   struct Row {
@@ -350,7 +353,7 @@ bool CustomAllReduce::eligible(const Tensor& in, dist::ReduceOp op) const {
   const size_t n = in.nbytes();
   if (n == 0 || n % 16 != 0 || n > s_->capacity) return false;
   // Note [Which all-reduce in Auto]: an eager message under kEagerMinBytes goes to NCCL.
-  return mode != dist::CustomAllReduceMode::Auto || !nccl_enabled() || n >= kEagerMinBytes ||
+  return mode != dist::CustomAllReduceMode::Auto || !s_->beside_nccl || n >= kEagerMinBytes ||
          capturing(s_->device);
 }
 
@@ -584,7 +587,7 @@ namespace {
 class CustomOnlyBackend final : public dist::CollectiveBackend {
  public:
   explicit CustomOnlyBackend(dist::ProcessGroup& g)
-      : group_(g), custom_(CustomAllReduce::make(g, nccl_device())) {}
+      : group_(g), custom_(CustomAllReduce::make(g, nccl_device(), /*beside_nccl=*/false)) {}
   std::string_view name() const override { return "custom all-reduce (no NCCL)"; }
 
   void all_reduce(const Tensor& in, const Tensor& out, const dist::Collective& c) override {

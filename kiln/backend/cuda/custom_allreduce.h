@@ -37,7 +37,10 @@ class CustomAllReduce {
   // Collective over group.base_comm(), when the group is made (never inside a capture): null on
   // every rank when it cannot run (one rank or more than 8, ranks on several hosts, devices that
   // cannot map each other's memory, no co-resident blocks, an IPC call that fails on a rank).
-  static std::unique_ptr<CustomAllReduce> make(distributed::ProcessGroup& group, int device);
+  // `beside_nccl`: NCCL serves the group's other calls (Auto then sends small eager all-reduces
+  // there, Note [Which all-reduce in Auto]); false for the custom-only backend.
+  static std::unique_ptr<CustomAllReduce> make(distributed::ProcessGroup& group, int device,
+                                               bool beside_nccl);
   ~CustomAllReduce();
   CustomAllReduce(const CustomAllReduce&) = delete;
   CustomAllReduce& operator=(const CustomAllReduce&) = delete;

@@ -17,16 +17,21 @@
 // Communicators are blocking (config.blocking = 1), as PyTorch's are. A non-blocking one queues
 // every call from a thread NCCL starts for it and returns ncclInProgress, to be polled: that
 // cost 40-90 us an eager call on two H200s (an 8 B all-reduce took 82 us instead of 20, a 64 MiB
-// one 378 instead of 269; bench/gpu_runs.md, lease 2 of 2026-11-30). Blocking calls must then
-// never wait for a peer on the host:
+// one 378 instead of 269; bench/gpu_runs.md, S4). Blocking calls must then not wait for a peer
+// on the host:
 // - set-up waits for every rank, so it runs on a thread of its own and the caller waits for it
-//   until the group's deadline; past it the caller raises (a rank did not join) and the thread
-//   is left blocked in NCCL, where it holds nothing of the caller's;
+//   until the group's deadline; past it the caller raises (a rank did not join), and the thread,
+//   should it finish later, aborts the communicator it made;
 // - NCCL connects peers lazily by default, inside the first call that needs a connection, which
 //   would then wait for the peer on the host: unless the user set NCCL_RUNTIME_CONNECT, Kiln sets
-//   it to 0 before the first communicator, so every connection is made during set-up;
+//   it to 0 when the plugin loads, so collectives' connections are made during set-up. Send and
+//   recv (and all_to_all, made of them) still connect to a peer at their first call with it: a
+//   peer that never posts its side of a first exchange leaves the caller waiting in NCCL, with no
+//   deadline (not fixed; the non-blocking communicators timed it out);
 // - after that a call only queues kernels, and a peer that never joins a collective is caught
 //   by its deadline on the device (Note [NCCL deadlines]).
+// NCCL_COMM_BLOCKING=0 in the environment overrides config.blocking; set-up and calls then poll
+// ncclInProgress as they did before.
 //
 // Note [NCCL deadlines]
 // A call returns once its collective is queued, long before it completes, so its deadline
@@ -196,12 +201,11 @@ std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
 std::optional<ncclResult_t> init_blocking(ncclComm_t& out, int device, int size, ncclUniqueId id,
                                           int rank, std::string name,
                                           std::chrono::milliseconds timeout) {
-  static std::once_flag connect_at_setup;
-  std::call_once(connect_at_setup, [] { setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0); });
   struct Init {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
+    bool abandoned = false;  // the caller stopped waiting: the thread aborts what it made
     ncclResult_t result = ncclSuccess;
     ncclComm_t comm = nullptr;
     std::string name;
@@ -216,15 +220,28 @@ std::optional<ncclResult_t> init_blocking(ncclComm_t& out, int device, int size,
       config.blocking = 1;
       config.commName = init->name.c_str();
       result = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+      // NCCL_COMM_BLOCKING=0 in the environment overrides config.blocking: then poll.
+      while (result == ncclInProgress) {
+        std::this_thread::yield();
+        ncclCommGetAsyncError(comm, &result);
+      }
     }
-    std::lock_guard<std::mutex> lock(init->mu);
+    std::unique_lock<std::mutex> lock(init->mu);
+    if (init->abandoned) {
+      lock.unlock();
+      if (comm) ncclCommAbort(comm);  // a peer that finished set-up meets its own deadline
+      return;
+    }
     init->done = true;
     init->result = result;
     init->comm = comm;
     init->cv.notify_all();
   }).detach();
   std::unique_lock<std::mutex> lock(init->mu);
-  if (!init->cv.wait_for(lock, timeout, [&] { return init->done; })) return std::nullopt;
+  if (!init->cv.wait_for(lock, timeout, [&] { return init->done; })) {
+    init->abandoned = true;
+    return std::nullopt;
+  }
   out = init->comm;
   return init->result;
 }
@@ -463,7 +480,7 @@ NcclBackend::NcclBackend(dist::ProcessGroup& g) : comm_(std::make_shared<Comm>()
   }
   KILN_CUDA_CHECK(cudaMalloc(&c.barrier_buf, sizeof(float)));
   KILN_CUDA_CHECK(cudaMemset(c.barrier_buf, 0, sizeof(float)));
-  custom_ = CustomAllReduce::make(g, c.device);
+  custom_ = CustomAllReduce::make(g, c.device, /*beside_nccl=*/true);
 }
 
 template <class F>
@@ -506,8 +523,13 @@ void NcclBackend::issue(const dist::Collective& call, Device device, CallDesc d,
     ncclCommGetAsyncError(c.nccl, &async);
     const uint64_t seq = ++c.seq;
     const uint64_t slot = fr.start(d.op, c.group, seq, d.numel, d.dtype, d.peer);
-    // A blocking call: it only queues kernels (Note [Blocking communicators]).
-    const ncclResult_t r = async == ncclSuccess ? enqueue(c.nccl, stream) : async;
+    // A blocking call only queues kernels (Note [Blocking communicators]); with
+    // NCCL_COMM_BLOCKING=0 in the environment it may return ncclInProgress, polled to the deadline.
+    ncclResult_t r = async == ncclSuccess ? enqueue(c.nccl, stream) : async;
+    while (r == ncclInProgress && Clock::now() < deadline) {
+      std::this_thread::yield();
+      ncclCommGetAsyncError(c.nccl, &r);
+    }
     if (r == ncclSuccess && capture != cudaStreamCaptureStatusNone) {
       fr.finish(slot, CallState::Completed);  // recorded into the graph; runs at each replay
       return;
@@ -530,9 +552,12 @@ void NcclBackend::issue(const dist::Collective& call, Device device, CallDesc d,
       return;
     }
     fr.finish(slot, CallState::Failed);
-    failure = fmt::format("[{}] NCCL failed{} on {}: {}", d.op,
-                          async != ncclSuccess ? " earlier (an asynchronous error)" : "",
-                          describe(c, d, seq), nccl_error(r, c.nccl));
+    failure = r == ncclInProgress
+                  ? fmt::format("[{}] timed out after {} ms queueing on {}", d.op, timeout.count(),
+                                describe(c, d, seq))
+                  : fmt::format("[{}] NCCL failed{} on {}: {}", d.op,
+                                async != ncclSuccess ? " earlier (an asynchronous error)" : "",
+                                describe(c, d, seq), nccl_error(r, c.nccl));
     doomed = mark_aborted(c, failure, false);
   }
   if (doomed) ncclCommAbort(doomed);
@@ -542,6 +567,9 @@ void NcclBackend::issue(const dist::Collective& call, Device device, CallDesc d,
 }  // namespace
 
 void register_collective_backends() {
+  // Note [Blocking communicators]: peers connect during set-up. Set here, when the plugin
+  // loads, before any communicator (NCCL reads it once) and before NCCL starts threads.
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   dist::register_collective_backend("cuda", [](dist::ProcessGroup& g) {
     if (!nccl_enabled()) return make_custom_only_backend(g);  // KILN_NCCL=0
     return std::unique_ptr<dist::CollectiveBackend>(new NcclBackend(g));

@@ -85,9 +85,12 @@ class Interface final : public DeviceInterface {
     SimDevice& d = device_state(index);
     std::shared_ptr<Event> x = ev(e);
     std::shared_ptr<Stream> st = d.stream(s);  // first: a missing stream must not count a record
-    if (Capture* c = capture_on(index); c && c->has(s)) {
-      c->events[e] = {s, s == c->stream ? 0 : c->joined[s].work};
-      return;
+    if (Capture* c = capture_on(index)) {
+      if (c->has(s)) {
+        c->events[e] = {s, s == c->stream ? 0 : c->joined[s].work};
+        return;
+      }
+      c->events.erase(e);  // recorded outside the capture now
     }
     uint64_t seq = x->recorded.fetch_add(1) + 1;
     st->push({[x, seq] {
