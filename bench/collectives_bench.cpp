@@ -4,7 +4,7 @@
 // forced on and forced off (NCCL), eager and captured (a compiled call of 10 chained
 // all-reduces, replayed as one graph). PyTorch's side is bench/torch_collectives.py.
 //   scripts/mpirun.sh N build/release/bench/kiln_collectives_bench [--device cuda|sim]
-//       [--max-bytes B] [--json FILE] [--smoke]
+//       [--max-bytes B] [--json FILE] [--smoke] [--custom-only] [--extra-bytes B,B,...]
 // Each rank uses <device>:<its local rank>. Every result is checked before it is timed (the
 // ranks' values are known, so the sums and gathers are exact), every timed call ends with a
 // device synchronize, and each repeat starts from a barrier (Note [Timing collectives] in
@@ -13,11 +13,13 @@
 // (all_reduce and reduce_scatter) or receives (all_gather), as nccl-tests counts them; busbw is
 // algbw * 2(n-1)/n for all_reduce and algbw * (n-1)/n for the other two (algbw alone on one
 // rank). Sizes: 8 B, then 16 B times powers of 4 (1 GiB is one). --smoke: sizes up to 64 KiB,
-// 2 calls, results checked, no timing claimed.
+// 2 calls, results checked, no timing claimed. --custom-only skips the bandwidth sweep;
+// --extra-bytes adds sizes to the custom-against-library comparison (DDP's bucket sizes, say).
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -45,6 +47,8 @@ struct Args {
   int64_t max_bytes = int64_t{1} << 30;
   const char* json = nullptr;
   bool smoke = false;
+  bool custom_only = false;    // only the custom all-reduce against the library
+  std::vector<int64_t> extra;  // sizes (bytes) compared besides the sweep's
 };
 
 // Calls a repeat at `bytes`: enough to outlast a launch's noise, few for the large messages.
@@ -85,6 +89,15 @@ Tensor rank_values(int64_t n, int rank, Device d) {
   return add(mod7(0, n, d), static_cast<double>(rank + 1));
 }
 
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t comma; (comma = s.find(',', start)) != std::string::npos; start = comma + 1)
+    out.push_back(s.substr(start, comma - start));
+  out.push_back(s.substr(start));
+  return out;
+}
+
 void check(bool ok, const std::string& what) {
   KILN_CHECK(ok, "[collectives_bench] check failed: {}", what);
 }
@@ -101,10 +114,24 @@ int run(int argc, char** argv) {
       a.json = argv[++i];
     } else if (arg == "--smoke") {
       a.smoke = true;
+    } else if (arg == "--custom-only") {
+      a.custom_only = true;
+    } else if (arg == "--extra-bytes" && i + 1 < argc) {
+      for (const std::string& b : split_commas(argv[++i])) {
+        const int64_t v = std::atoll(b.c_str());
+        if (v <= 0 || v % 4 != 0) {
+          fmt::print(stderr,
+                     "kiln_collectives_bench: --extra-bytes takes positive multiples of "
+                     "4 (float32), got '{}'\n",
+                     b);
+          return 2;
+        }
+        a.extra.push_back(v);
+      }
     } else {
       fmt::print(stderr,
                  "kiln_collectives_bench: unknown argument '{}' (--device D, --max-bytes B, "
-                 "--json FILE, --smoke)\n",
+                 "--json FILE, --smoke, --custom-only, --extra-bytes B,B,...)\n",
                  arg);
       return 2;
     }
@@ -148,7 +175,7 @@ int run(int argc, char** argv) {
   auto mean_values = [&](int64_t n) { return add(mod7(0, n, dev), (ranks + 1) / 2.0); };
   // Repeated averages over a rank count that is not a power of 2 may drift by rounding.
   auto near = [](const Tensor& got, const Tensor& want) { return allclose(got, want, 1e-4, 1e-4); };
-  for (int64_t bytes : sizes_up_to(a.max_bytes)) {
+  for (int64_t bytes : a.custom_only ? std::vector<int64_t>{} : sizes_up_to(a.max_bytes)) {
     const int64_t n = bytes / 4, iters = iters_at(bytes, a.smoke);
     const std::string k = size_key(bytes);
     // all_reduce: element i sums to Σ (r + 1 + i % 7).
@@ -187,10 +214,14 @@ int run(int argc, char** argv) {
     record("reduce_scatter_" + k + "_busbw_GBs", part * ranks * 4.0 / s / 1e9 * ring);
   }
   // The custom all-reduce against the library path (NCCL on cuda), eager and captured.
+  // --extra-bytes sizes are keyed by their bytes (above the custom path's capacity both modes
+  // take the library).
   const int64_t custom_max = std::min<int64_t>(a.max_bytes, 8 << 20);
-  for (int64_t bytes : sizes_up_to(custom_max)) {
+  std::vector<std::pair<int64_t, std::string>> compared;
+  for (int64_t bytes : sizes_up_to(custom_max)) compared.emplace_back(bytes, size_key(bytes));
+  for (int64_t bytes : a.extra) compared.emplace_back(bytes, std::to_string(bytes));
+  for (const auto& [bytes, k] : compared) {
     const int64_t n = bytes / 4, iters = iters_at(bytes, a.smoke);
-    const std::string k = size_key(bytes);
     for (auto [mode, name] : {std::pair{dist::CustomAllReduceMode::On, "custom"},
                               std::pair{dist::CustomAllReduceMode::Off, "library"}}) {
       dist::set_custom_all_reduce_mode(mode);

@@ -8,6 +8,8 @@
 #                                           # and the fault scenarios on cuda tensors (2 ranks)
 #   bash scripts/gpu_dist.sh N single       # scripts/gpu.sh's single-GPU tests (no workloads)
 #   bash scripts/gpu_dist.sh N collectives  # Kiln's sweep against PyTorch's, 8 B to 1 GiB
+#   bash scripts/gpu_dist.sh N custom       # the custom all-reduce against NCCL, 8 B to 8 MiB
+#                                           # and at DDP gpt's bucket sizes (Kiln only)
 #   bash scripts/gpu_dist.sh N gpt W        # the GPT step W (gpt_large_ddp, gpt_large_tp,
 #                                           # gpt_large_fsdp, gpt_ddp), Kiln's and PyTorch's
 #   bash scripts/gpu_dist.sh N ddp_variants W  # Kiln's DDP step W (gpt_ddp, gpt_large_ddp) at N
@@ -66,6 +68,13 @@ case $stage in
       --json "$out/torch_collectives_$n.json" > "$out/torch_collectives_$n.log" 2>&1
     echo "torch_collectives.py: exit $?"
     ;;
+  custom)  # the custom all-reduce against NCCL only, plus DDP gpt's last bucket, unpadded
+           # (3,060,481 floats: its flags made it odd) and padded (Note [Bucket padding])
+    timeout 280 scripts/mpirun.sh "$n" build/release/bench/kiln_collectives_bench --device cuda \
+      --custom-only --extra-bytes 12241924,12242432 > "$out/kiln_custom_$n.log" 2>&1
+    echo "kiln_collectives_bench --custom-only: exit $?"
+    cat "$out/kiln_custom_$n.log"
+    ;;
   gpt)
     for w in ${3:?which workload: gpt_large_ddp, gpt_large_tp, gpt_large_fsdp or gpt_ddp}; do
       model=${w%_*} mode=${w##*_}
@@ -96,7 +105,7 @@ case $stage in
     echo "torch_dist_anchor.py: exit $?"
     ;;
   *)
-    echo "gpu_dist.sh: unknown stage '$stage' (build, tests, single, collectives, gpt," \
+    echo "gpu_dist.sh: unknown stage '$stage' (build, tests, single, collectives, custom, gpt," \
       "ddp_variants, anchor)" >&2
     exit 2
     ;;

@@ -110,7 +110,7 @@ bench_smoke() {
     tp=$(scripts/mpirun.sh 2 build/release/kiln bench gpt_tp --device sim --iters 1 --threads 1 --json)
     grep -q '"gpt_tp_graph_peak_mb"' <<<"$tp" || { echo "gpt_tp: no peak memory in: $tp"; return 1; }
     # The collective sweep's checks (sums, gathers, captured chains) on 2 sim ranks.
-    scripts/mpirun.sh 2 build/release/bench/kiln_collectives_bench --device sim --smoke >/dev/null
+    scripts/mpirun.sh 2 build/release/bench/kiln_collectives_bench --device sim --smoke --extra-bytes 20 >/dev/null
   fi
   # Built when nvcc is present; without a GPU it says so and exits 0.
   if [ -x build/release/kiln_cuda_bench ]; then ./build/release/kiln_cuda_bench; fi

@@ -1,5 +1,6 @@
 #include "kiln/parallel/ddp.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -86,6 +87,15 @@ namespace kiln::parallel {
 // the flags with the last bucket and run no hooks: a replayed step's gradients cannot change
 // which parameters they reach. Not caught: a rank on which no parameter at all gets a gradient
 // runs no hook, so the others wait for its buckets until the deadline.
+
+// Note [Bucket padding]
+// Every bucket's flat tensor is a whole number of kBucketAlignBytes, zeros after the gradients
+// (and the flags), reduced with them. The flags alone made the last bucket's length odd
+// (3,060,481 floats for the bench's gpt), and a collective library splits a message into
+// pieces by element count: an odd count leaves most pieces off 16-byte boundaries, which
+// NCCL copies without its vector loads, and the custom all-reduce's packs want whole 16 bytes.
+// The padding costs at most kBucketAlignBytes a bucket.
+constexpr int64_t kBucketAlignBytes = 512;
 
 struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   struct Bucket {
@@ -419,7 +429,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, DDPOptions 
       had_first[key] = true;
       it = open.emplace(key, Open{s.buckets.size(), 0, cap}).first;
       s.buckets.emplace_back();
-      s.info.push_back({p.dtype(), p.device(), 0, {}});
+      s.info.push_back({p.dtype(), p.device(), 0, 0, {}});
     }
     size_t b = it->second.bucket;
     s.bucket_of[i] = b;
@@ -433,9 +443,12 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, DDPOptions 
   // The last bucket ends with one flag per rank (See Note [A parameter without a gradient]).
   s.rank = s.group->rank();
   s.ranks = s.group->size();
+  // Note [Bucket padding]
   for (size_t b = 0; b < s.buckets.size(); ++b) {
-    const int64_t tail = b + 1 == s.buckets.size() ? s.ranks : 0;
-    s.buckets[b].flat = zeros({s.info[b].numel + tail}, s.info[b].dtype, s.info[b].device);
+    const int64_t used = s.info[b].numel + (b + 1 == s.buckets.size() ? s.ranks : 0);
+    const int64_t align = std::max<int64_t>(1, kBucketAlignBytes / itemsize(s.info[b].dtype));
+    s.info[b].reduced_numel = (used + align - 1) / align * align;
+    s.buckets[b].flat = zeros({s.info[b].reduced_numel}, s.info[b].dtype, s.info[b].device);
   }
   if (!s.buckets.empty()) s.flags = narrow(s.buckets.back().flat, 0, s.info.back().numel, s.ranks);
   s.views.resize(s.params.size());

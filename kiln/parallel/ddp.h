@@ -36,7 +36,8 @@ struct DDPOptions {
 struct DDPBucket {
   DType dtype;
   Device device;
-  int64_t numel = 0;
+  int64_t numel = 0;          // of its gradients
+  int64_t reduced_numel = 0;  // what is all-reduced: the gradients, padded (Note [Bucket padding])
   std::vector<std::string> params;
 };
 

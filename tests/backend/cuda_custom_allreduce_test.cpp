@@ -1,9 +1,10 @@
 // The capture-aware custom all-reduce of cuda tensors (kiln/backend/cuda/custom_allreduce.h):
 // eager calls through the staging buffer (one-shot and two-shot, float32, float16, bfloat16,
-// sum and avg, in place), a compiled step's warm-up, capture and 100 replays with changing
-// inputs bitwise equal to the reference sum, the same with the path forced on and off, one
-// registration exchange per capture (two captures before either replays), a capture made again
-// after its inputs moved, an input one rank cannot share (every rank raises), the reclaiming of
+// sum and avg, in place, sizes off a 16-byte pack, unaligned inputs), a compiled step's
+// warm-up, capture and 100 replays with changing inputs bitwise equal to the reference sum, the
+// same with the path forced on and off, one registration exchange per capture (two captures
+// before either replays), a captured in-place one-shot call, a capture made again after its
+// inputs moved, an input one rank cannot share (every rank raises), the reclaiming of
 // registration slots, and all_reduce_async beside current-stream calls. Run under
 // `mpirun -n 2`: ranks that share a GPU (the GPU machine has one) turn NCCL off (KILN_NCCL=0,
 // NCCL refuses two ranks on one GPU) and exercise the whole IPC protocol between two processes
@@ -84,8 +85,11 @@ class CustomAllReduce : public ::testing::Test {
   }
 };
 
-// 8 and 3x64 elements take one-shot; 300000 (600 KB and more) two-shot.
-const std::vector<std::vector<int64_t>> kSizes = {{8}, {3, 64}, {300000}};
+// 8 and 3x64 elements take one-shot; 300000 (600 KB and more) two-shot. 2, 5, 3x67 and 300001
+// end off a 16-byte pack: their last elements take the kernels' tail (8 B of float32 is the
+// smallest message of issue 18's sweep).
+const std::vector<std::vector<int64_t>> kSizes = {{8}, {3, 64}, {300000}, {2},
+                                                  {1}, {5},     {3, 67},  {300001}};
 
 TEST_F(CustomAllReduce, EagerCallsMatchTheReferenceBitwise) {
   ModeGuard m(CustomAllReduceMode::On);
@@ -105,6 +109,45 @@ TEST_F(CustomAllReduce, EagerCallsMatchTheReferenceBitwise) {
         EXPECT_TRUE(bitwise_equal(inplace, want)) << at;
         EXPECT_EQ(delta(before).eager, 2u) << at;
       }
+}
+
+// A one-shot kernel stages an aligned eager input itself; one 4 bytes past a 16-byte boundary is
+// copied to staging first. Both sum the view alone, and in place write nothing outside it.
+TEST_F(CustomAllReduce, UnalignedEagerInputIsCopiedToStaging) {
+  ModeGuard m(CustomAllReduceMode::On);
+  const Tensor want = narrow(reference(2, {17}, kFloat32), 0, 1, 16);
+  auto before = cuda::custom_all_reduce_stats();
+  EXPECT_TRUE(bitwise_equal(dist::all_reduce(narrow(input(2, {17}, kFloat32), 0, 1, 16)), want));
+  Tensor whole = input(2, {17}, kFloat32);
+  Tensor view = narrow(whole, 0, 1, 16);
+  dist::all_reduce_(view);
+  sync();
+  EXPECT_TRUE(bitwise_equal(view, want));
+  EXPECT_TRUE(bitwise_equal(narrow(whole, 0, 0, 1), narrow(input(2, {17}, kFloat32), 0, 0, 1)));
+  EXPECT_EQ(delta(before).eager, 2u);
+}
+
+// A captured in-place one-shot call (5x67 floats: a tail of 3) stages its input inside its
+// kernel; every replay equals the reference.
+TEST_F(CustomAllReduce, CapturedInPlaceOneShotStagesInItsKernel) {
+  ModeGuard m(CustomAllReduceMode::On);
+  CompiledFunction f = compile(
+      [](const Tensor& x) {
+        Tensor b = mul(x, 3.0);
+        dist::all_reduce_(b);
+        return b;
+      },
+      {.name = "in_place_one_shot"});
+  auto before = cuda::custom_all_reduce_stats();
+  for (int call = 0; call < 8; ++call) {
+    Tensor got = f({input(call, {5, 67}, kFloat32)})[0];
+    ASSERT_TRUE(bitwise_equal(got, mul(reference(call, {5, 67}, kFloat32), 3.0)))
+        << "call " << call;
+  }
+  sync();
+  EXPECT_EQ(f.entries().at(0).captures, 1) << f.explain();
+  EXPECT_EQ(delta(before).captured, 1u);
+  EXPECT_EQ(delta(before).staged_in_capture, 1u);
 }
 
 // Note [Which all-reduce in Auto]: with NCCL, an eager call under kEagerMinBytes takes NCCL,
@@ -137,14 +180,14 @@ TEST_F(CustomAllReduce, AutoTakesNcclForSmallEagerCallsAndThisPathCaptured) {
 TEST_F(CustomAllReduce, IneligibleCallsAreNotTaken) {
   ModeGuard m(CustomAllReduceMode::On);
   auto before = cuda::custom_all_reduce_stats();
-  Tensor x = input(2, {5}, kFloat32);  // 20 bytes: not a multiple of 16
+  Tensor x = input(2, {5}, kFloat64);  // not a floating type the kernels take
   if (cuda::nccl_enabled()) {
-    EXPECT_TRUE(bitwise_equal(dist::all_reduce(x), reference(2, {5}, kFloat32)));
+    EXPECT_TRUE(bitwise_equal(dist::all_reduce(x), reference(2, {5}, kFloat64)));
     EXPECT_TRUE(bitwise_equal(dist::all_reduce(input(2, {8}, kFloat32), ReduceOp::Max),
                               reference(2, {8}, kFloat32, ReduceOp::Max)));
   } else {
     EXPECT_THROW_CONTAINS(dist::all_reduce(x), DistributedError,
-                          "cannot take this call (20 bytes of float32, reduce sum");
+                          "cannot take this call (40 bytes of float64, reduce sum");
     EXPECT_THROW_CONTAINS(dist::all_gather_into_tensor(x), DistributedError,
                           "cuda tensors have only the custom all-reduce");
   }

@@ -142,6 +142,10 @@ TEST(DDP, BucketsTakeParametersInReverseOrderAndGradientsAreViews) {
   EXPECT_EQ(b[2].params, (std::vector<std::string>{"extra"}));
   EXPECT_EQ(b[0].numel, 4 + 64);
   EXPECT_EQ(b[0].dtype, kFloat32);
+  // Note [Bucket padding]: each bucket reduces whole 512-byte blocks, the last its flags too.
+  EXPECT_EQ(b[0].reduced_numel, 128);
+  EXPECT_EQ(b[2].numel, 4);
+  EXPECT_EQ(b[2].reduced_numel, 4 + world().size() <= 128 ? 128 : 256);
   // Every .grad is a view of its bucket: l2.bias at offset 0, l2.weight right after it.
   auto* bias = static_cast<float*>(m.l2->bias.grad().data_ptr());
   EXPECT_EQ(static_cast<float*>(m.l2->weight.grad().data_ptr()), bias + 4);

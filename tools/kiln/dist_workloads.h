@@ -31,6 +31,10 @@ std::vector<double> time_interleaved(int64_t iters, int repeats,
                                      const std::vector<std::function<void()>>& fns,
                                      const std::function<void()>& barrier);
 
+// The device this rank times on when `--device` names `requested`: the CPU, or device
+// <local rank> of that type (one device a rank, as NCCL requires; `cuda` and `cuda:0` alike).
+Device rank_device(Device requested);
+
 // Runs `body` (which every rank runs alike); a rank whose check fails ends the job, instead of
 // leaving its peers waiting in their next collective until the deadline.
 std::vector<Metric> on_every_rank(const std::function<std::vector<Metric>()>& body);

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "kiln/core/device.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/init.h"
@@ -25,7 +26,10 @@
 // No op here communicates (the anchor's calls: add of two Shard(0), Shard(0) @ Replicate, sum to
 // Partial), so the ranks only start each repeat together, from a barrier, and otherwise time
 // independently; rank 0 reports its own medians. Each result is checked before timing: the
-// DTensor's local result must equal the plain op's bitwise.
+// DTensor's local result must equal the plain op's bitwise. On a device with streams (cuda, sim)
+// each rank uses the device of its local rank, and every timed loop ends with a synchronize of
+// it, as torch_dist_anchor.py's `timeit` does (so a per-call time there is the host's or the
+// device's, whichever is longer).
 namespace kiln::workloads {
 
 namespace {
@@ -46,12 +50,15 @@ double median(std::vector<double> v) {
 }
 
 // See Note [Timing the Sharded layer].
-Timed time_pair(int64_t iters, const std::function<void()>& a, const std::function<void()>& b) {
+Timed time_pair(int64_t iters, Device device, const std::function<void()>& a,
+                const std::function<void()>& b) {
   const bool many = distributed::world_size() > 1;
+  const bool streams = !device.is_cpu() && !device.is_meta();
   auto seconds = [&](const std::function<void()>& fn) {
     if (many) distributed::barrier();
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < iters; ++i) fn();
+    if (streams) synchronize(device);
     std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     return dt.count() / static_cast<double>(iters);
   };
@@ -111,7 +118,7 @@ void time_ops(const Tensor& x, const Tensor& y, const std::string& prefix,
       continue;
     }
     Timed t = time_pair(
-        iters, [&] { c.fn(x, y); }, [&] { c.fn(lx, ly); });
+        iters, lx.device(), [&] { c.fn(x, y); }, [&] { c.fn(lx, ly); });
     m.push_back({prefix + "dtensor_" + key + "_us", t.a * 1e6, "us",
                  fmt::format("{} on {}", c.name, what)});
     m.push_back(
@@ -126,7 +133,7 @@ std::vector<Metric> dtensor_on_every_rank(const Options& o) {
   const int64_t world = distributed::world_size();
   std::vector<Metric> m;
   m.push_back({"world", static_cast<double>(world), "count", "ranks in the mesh"});
-  for (Device device : {o.device, Device(kMeta)}) {
+  for (Device device : {rank_device(o.device), Device(kMeta)}) {
     const dt::DeviceMesh& mesh = dt::init_device_mesh(device, {world});
     const std::string prefix = device.is_meta() ? "meta_" : "";
     // The anchor's tensors: A is Shard(0) of a (64 * world) x 64 tensor, R a Replicate 64 x 64.
@@ -143,7 +150,7 @@ std::vector<Metric> dtensor_on_every_rank(const Options& o) {
     // all-gather of the local shard (collective: every rank runs the same loops).
     const int64_t n = std::max<int64_t>(iters / 20, 10);
     Timed t = time_pair(
-        n, [&] { (void)dt::redistribute(A, {dt::Replicate()}); },
+        n, device, [&] { (void)dt::redistribute(A, {dt::Replicate()}); },
         [&] { (void)distributed::all_gather_into_tensor(a, &mesh.group(0)); });
     m.push_back({"dtensor_redistribute_s0_to_r_us", t.a * 1e6, "us",
                  "redistribute Shard(0) -> Replicate, " + where});

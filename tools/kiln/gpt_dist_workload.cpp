@@ -1,5 +1,6 @@
 #include "tools/kiln/gpt_dist_workload.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -168,8 +169,7 @@ void check_falls(const std::string& what, const std::function<Tensor()>& step) {
 
 std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, GptParallelism mode) {
   const int ranks = distributed::world_size();
-  const Device device =
-      o.device.is_cpu() ? Device(kCPU) : Device(o.device.type(), distributed::local_rank());
+  const Device device = rank_device(o.device);
   const nn::GPTConfig cfg = large ? gpt_large_config() : nn::GPTConfig::bench();
   const bool bf16 = o.amp == "bf16";
   const std::string key =
@@ -234,6 +234,22 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
     check_falls(key + " compiled", [&] { return cf({})[0]; });
     const double g = timed([&] { cf({}); });
     m.push_back({key + "_graph_tokens_per_s", tokens / g, "tok/s", "the same step, compiled"});
+    // Where a compiled step's time goes: the host's part of a call (it returns before the device
+    // is done, unless the host is the slower), and how the step was captured.
+    double host_s = 0;
+    for (int64_t i = 0; i < iters; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      cf({});
+      host_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      synchronize(device);
+    }
+    m.push_back({key + "_graph_host_us", host_s / static_cast<double>(iters) * 1e6, "us",
+                 "the host's part of a compiled call, before its synchronize (mean)"});
+    const CacheEntryInfo& info = cf.entries().at(0);
+    m.push_back({key + "_graph_segments", static_cast<double>(info.segments), "count",
+                 "device graphs a compiled call launches"});
+    m.push_back({key + "_graph_comm_stream_steps", static_cast<double>(info.comm_stream_steps),
+                 "count", "collectives on the communication stream"});
     report_peak(m, "_graph_peak_mb", "the same for the compiled step (its graphs' memory too)");
     best = std::max(best, tokens / g);
   }

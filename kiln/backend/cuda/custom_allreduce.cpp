@@ -16,7 +16,9 @@
 //   0 holds every rank's staging buffer (eager calls); each captured call gets a slot of its
 //   own. The slot's address is the kernel's argument, so a graph may hold it while its
 //   contents are written after the capture.
-// - Eager: the input is copied into the rank's staging buffer on the stream, then the kernel.
+// - Eager: the input is copied into the rank's staging buffer, then summed: a one-shot kernel
+//   copies a 16-byte-aligned input itself before its first barrier (one launch; Note [Which
+//   barriers fence] in custom_allreduce.cu), otherwise a copy on the stream precedes the kernel.
 // - Captured: the input's address is recorded as a pending registration and the kernel is
 //   captured with the call's slot. When the capture ends (end_capture(), called by the device
 //   plugin's end_capture) every pending registration is completed in one exchange: for each,
@@ -351,7 +353,7 @@ bool CustomAllReduce::eligible(const Tensor& in, dist::ReduceOp op) const {
   const DType t = in.dtype();
   if (t != DType::Float32 && t != DType::Float16 && t != DType::BFloat16) return false;
   const size_t n = in.nbytes();
-  if (n == 0 || n % 16 != 0 || n > s_->capacity) return false;
+  if (n == 0 || n > s_->capacity) return false;
   // Note [Which all-reduce in Auto]: an eager message under kEagerMinBytes goes to NCCL.
   return mode != dist::CustomAllReduceMode::Auto || !s_->beside_nccl || n >= kEagerMinBytes ||
          capturing(s_->device);
@@ -436,14 +438,17 @@ void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist
       g_stats.ordered++;
     }
   }
-  if (stage)
+  // A one-shot kernel stages an aligned input itself (Note [Custom all-reduce on CUDA]).
+  const bool two_shot = n > kOneShotMaxBytes;
+  const bool kernel_stages = stage && !two_shot && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  if (stage && !kernel_stages)
     KILN_CUDA_CHECK(cudaMemcpyAsync(s.staging(s.rank), src, n, cudaMemcpyDeviceToDevice, stream));
   const auto timeout = dist::timeout_for(*c.group);
   const uint64_t timeout_ns = static_cast<uint64_t>(timeout.count()) * 1'000'000;
-  detail::launch_custom_all_reduce(
-      dtype_code(in.dtype()), s.slot_at(slot), s.bases.data(), s.rank, s.size,
-      static_cast<int64_t>(n), dst, c.reduce == dist::ReduceOp::Avg, n > kOneShotMaxBytes,
-      s.max_blocks, timeout_ns, error_word(s.device), s.error_code, stream);
+  detail::launch_custom_all_reduce(dtype_code(in.dtype()), s.slot_at(slot), s.bases.data(), s.rank,
+                                   s.size, static_cast<int64_t>(n), kernel_stages ? src : nullptr,
+                                   dst, c.reduce == dist::ReduceOp::Avg, two_shot, s.max_blocks,
+                                   timeout_ns, error_word(s.device), s.error_code, stream);
   check_launch("all_reduce");
   if (capture == cudaStreamCaptureStatusNone) {
     KILN_CUDA_CHECK(cudaEventRecord(s.last_done, stream));
@@ -601,7 +606,7 @@ class CustomOnlyBackend final : public dist::CollectiveBackend {
     if (custom_ && custom_->eligible(in, c.reduce)) return custom_->all_reduce(in, out, c);
     throw DistributedError(fmt::format(
         "[{}] {}: NCCL is off{} and the custom all-reduce {} ({} bytes of {}, reduce {}; it "
-        "takes sum and avg of float32, float16 and bfloat16, a multiple of 16 bytes up to {}, "
+        "takes sum and avg of float32, float16 and bfloat16, up to {} bytes, "
         "between ranks that can map each other's memory)",
         c.op, where(), nccl_version() ? " (KILN_NCCL=0)" : " (built without NCCL)",
         custom_ ? "cannot take this call" : "could not be set up for this group", in.nbytes(),

@@ -46,6 +46,14 @@ __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t* p) {
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+__device__ __forceinline__ void st_volatile(uint32_t* p, uint32_t v) {
+  asm volatile("st.volatile.global.u32 [%1], %0;" ::"r"(v), "l"(p) : "memory");
+}
+__device__ __forceinline__ uint32_t ld_volatile(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ uint64_t globaltimer() {
   uint64_t t;
@@ -53,10 +61,23 @@ __device__ __forceinline__ uint64_t globaltimer() {
   return t;
 }
 
+// Note [Which barriers fence]
+// A barrier orders memory only where a peer reads what this block wrote in this kernel: the
+// two-shot kernel's middle barrier (its peers then read the parts it reduced into tmp), and the
+// first barrier of a one-shot kernel that staged its input itself (see the kernel); their flags
+// are stored with release and polled with acquire at system scope. The others carry no data,
+// and their flags are plain volatile stores and loads, which cost a fraction of a system-scope
+// fence (the one-shot kernel is mostly its two barriers):
+// - the first, otherwise: a peer's input was written before its kernel started (an earlier
+//   kernel or the staging copy on its stream, complete and in its memory by then), so reaching
+//   the barrier is all a peer has to show;
+// - the one-shot kernel's last: this block's reads of the peers' inputs have returned (their
+//   values are already stored in the output, before the __syncthreads), so when a peer sees the
+//   flag it may overwrite its input or staging buffer.
 // Block b of this rank meets block b of every peer. Returns false on every thread of the block
 // when a peer did not arrive within `timeout_ns` (the device's error word then holds `code`).
 // A barrier that ends a phase first waits for the block's own reads and writes.
-template <bool kStart>
+template <bool kStart, bool kFence>
 __device__ bool barrier(const Peers& peers, int rank, int size, uint64_t timeout_ns, int* err,
                         int code) {
   if constexpr (!kStart) __syncthreads();
@@ -66,9 +87,14 @@ __device__ bool barrier(const Peers& peers, int rank, int size, uint64_t timeout
     auto* self = reinterpret_cast<Signal*>(peers.base[rank]);
     auto* peer = reinterpret_cast<Signal*>(peers.base[p]);
     const uint32_t v = self->self_counter[blockIdx.x][p] += 1;
-    st_release_sys(&peer->peer_counter[v % 2][blockIdx.x][rank], v);
+    uint32_t* theirs = &peer->peer_counter[v % 2][blockIdx.x][rank];
+    const uint32_t* mine = &self->peer_counter[v % 2][blockIdx.x][p];
+    if constexpr (kFence)
+      st_release_sys(theirs, v);
+    else
+      st_volatile(theirs, v);
     const uint64_t start = globaltimer();
-    while (ld_acquire_sys(&self->peer_counter[v % 2][blockIdx.x][p]) != v) {
+    while ((kFence ? ld_acquire_sys(mine) : ld_volatile(mine)) != v) {
       if (globaltimer() - start > timeout_ns) {
         atomicCAS(err, 0, code);
         ok = false;
@@ -134,29 +160,60 @@ __device__ __forceinline__ void store_pack(void* out, int64_t i, const Pack<T>& 
   for (int k = 0; k < Pack<T>::N; ++k) o[k] = p.v[k];
 }
 
-// out (packs of 16 bytes) = the sum of every rank's input. One-shot: every rank reads every
-// input. Two-shot: rank r reduces packs [r*part, (r+1)*part) into its tmp, then every rank
-// copies every part. Block b handles the same packs in both phases on every rank, so it only
-// meets block b of its peers.
+// Element `i` (of type T) of the sum over ranks, as reduce_pack sums it.
+template <class T>
+__device__ __forceinline__ T reduce_element(const RankData& d, int size, int64_t i, bool avg) {
+  float acc = to_f(static_cast<const T*>(d.ptrs[0])[i]);
+  for (int r = 1; r < size; ++r) acc += to_f(static_cast<const T*>(d.ptrs[r])[i]);
+  return from_f<T>(avg ? acc / static_cast<float>(size) : acc);
+}
+
+// out = the sum of every rank's input: `packs` packs of 16 bytes, then `tail` elements (a size
+// that is not a whole number of packs), which block 0 sums one a thread, reading the inputs
+// directly in both kernels. One-shot: every rank reads every input. Two-shot: rank r reduces
+// packs [r*part, (r+1)*part) into its tmp, then every rank copies every part. Block b handles
+// the same packs in both phases on every rank, so it only meets block b of its peers. The
+// slot's addresses are read before the first barrier, while it waits.
+// A one-shot call given `stage_from` first copies it into its staging buffer (this rank's
+// entry of the slot) instead of a copy launched before it (one launch, not two): block b
+// copies exactly the packs (and block 0 the tail) that block b of every peer reads, so the
+// first barrier, fenced, is all the ordering the peers need.
 template <class T, bool kTwoShot>
 __global__ void __launch_bounds__(kThreads)
     custom_all_reduce_kernel(const RankData* rank_data, Peers peers, int rank, int size,
-                             int64_t packs, void* out, bool out_aligned, bool avg,
-                             uint64_t timeout_ns, int* err, int code) {
-  if (!barrier<true>(peers, rank, size, timeout_ns, err, code)) return;
+                             int64_t packs, int tail, const void* stage_from, void* out,
+                             bool out_aligned, bool avg, uint64_t timeout_ns, int* err, int code) {
   const RankData d = *rank_data;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  bool met;
+  if (!kTwoShot && stage_from) {
+    auto* staging = const_cast<Pack<T>*>(static_cast<const Pack<T>*>(d.ptrs[rank]));
+    for (int64_t i = first; i < packs; i += stride)
+      staging[i] = static_cast<const Pack<T>*>(stage_from)[i];
+    if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < tail) {
+      const int64_t i = packs * Pack<T>::N + threadIdx.x;
+      reinterpret_cast<T*>(staging)[i] = static_cast<const T*>(stage_from)[i];
+    }
+    met = barrier<false, true>(peers, rank, size, timeout_ns, err, code);
+  } else {
+    met = barrier<true, false>(peers, rank, size, timeout_ns, err, code);
+  }
+  if (!met) return;
+  if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < tail) {
+    const int64_t i = packs * Pack<T>::N + threadIdx.x;
+    static_cast<T*>(out)[i] = reduce_element<T>(d, size, i, avg);
+  }
   if constexpr (!kTwoShot) {
     for (int64_t i = first; i < packs; i += stride)
       store_pack<T>(out, i, reduce_pack<T>(d, size, i, avg), out_aligned);
-    barrier<false>(peers, rank, size, timeout_ns, err, code);
+    barrier<false, false>(peers, rank, size, timeout_ns, err, code);
   } else {
     const int64_t part = (packs + size - 1) / size;
     auto* tmp = reinterpret_cast<Pack<T>*>(peers.base[rank] + kSignalBytes);
     for (int64_t i = rank * part + first; i < imin(packs, (rank + 1) * part); i += stride)
       tmp[i] = reduce_pack<T>(d, size, i, avg);
-    if (!barrier<false>(peers, rank, size, timeout_ns, err, code)) return;
+    if (!barrier<false, true>(peers, rank, size, timeout_ns, err, code)) return;
     for (int r = 0; r < size; ++r) {
       auto* src = reinterpret_cast<const Pack<T>*>(peers.base[r] + kSignalBytes);
       for (int64_t i = r * part + first; i < imin(packs, (r + 1) * part); i += stride)
@@ -191,12 +248,14 @@ int custom_all_reduce_max_blocks(int device) {
 
 // dtype: 0 float32, 1 float16, 2 bfloat16. `bases` holds `size` mapped buffers.
 void launch_custom_all_reduce(int dtype, const void* rank_data, char* const* bases, int rank,
-                              int size, int64_t nbytes, void* out, bool avg, bool two_shot,
-                              int max_blocks, uint64_t timeout_ns, int* err, int code,
-                              void* stream) {
+                              int size, int64_t nbytes, const void* stage_from, void* out, bool avg,
+                              bool two_shot, int max_blocks, uint64_t timeout_ns, int* err,
+                              int code, void* stream) {
   Peers peers{};
   for (int r = 0; r < size; ++r) peers.base[r] = bases[r];
   const int64_t packs = nbytes / 16;
+  const int elem = dtype == 0 ? 4 : 2;
+  const int tail = static_cast<int>(nbytes % 16 / elem);
   const int64_t work = two_shot ? (packs + size - 1) / size : packs;
   const int blocks = static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>(max_blocks, (work + kThreads - 1) / kThreads)));
@@ -207,10 +266,10 @@ void launch_custom_all_reduce(int dtype, const void* rank_data, char* const* bas
     using T = decltype(zero);
     if (two_shot)
       custom_all_reduce_kernel<T, true><<<blocks, kThreads, 0, s>>>(
-          rd, peers, rank, size, packs, out, aligned, avg, timeout_ns, err, code);
+          rd, peers, rank, size, packs, tail, stage_from, out, aligned, avg, timeout_ns, err, code);
     else
       custom_all_reduce_kernel<T, false><<<blocks, kThreads, 0, s>>>(
-          rd, peers, rank, size, packs, out, aligned, avg, timeout_ns, err, code);
+          rd, peers, rank, size, packs, tail, stage_from, out, aligned, avg, timeout_ns, err, code);
   };
   if (dtype == 1)
     go(__half{});

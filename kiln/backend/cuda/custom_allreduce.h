@@ -47,7 +47,7 @@ class CustomAllReduce {
 
   // Whether an all-reduce of `in` by `op` takes this path: from the mode
   // (distributed::custom_all_reduce_mode()), the op (sum, avg), the dtype (float32, float16,
-  // bfloat16), the size (a multiple of 16 bytes, up to the staging buffer) and, in Auto with
+  // bfloat16), the size (up to the staging buffer) and, in Auto with
   // NCCL, whether a capture is under way (an eager call under kEagerMinBytes goes to NCCL, Note
   // [Which all-reduce in Auto] in custom_allreduce.cpp), never from addresses: every rank
   // decides alike. A compiled step's warm-up may thus take NCCL where its capture takes this
@@ -85,11 +85,13 @@ size_t custom_all_reduce_rank_data_bytes();
 int custom_all_reduce_max_ranks();
 int custom_all_reduce_max_blocks(int device);
 // dtype: 0 float32, 1 float16, 2 bfloat16; `bases`: every rank's shared buffer mapped here;
-// `rank_data`: device memory holding every rank's input pointer for this call.
+// `rank_data`: device memory holding every rank's input pointer for this call; `stage_from`:
+// where a one-shot call's input is when the kernel itself copies it to this rank's entry of
+// `rank_data` (its staging buffer) first, else null.
 void launch_custom_all_reduce(int dtype, const void* rank_data, char* const* bases, int rank,
-                              int size, int64_t nbytes, void* out, bool avg, bool two_shot,
-                              int max_blocks, uint64_t timeout_ns, int* err, int code,
-                              void* stream);
+                              int size, int64_t nbytes, const void* stage_from, void* out, bool avg,
+                              bool two_shot, int max_blocks, uint64_t timeout_ns, int* err,
+                              int code, void* stream);
 }  // namespace detail
 
 }  // namespace kiln::cuda
