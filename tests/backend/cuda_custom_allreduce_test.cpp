@@ -150,30 +150,26 @@ TEST_F(CustomAllReduce, CapturedInPlaceOneShotStagesInItsKernel) {
   EXPECT_EQ(delta(before).staged_in_capture, 1u);
 }
 
-// Note [Which all-reduce in Auto]: with NCCL, an eager call under kEagerMinBytes takes NCCL,
-// one from it up takes this path, and a captured call of any size this path; without NCCL every
-// call this path can take.
-TEST_F(CustomAllReduce, AutoTakesNcclForSmallEagerCallsAndThisPathCaptured) {
+// Note [Which all-reduce in Auto]: every call this path can take, eager or captured, small or up
+// to its capacity.
+TEST_F(CustomAllReduce, AutoTakesThisPathEagerAndCaptured) {
   ModeGuard m(CustomAllReduceMode::Auto);
-  const int64_t big = static_cast<int64_t>(cuda::CustomAllReduce::kEagerMinBytes / 4);
-  auto before = cuda::custom_all_reduce_stats();
-  EXPECT_TRUE(
-      bitwise_equal(dist::all_reduce(input(3, {64}, kFloat32)), reference(3, {64}, kFloat32)));
-  sync();
-  EXPECT_EQ(delta(before).eager, cuda::nccl_enabled() ? 0u : 1u);
-  before = cuda::custom_all_reduce_stats();
-  EXPECT_TRUE(
-      bitwise_equal(dist::all_reduce(input(4, {big}, kFloat32)), reference(4, {big}, kFloat32)));
-  sync();
-  EXPECT_EQ(delta(before).eager, 1u);
+  for (int64_t n : {2, 64, 1 << 18}) {
+    auto before = cuda::custom_all_reduce_stats();
+    EXPECT_TRUE(
+        bitwise_equal(dist::all_reduce(input(3, {n}, kFloat32)), reference(3, {n}, kFloat32)));
+    sync();
+    EXPECT_EQ(delta(before).eager, 1u) << n << " elements";
+  }
   CompiledFunction f = compile([](const Tensor& x) { return dist::all_reduce(mul(x, 2.0)); },
                                {.name = "auto_small"});
-  before = cuda::custom_all_reduce_stats();
+  auto before = cuda::custom_all_reduce_stats();
   for (int call = 0; call < 4; ++call) {
     Tensor got = f({input(call, {64}, kFloat32)})[0];
     ASSERT_TRUE(bitwise_equal(got, mul(reference(call, {64}, kFloat32), 2.0))) << "call " << call;
   }
   sync();
+  EXPECT_EQ(delta(before).eager, 2u);  // the trace and the warm-up
   EXPECT_EQ(delta(before).captured, 1u) << f.explain();
 }
 

@@ -4,6 +4,7 @@
 #   FAIL      ON: it must exit non-zero with exactly one stderr line "kiln: error: ...";
 #             OFF: it must exit 0
 #   REGEX     (optional) must match stderr when FAIL, stdout otherwise
+#   ERR_REGEX (optional) must match stderr when it does not FAIL (diagnostics printed there)
 #   FILE      (optional) must exist afterwards
 #   JSON_KEY  (optional) stdout must be a JSON object with this numeric key
 string(REPLACE "|" ";" args "${ARGS}")
@@ -30,6 +31,9 @@ else()
 endif()
 if(DEFINED REGEX AND NOT checked MATCHES "${REGEX}")
   message(FATAL_ERROR "output does not match '${REGEX}'")
+endif()
+if(DEFINED ERR_REGEX AND NOT err MATCHES "${ERR_REGEX}")
+  message(FATAL_ERROR "stderr does not match '${ERR_REGEX}'")
 endif()
 if(FILE AND NOT EXISTS "${FILE}")
   message(FATAL_ERROR "'${FILE}' was not written")

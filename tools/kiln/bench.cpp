@@ -34,6 +34,8 @@ int run_bench(const BenchOptions& o) {
   KILN_CHECK(
       !o.pipelined || parallel_gpt,
       "[bench] --pipelined applies only to the distributed gpt workloads (gpt_*_ddp|tp|fsdp)");
+  KILN_CHECK(!o.explain || parallel_gpt,
+             "[bench] --explain applies only to the distributed gpt workloads (gpt_*_ddp|tp|fsdp)");
   KILN_CHECK(o.bucket_mb >= 0, "[bench] --bucket-mb must not be negative, got {}", o.bucket_mb);
   int64_t iters = o.iters > 0 ? o.iters : w->default_iters;
   if (!common.device.is_cpu()) set_allow_tf32(true);  // as torch_anchor.py sets it
@@ -44,7 +46,8 @@ int run_bench(const BenchOptions& o) {
                                                    .amp = o.amp,
                                                    .bucket_mb = o.bucket_mb,
                                                    .no_sync = o.no_sync,
-                                                   .pipelined = o.pipelined});
+                                                   .pipelined = o.pipelined,
+                                                   .explain = o.explain});
   // Under mpirun (the distributed workloads) every rank times and rank 0 reports.
   if (distributed::is_initialized() && distributed::rank() != 0) return 0;
 

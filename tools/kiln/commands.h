@@ -88,6 +88,8 @@ struct BenchOptions {
   // gpt_{ddp,tp,fsdp} and gpt_large_*: steps back to back, a synchronize at the end of each
   // repeat only (how a training loop runs), reported under keys ending in _pipelined.
   bool pipelined = false;
+  // gpt_{ddp,tp,fsdp} and gpt_large_*: rank 0 prints the compiled step's explain() to stderr.
+  bool explain = false;
 };
 
 int run_train(const TrainOptions& o);

@@ -188,6 +188,9 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
   cmd->add_flag("--pipelined", o.pipelined,
                 "gpt_*_ddp|tp|fsdp: steps back to back, one synchronize a repeat (keys gain "
                 "_pipelined)");
+  cmd->add_flag("--explain", o.explain,
+                "gpt_*_ddp|tp|fsdp: rank 0 prints the compiled step's explain() (its steps, "
+                "streams and graphs) to stderr");
   add_common(cmd, o.common);
   return cmd;
 }

@@ -39,6 +39,8 @@ struct Options {
   // The distributed GPT steps: timed back to back, synchronized once a repeat (keys gain
   // _pipelined), not each step.
   bool pipelined = false;
+  // The distributed GPT steps: rank 0 prints the compiled step's explain() to stderr.
+  bool explain = false;
 };
 
 struct Workload {

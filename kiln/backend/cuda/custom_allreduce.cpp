@@ -63,18 +63,16 @@
 //   on a stream ordered with the group's other calls.
 //
 // Note [Which all-reduce in Auto]
-// Measured on two H200s against NCCL's blocking communicators (bench/gpu_runs.md, S4 and S6),
-// sum of float32, one call and its synchronize, custom against NCCL: captured, the custom path
-// is faster from 1 KiB to 8 MiB (S6: 7.7 us against 9.9 at 1 KiB, 9.1 against 12.8 at 256 KiB,
-// 46.5 against 51.2 at 8 MiB) and ties at 8 B (9.5 against 9.3). Eager, its copy into the
-// staging buffer costs what NCCL's single kernel saves: up to 1 KiB NCCL is ahead in both runs
-// (24.2 against 19.5 us at 8 B in S4, 25.9 against 21.0 at 1 KiB in S6), from 4 KiB to 1 MiB
-// the two tie within the runs' noise (NCCL 1-2 us ahead in S4, the custom path 1-3 us in S6),
-// and from 4 MiB the custom path is ahead in both (45.3 against 49.7, 47.0 against 49.6). So in
-// Auto a captured call takes it up to its capacity (KILN_CUSTOM_AR_MAX_BYTES, 8 MiB), an eager
-// call from kEagerMinBytes (1 MiB, in the tie) up; without NCCL (KILN_NCCL=0) it takes every
-// call it can. Every rank decides alike: the size and whether the call is captured are the same
-// on all of them.
+// Measured on two H200s against NCCL's blocking communicators (bench/gpu_runs.md, S10), sum of
+// float32, one call and its synchronize, custom against NCCL: captured (a graph of 10 chained
+// calls), 6.1 against 9.3 us at 8 B, 6.2 against 9.5 at 1 KiB, 6.9 against 12.5 at 256 KiB,
+// 45.2 against 51.3 at 8 MiB; eager, 17.8 against 23.4 at 8 B, 19.3 against 29.7 at 256 KiB,
+// 61.5 against 64.9 at 8 MiB. The custom path is ahead at every size from 8 B to its capacity,
+// eager and captured, so in Auto it takes every call it can: sum and avg of float32, float16
+// and bfloat16 up to KILN_CUSTOM_AR_MAX_BYTES (8 MiB), NCCL the rest. (Before S10 an eager call
+// copied its input to staging with a launch of its own, which cost what NCCL's single kernel
+// saved: Auto then sent eager calls under 1 MiB to NCCL; and sizes off a 16-byte pack, 8 B
+// among them, were NCCL's.) Every rank decides alike: the decision depends on the call alone.
 #include "kiln/backend/cuda/custom_allreduce.h"
 
 #include <cuda.h>
@@ -157,7 +155,6 @@ struct CustomAllReduce::State {
   const dist::ProcessGroup* group = nullptr;
   dist::MpiComm* base = nullptr;
   int rank = 0, size = 1, device = 0;
-  bool beside_nccl = false;   // NCCL takes what this path does not (make()'s argument)
   size_t capacity = 0;        // staging and tmp bytes, the same on every rank
   int max_blocks = 0;         // the same on every rank
   char* buffer = nullptr;     // this rank's [Signal | tmp | staging]
@@ -247,8 +244,7 @@ CustomAllReduce::~CustomAllReduce() {
   (void)s_.release();
 }
 
-std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group, int device,
-                                                       bool beside_nccl) {
+std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group, int device) {
   dist::MpiComm* base = group.base_comm();
   if (!base || base->size() < 2 || base->size() > detail::custom_all_reduce_max_ranks())
     return nullptr;
@@ -258,7 +254,6 @@ std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group
   s->rank = base->rank();
   s->size = base->size();
   s->device = device;
-  s->beside_nccl = beside_nccl;
   current_stream(device);  // makes `device` this thread's device
 
   struct Row {
@@ -353,10 +348,7 @@ bool CustomAllReduce::eligible(const Tensor& in, dist::ReduceOp op) const {
   const DType t = in.dtype();
   if (t != DType::Float32 && t != DType::Float16 && t != DType::BFloat16) return false;
   const size_t n = in.nbytes();
-  if (n == 0 || n > s_->capacity) return false;
-  // Note [Which all-reduce in Auto]: an eager message under kEagerMinBytes goes to NCCL.
-  return mode != dist::CustomAllReduceMode::Auto || !s_->beside_nccl || n >= kEagerMinBytes ||
-         capturing(s_->device);
+  return n > 0 && n <= s_->capacity;  // Note [Which all-reduce in Auto]
 }
 
 namespace {
@@ -592,7 +584,7 @@ namespace {
 class CustomOnlyBackend final : public dist::CollectiveBackend {
  public:
   explicit CustomOnlyBackend(dist::ProcessGroup& g)
-      : group_(g), custom_(CustomAllReduce::make(g, nccl_device(), /*beside_nccl=*/false)) {}
+      : group_(g), custom_(CustomAllReduce::make(g, nccl_device())) {}
   std::string_view name() const override { return "custom all-reduce (no NCCL)"; }
 
   void all_reduce(const Tensor& in, const Tensor& out, const dist::Collective& c) override {

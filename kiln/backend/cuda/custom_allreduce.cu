@@ -18,7 +18,7 @@ constexpr int kMaxBlocks = 36;
 constexpr int kThreads = 512;
 
 // The flags of one rank, at the start of its shared buffer. self_counter[b][p]: barriers block
-// b has passed with peer p (advanced by the kernel, in device memory: see the Note);
+// b has passed with peer p (advanced by each kernel, in device memory: see barrier_counts);
 // peer_counter[s][b][p]: written by peer p's block b, two slots so that a peer already at the
 // next barrier cannot overwrite the value this block still waits for.
 struct Signal {
@@ -77,16 +77,17 @@ __device__ __forceinline__ uint64_t globaltimer() {
 // Block b of this rank meets block b of every peer. Returns false on every thread of the block
 // when a peer did not arrive within `timeout_ns` (the device's error word then holds `code`).
 // A barrier that ends a phase first waits for the block's own reads and writes.
+// Thread p < size (p != rank) signals peer p with `v`, this block's count of barriers with it
+// (from barrier_counts()).
 template <bool kStart, bool kFence>
-__device__ bool barrier(const Peers& peers, int rank, int size, uint64_t timeout_ns, int* err,
-                        int code) {
+__device__ bool barrier(const Peers& peers, int rank, int size, uint32_t v, uint64_t timeout_ns,
+                        int* err, int code) {
   if constexpr (!kStart) __syncthreads();
   bool ok = true;
   const int p = static_cast<int>(threadIdx.x);
   if (p < size && p != rank) {
     auto* self = reinterpret_cast<Signal*>(peers.base[rank]);
     auto* peer = reinterpret_cast<Signal*>(peers.base[p]);
-    const uint32_t v = self->self_counter[blockIdx.x][p] += 1;
     uint32_t* theirs = &peer->peer_counter[v % 2][blockIdx.x][rank];
     const uint32_t* mine = &self->peer_counter[v % 2][blockIdx.x][p];
     if constexpr (kFence)
@@ -103,6 +104,18 @@ __device__ bool barrier(const Peers& peers, int rank, int size, uint64_t timeout
     }
   }
   return __syncthreads_or(!ok) == 0;
+}
+
+// Every kernel passes two barriers. Thread p (a peer) reads how many block b has passed with p
+// and advances the count by 2 at once, so the second barrier does not wait for a read of memory
+// (the next kernel on the stream reads the count after this one ends); returns the count.
+__device__ __forceinline__ uint32_t barrier_counts(const Peers& peers, int rank, int size) {
+  const int p = static_cast<int>(threadIdx.x);
+  if (p >= size || p == rank) return 0;
+  uint32_t* count = &reinterpret_cast<Signal*>(peers.base[rank])->self_counter[blockIdx.x][p];
+  const uint32_t v = *count;
+  *count = v + 2;
+  return v;
 }
 
 template <class T>
@@ -184,6 +197,7 @@ __global__ void __launch_bounds__(kThreads)
                              int64_t packs, int tail, const void* stage_from, void* out,
                              bool out_aligned, bool avg, uint64_t timeout_ns, int* err, int code) {
   const RankData d = *rank_data;
+  const uint32_t passed = barrier_counts(peers, rank, size);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   bool met;
@@ -195,9 +209,9 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t i = packs * Pack<T>::N + threadIdx.x;
       reinterpret_cast<T*>(staging)[i] = static_cast<const T*>(stage_from)[i];
     }
-    met = barrier<false, true>(peers, rank, size, timeout_ns, err, code);
+    met = barrier<false, true>(peers, rank, size, passed + 1, timeout_ns, err, code);
   } else {
-    met = barrier<true, false>(peers, rank, size, timeout_ns, err, code);
+    met = barrier<true, false>(peers, rank, size, passed + 1, timeout_ns, err, code);
   }
   if (!met) return;
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < tail) {
@@ -207,13 +221,13 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (!kTwoShot) {
     for (int64_t i = first; i < packs; i += stride)
       store_pack<T>(out, i, reduce_pack<T>(d, size, i, avg), out_aligned);
-    barrier<false, false>(peers, rank, size, timeout_ns, err, code);
+    barrier<false, false>(peers, rank, size, passed + 2, timeout_ns, err, code);
   } else {
     const int64_t part = (packs + size - 1) / size;
     auto* tmp = reinterpret_cast<Pack<T>*>(peers.base[rank] + kSignalBytes);
     for (int64_t i = rank * part + first; i < imin(packs, (rank + 1) * part); i += stride)
       tmp[i] = reduce_pack<T>(d, size, i, avg);
-    if (!barrier<false, true>(peers, rank, size, timeout_ns, err, code)) return;
+    if (!barrier<false, true>(peers, rank, size, passed + 2, timeout_ns, err, code)) return;
     for (int r = 0; r < size; ++r) {
       auto* src = reinterpret_cast<const Pack<T>*>(peers.base[r] + kSignalBytes);
       for (int64_t i = r * part + first; i < imin(packs, (r + 1) * part); i += stride)

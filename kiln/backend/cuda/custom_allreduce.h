@@ -37,24 +37,17 @@ class CustomAllReduce {
   // Collective over group.base_comm(), when the group is made (never inside a capture): null on
   // every rank when it cannot run (one rank or more than 8, ranks on several hosts, devices that
   // cannot map each other's memory, no co-resident blocks, an IPC call that fails on a rank).
-  // `beside_nccl`: NCCL serves the group's other calls (Auto then sends small eager all-reduces
-  // there, Note [Which all-reduce in Auto]); false for the custom-only backend.
-  static std::unique_ptr<CustomAllReduce> make(distributed::ProcessGroup& group, int device,
-                                               bool beside_nccl);
+  static std::unique_ptr<CustomAllReduce> make(distributed::ProcessGroup& group, int device);
   ~CustomAllReduce();
   CustomAllReduce(const CustomAllReduce&) = delete;
   CustomAllReduce& operator=(const CustomAllReduce&) = delete;
 
   // Whether an all-reduce of `in` by `op` takes this path: from the mode
   // (distributed::custom_all_reduce_mode()), the op (sum, avg), the dtype (float32, float16,
-  // bfloat16), the size (up to the staging buffer) and, in Auto with
-  // NCCL, whether a capture is under way (an eager call under kEagerMinBytes goes to NCCL, Note
-  // [Which all-reduce in Auto] in custom_allreduce.cpp), never from addresses: every rank
-  // decides alike. A compiled step's warm-up may thus take NCCL where its capture takes this
-  // path; past two ranks their sums may differ in the last bit (the order of the additions).
+  // bfloat16) and the size (up to the staging buffer; Note [Which all-reduce in Auto] in
+  // custom_allreduce.cpp), never from addresses or whether a capture is under way: every rank
+  // decides alike, and a compiled step's warm-up takes the path its capture takes.
   bool eligible(const Tensor& in, distributed::ReduceOp op) const;
-  // Eager messages smaller than this go to NCCL in Auto (the measured crossover).
-  static constexpr size_t kEagerMinBytes = size_t{1} << 20;
   // Queues the all-reduce of `in` into `out` (may be `in`) on the current stream of their
   // device; under capture, registers `in` for the exchange at the end of the capture.
   void all_reduce(const Tensor& in, const Tensor& out, const distributed::Collective& c);

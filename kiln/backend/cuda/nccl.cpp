@@ -480,7 +480,7 @@ NcclBackend::NcclBackend(dist::ProcessGroup& g) : comm_(std::make_shared<Comm>()
   }
   KILN_CUDA_CHECK(cudaMalloc(&c.barrier_buf, sizeof(float)));
   KILN_CUDA_CHECK(cudaMemset(c.barrier_buf, 0, sizeof(float)));
-  custom_ = CustomAllReduce::make(g, c.device, /*beside_nccl=*/true);
+  custom_ = CustomAllReduce::make(g, c.device);
 }
 
 template <class F>
