@@ -337,7 +337,9 @@ class NcclBackend final : public dist::CollectiveBackend {
   std::string_view name() const override { return "nccl"; }
 
   void all_reduce(const Tensor& in, const Tensor& out, const dist::Collective& c) override {
-    if (custom_ && custom_->eligible(in, c.reduce)) {  // Note [Custom all-reduce on CUDA]
+    // Note [Custom all-reduce on CUDA]. A tensor on another device goes on to issue(), which
+    // names the communicator's device: the custom path would name its own.
+    if (custom_ && in.device().index() == comm_->device && custom_->eligible(in, c.reduce)) {
       if (dist::debug_detail())
         debug_check(*c.group, in.device(), {c.op, in.numel(), in.dtype(), c.reduce},
                     custom_->calls() + 1);
