@@ -44,12 +44,13 @@
 //   references, and CUDA runs its destructor once the graph, its executables and their
 //   launches are gone, which releases the slot. Released slots are freed when every rank has
 //   released them (Note [Registration slots] in kiln/distributed/registration_slots.cpp).
-// - Flags: Signal::self_counter, in device memory, is advanced by the kernel at every barrier;
-//   the flag value is never a kernel argument (a graph would freeze it, and the second replay
-//   would wait for a value that was already used). Flags are stored with st.release.sys and
-//   polled with ld.acquire.sys. The grid is no larger than the blocks every kernel can keep
-//   resident at once (block b waits for block b of each peer, so all must run together), and
-//   the same on every rank (the minimum gathered at set-up).
+// - Flags: Signal::self_counter, in device memory, is advanced by each kernel by its two
+//   barriers; the flag value is never a kernel argument (a graph would freeze it, and the second
+//   replay would wait for a value that was already used). A barrier that orders data stores its
+//   flag with st.release.sys and polls with ld.acquire.sys, the others with volatile accesses
+//   (Note [Which barriers fence] in custom_allreduce.cu). The grid is no larger than the blocks
+//   every kernel can keep resident at once (block b waits for block b of each peer, so all must run
+//   together), and the same on every rank (the minimum gathered at set-up).
 // - Deadlines: a barrier polls %globaltimer against the call's deadline; on expiry it sets the
 //   device's error word with this group's code, so the next synchronize raises a DeviceError
 //   naming the group, and the kernel ends. The flags are then out of step: the group's custom
