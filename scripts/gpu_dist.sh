@@ -69,7 +69,8 @@ case $stage in
     echo "torch_collectives.py: exit $?"
     ;;
   custom)  # the custom all-reduce against NCCL only, plus DDP gpt's last bucket, unpadded
-           # (3,060,481 floats: its flags made it odd) and padded (Note [Bucket padding])
+           # (3,060,481 floats: its flags made it odd) and padded (Note [Bucket padding]);
+           # both are past the custom path's 8 MiB, so both of their rows time NCCL
     timeout 280 scripts/mpirun.sh "$n" build/release/bench/kiln_collectives_bench --device cuda \
       --custom-only --extra-bytes 12241924,12242432 > "$out/kiln_custom_$n.log" 2>&1
     echo "kiln_collectives_bench --custom-only: exit $?"

@@ -99,7 +99,7 @@ constexpr int64_t kBucketAlignBytes = 512;
 
 struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   struct Bucket {
-    Tensor flat;  // [numel], and the last bucket one flag per rank after that
+    Tensor flat;  // [reduced_numel]: the gradients, the last bucket's flags, zero padding
     std::vector<size_t> params;
     size_t pending = 0;  // its parameters not yet ready in this pass
     distributed::Work work;

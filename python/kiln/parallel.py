@@ -73,7 +73,9 @@ class DistributedDataParallel:
 
     @property
     def buckets(self):
-        """The buckets, first reduced first: dtype, device, numel and parameter names."""
+        """The buckets, first reduced first: dtype, device, numel (of the gradients),
+        reduced_numel (what is all-reduced: padded to 512 bytes, the flags in the last) and
+        parameter names."""
         return self._ddp.buckets
 
     @property

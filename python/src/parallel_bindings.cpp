@@ -110,6 +110,7 @@ void bind_ddp(py::module_& p) {
                                  e["dtype"] = b.dtype;
                                  e["device"] = b.device;
                                  e["numel"] = b.numel;
+                                 e["reduced_numel"] = b.reduced_numel;
                                  e["params"] = b.params;
                                  out.append(e);
                                }

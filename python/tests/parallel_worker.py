@@ -52,6 +52,7 @@ ddp = par.DistributedDataParallel(model, bucket_cap_mb=0.0001, first_bucket_cap_
 for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
     close(p.detach().numpy(), q.detach().numpy(), f"broadcast {n}")
 assert sum(len(b["params"]) for b in ddp.buckets) == 5 and len(ddp.buckets) > 1, ddp.buckets
+assert all(b["reduced_numel"] % 64 == 0 and b["reduced_numel"] >= b["numel"] for b in ddp.buckets), ddp.buckets  # 512 B
 (ddp(x_share) ** 2).sum().backward()
 assert ddp.stats["syncs"] == 1 and ddp.stats["bytes"] > 0, ddp.stats
 for n, g in grads(model).items():

@@ -112,24 +112,39 @@ TEST_F(CustomAllReduce, EagerCallsMatchTheReferenceBitwise) {
 }
 
 // A one-shot kernel stages an aligned eager input itself; one 4 bytes past a 16-byte boundary is
-// copied to staging first. Both sum the view alone, and in place write nothing outside it.
+// copied to staging first. Both sum the view alone (17 floats: a tail of 1), and in place
+// write nothing outside it. Ranks may differ: odd ranks' views start 4 bytes in, so one rank
+// stages in its kernel while its peer copies first (Note [Which barriers fence]).
 TEST_F(CustomAllReduce, UnalignedEagerInputIsCopiedToStaging) {
   ModeGuard m(CustomAllReduceMode::On);
-  const Tensor want = narrow(reference(2, {17}, kFloat32), 0, 1, 16);
-  auto before = cuda::custom_all_reduce_stats();
-  EXPECT_TRUE(bitwise_equal(dist::all_reduce(narrow(input(2, {17}, kFloat32), 0, 1, 16)), want));
-  Tensor whole = input(2, {17}, kFloat32);
-  Tensor view = narrow(whole, 0, 1, 16);
-  dist::all_reduce_(view);
-  sync();
-  EXPECT_TRUE(bitwise_equal(view, want));
-  EXPECT_TRUE(bitwise_equal(narrow(whole, 0, 0, 1), narrow(input(2, {17}, kFloat32), 0, 0, 1)));
-  EXPECT_EQ(delta(before).eager, 2u);
+  for (bool every_rank : {true, false}) {
+    auto offset = [every_rank](int r) -> int64_t { return every_rank ? 1 : r % 2; };
+    const Tensor want =
+        expected_reduce({17}, kFloat32, ReduceOp::Sum, world_ranks(),
+                        [&](int r, int64_t k) { return custom_value(2, r, k + offset(r)); });
+    const std::string at = every_rank ? "every rank unaligned" : "odd ranks unaligned";
+    const int64_t mine = offset(dist::rank());
+    auto before = cuda::custom_all_reduce_stats();
+    EXPECT_TRUE(
+        bitwise_equal(dist::all_reduce(narrow(input(2, {18}, kFloat32), 0, mine, 17)), want))
+        << at;
+    Tensor whole = input(2, {18}, kFloat32);
+    Tensor view = narrow(whole, 0, mine, 17);
+    dist::all_reduce_(view);
+    sync();
+    EXPECT_TRUE(bitwise_equal(view, want)) << at;
+    const Tensor untouched = mine ? narrow(whole, 0, 0, 1) : narrow(whole, 0, 17, 1);
+    const Tensor fresh = input(2, {18}, kFloat32);
+    EXPECT_TRUE(bitwise_equal(untouched, mine ? narrow(fresh, 0, 0, 1) : narrow(fresh, 0, 17, 1)))
+        << at;
+    EXPECT_EQ(delta(before).eager, 2u) << at;
+  }
 }
 
-// A captured in-place one-shot call (5x67 floats: a tail of 3) stages its input inside its
-// kernel; every replay equals the reference.
-TEST_F(CustomAllReduce, CapturedInPlaceOneShotStagesInItsKernel) {
+// A captured in-place one-shot call (5x67 floats: a tail of 3) is staged by a copy inside the
+// graph (a kernel stages only eager calls: Note [Custom all-reduce on CUDA]); every replay
+// equals the reference.
+TEST_F(CustomAllReduce, CapturedInPlaceOneShotCallIsStagedInTheGraph) {
   ModeGuard m(CustomAllReduceMode::On);
   CompiledFunction f = compile(
       [](const Tensor& x) {

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "kiln/compile/compile.h"
+#include "kiln/core/storage.h"
+#include "kiln/core/tensor_impl.h"
 #include "kiln/distributed/collectives.h"
 #include "kiln/distributed/process_group.h"
 #include "kiln/nn/layers.h"
@@ -145,7 +147,10 @@ TEST(DDP, BucketsTakeParametersInReverseOrderAndGradientsAreViews) {
   // Note [Bucket padding]: each bucket reduces whole 512-byte blocks, the last its flags too.
   EXPECT_EQ(b[0].reduced_numel, 128);
   EXPECT_EQ(b[2].numel, 4);
-  EXPECT_EQ(b[2].reduced_numel, 4 + world().size() <= 128 ? 128 : 256);
+  EXPECT_EQ(b[2].reduced_numel, (4 + world().size() <= 128) ? 128 : 256);
+  // The gradient views sit in flat tensors of those lengths.
+  EXPECT_EQ(m.l2->bias.grad().impl()->storage()->nbytes(), 128 * sizeof(float));
+  EXPECT_EQ(m.extra.grad().impl()->storage()->nbytes(), b[2].reduced_numel * sizeof(float));
   // Every .grad is a view of its bucket: l2.bias at offset 0, l2.weight right after it.
   auto* bias = static_cast<float*>(m.l2->bias.grad().data_ptr());
   EXPECT_EQ(static_cast<float*>(m.l2->weight.grad().data_ptr()), bias + 4);

@@ -4,7 +4,7 @@
 #   FAIL      ON: it must exit non-zero with exactly one stderr line "kiln: error: ...";
 #             OFF: it must exit 0
 #   REGEX     (optional) must match stderr when FAIL, stdout otherwise
-#   ERR_REGEX (optional) must match stderr when it does not FAIL (diagnostics printed there)
+#   ERR_REGEX (optional) must match stderr (diagnostics a successful run prints there)
 #   FILE      (optional) must exist afterwards
 #   JSON_KEY  (optional) stdout must be a JSON object with this numeric key
 string(REPLACE "|" ";" args "${ARGS}")

@@ -36,6 +36,10 @@ int run_bench(const BenchOptions& o) {
       "[bench] --pipelined applies only to the distributed gpt workloads (gpt_*_ddp|tp|fsdp)");
   KILN_CHECK(!o.explain || parallel_gpt,
              "[bench] --explain applies only to the distributed gpt workloads (gpt_*_ddp|tp|fsdp)");
+  KILN_CHECK(!o.explain || workloads::has_graphs(common.device),
+             "[bench] --explain prints the compiled step, which runs only on a device with "
+             "graphs (cuda, sim), not {}",
+             common.device);
   KILN_CHECK(o.bucket_mb >= 0, "[bench] --bucket-mb must not be negative, got {}", o.bucket_mb);
   int64_t iters = o.iters > 0 ? o.iters : w->default_iters;
   if (!common.device.is_cpu()) set_allow_tf32(true);  // as torch_anchor.py sets it

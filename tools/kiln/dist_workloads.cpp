@@ -89,7 +89,9 @@ double local_mb(const TensorList& tensors) {
 
 Device rank_device(Device requested) {
   if (requested.is_cpu() || requested.is_meta()) return requested;
-  return Device(requested.type(), distributed::local_rank());
+  const DeviceInterface* d = device_interface(requested.type());
+  const int count = d ? std::max(1, d->device_count()) : 1;
+  return Device(requested.type(), distributed::local_rank() % count);
 }
 
 std::optional<double> peak_device_mb(Device device) {
@@ -297,7 +299,7 @@ std::vector<Metric> ddp_on_every_rank(int64_t iters, Device device) {
   Generator data(1000 + static_cast<uint64_t>(rank));
   Tensor x = randn({64, 512}, &data).to(device), y = randint(0, 10, {64}, &data).to(device);
   auto barrier = [] { distributed::barrier(); };
-  const bool streams = !device.is_cpu();
+  const bool streams = !device.is_cpu() && !device.is_meta();
   auto synced = [&](std::function<void()> fn) -> std::function<void()> {
     if (!streams) return fn;
     return [fn = std::move(fn), device] {
@@ -313,7 +315,7 @@ std::vector<Metric> ddp_on_every_rank(int64_t iters, Device device) {
   // floor of the overhead where backward cannot hide them (one core per rank).
   std::vector<Tensor> alone;
   for (const parallel::DDPBucket& b : eager.wrapped.buckets())
-    alone.push_back(zeros({b.numel}, kFloat32, device));
+    alone.push_back(zeros({b.reduced_numel}, b.dtype, device));
   auto reduce_alone = [&] {
     for (const Tensor& t : alone) distributed::all_reduce_(t, distributed::ReduceOp::Avg);
   };

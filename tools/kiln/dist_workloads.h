@@ -32,7 +32,8 @@ std::vector<double> time_interleaved(int64_t iters, int repeats,
                                      const std::function<void()>& barrier);
 
 // The device this rank times on when `--device` names `requested`: the CPU, or device
-// <local rank> of that type (one device a rank, as NCCL requires; `cuda` and `cuda:0` alike).
+// (local rank modulo the devices present) of that type, as the NCCL backend picks it (one
+// device a rank where there are enough; `cuda` and `cuda:0` alike).
 Device rank_device(Device requested);
 
 // Runs `body` (which every rank runs alike); a rank whose check fails ends the job, instead of

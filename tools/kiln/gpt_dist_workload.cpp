@@ -245,7 +245,7 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
     }
     m.push_back({key + "_graph_host_us", host_s / static_cast<double>(iters) * 1e6, "us",
                  "the host's part of a compiled call, before its synchronize (mean)"});
-    const CacheEntryInfo& info = cf.entries().at(0);
+    const CacheEntryInfo info = cf.entries().at(0);  // entries() returns a copy
     if (o.explain && distributed::rank() == 0)
       fmt::print(stderr, "{}\n{}\n", cf.explain(), cf.steps_str());
     m.push_back({key + "_graph_segments", static_cast<double>(info.segments), "count",

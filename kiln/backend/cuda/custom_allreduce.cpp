@@ -19,6 +19,8 @@
 // - Eager: the input is copied into the rank's staging buffer, then summed: a one-shot kernel
 //   copies a 16-byte-aligned input itself before its first barrier (one launch; Note [Which
 //   barriers fence] in custom_allreduce.cu), otherwise a copy on the stream precedes the kernel.
+//   Captured calls that stage (below) use a copy in the graph: whether a captured call stages
+//   differs between ranks, and the fence of the first barrier must not.
 // - Captured: the input's address is recorded as a pending registration and the kernel is
 //   captured with the call's slot. When the capture ends (end_capture(), called by the device
 //   plugin's end_capture) every pending registration is completed in one exchange: for each,
@@ -431,16 +433,21 @@ void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist
       g_stats.ordered++;
     }
   }
-  // A one-shot kernel stages an aligned input itself (Note [Custom all-reduce on CUDA]).
+  // An eager one-shot kernel stages an aligned input that is its output or apart from it
+  // itself, behind a fenced first barrier on every rank (Note [Which barriers fence]).
   const bool two_shot = n > kOneShotMaxBytes;
-  const bool kernel_stages = stage && !two_shot && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  const bool eager = capture == cudaStreamCaptureStatusNone;
+  const bool apart = src == dst || dst + out.nbytes() <= src || src + n <= dst;
+  const bool kernel_stages =
+      eager && !two_shot && apart && reinterpret_cast<uintptr_t>(src) % 16 == 0;
   if (stage && !kernel_stages)
     KILN_CUDA_CHECK(cudaMemcpyAsync(s.staging(s.rank), src, n, cudaMemcpyDeviceToDevice, stream));
   const auto timeout = dist::timeout_for(*c.group);
   const uint64_t timeout_ns = static_cast<uint64_t>(timeout.count()) * 1'000'000;
   detail::launch_custom_all_reduce(dtype_code(in.dtype()), s.slot_at(slot), s.bases.data(), s.rank,
-                                   s.size, static_cast<int64_t>(n), kernel_stages ? src : nullptr,
-                                   dst, c.reduce == dist::ReduceOp::Avg, two_shot, s.max_blocks,
+                                   s.size, static_cast<int64_t>(n), eager && !two_shot,
+                                   kernel_stages ? src : nullptr, dst,
+                                   c.reduce == dist::ReduceOp::Avg, two_shot, s.max_blocks,
                                    timeout_ns, error_word(s.device), s.error_code, stream);
   check_launch("all_reduce");
   if (capture == cudaStreamCaptureStatusNone) {

@@ -62,12 +62,15 @@ __device__ __forceinline__ uint64_t globaltimer() {
 }
 
 // Note [Which barriers fence]
-// A barrier orders memory only where a peer reads what this block wrote in this kernel: the
+// A barrier orders memory only where a peer reads what a block wrote in this kernel: the
 // two-shot kernel's middle barrier (its peers then read the parts it reduced into tmp), and the
-// first barrier of a one-shot kernel that staged its input itself (see the kernel); their flags
-// are stored with release and polled with acquire at system scope. The others carry no data,
-// and their flags are plain volatile stores and loads, which cost a fraction of a system-scope
-// fence (the one-shot kernel is mostly its two barriers):
+// first barrier of an eager one-shot call (a rank's kernel may have staged its input itself,
+// see the kernel); their flags are stored with release and polled with acquire at system scope
+// on every rank. Which barriers fence depends only on what every rank knows alike (the size,
+// and whether the call is captured), never on one rank's choice to stage in its kernel: a
+// release read by a relaxed load orders nothing. The others carry no data, and their flags are
+// plain volatile stores and loads, which cost a fraction of a system-scope fence (the one-shot
+// kernel is mostly its two barriers):
 // - the first, otherwise: a peer's input was written before its kernel started (an earlier
 //   kernel or the staging copy on its stream, complete and in its memory by then), so reaching
 //   the barrier is all a peer has to show;
@@ -187,27 +190,31 @@ __device__ __forceinline__ T reduce_element(const RankData& d, int size, int64_t
 // packs [r*part, (r+1)*part) into its tmp, then every rank copies every part. Block b handles
 // the same packs in both phases on every rank, so it only meets block b of its peers. The
 // slot's addresses are read before the first barrier, while it waits.
-// A one-shot call given `stage_from` first copies it into its staging buffer (this rank's
-// entry of the slot) instead of a copy launched before it (one launch, not two): block b
-// copies exactly the packs (and block 0 the tail) that block b of every peer reads, so the
-// first barrier, fenced, is all the ordering the peers need.
+// An eager one-shot call (`fence_start`) meets its peers at a fenced first barrier; given
+// `stage_from`, it first copies that into its staging buffer (this rank's entry of the slot)
+// instead of a copy launched before it (one launch, not two): block b copies exactly the packs
+// (and block 0 the tail) that block b of every peer reads, and the same thread later writes
+// them to `out`, so an in-place call is safe too.
 template <class T, bool kTwoShot>
 __global__ void __launch_bounds__(kThreads)
     custom_all_reduce_kernel(const RankData* rank_data, Peers peers, int rank, int size,
-                             int64_t packs, int tail, const void* stage_from, void* out,
-                             bool out_aligned, bool avg, uint64_t timeout_ns, int* err, int code) {
+                             int64_t packs, int tail, bool fence_start, const void* stage_from,
+                             void* out, bool out_aligned, bool avg, uint64_t timeout_ns, int* err,
+                             int code) {
   const RankData d = *rank_data;
   const uint32_t passed = barrier_counts(peers, rank, size);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   bool met;
-  if (!kTwoShot && stage_from) {
-    auto* staging = const_cast<Pack<T>*>(static_cast<const Pack<T>*>(d.ptrs[rank]));
-    for (int64_t i = first; i < packs; i += stride)
-      staging[i] = static_cast<const Pack<T>*>(stage_from)[i];
-    if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < tail) {
-      const int64_t i = packs * Pack<T>::N + threadIdx.x;
-      reinterpret_cast<T*>(staging)[i] = static_cast<const T*>(stage_from)[i];
+  if (!kTwoShot && fence_start) {
+    if (stage_from) {
+      auto* staging = const_cast<Pack<T>*>(static_cast<const Pack<T>*>(d.ptrs[rank]));
+      for (int64_t i = first; i < packs; i += stride)
+        staging[i] = static_cast<const Pack<T>*>(stage_from)[i];
+      if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < tail) {
+        const int64_t i = packs * Pack<T>::N + threadIdx.x;
+        reinterpret_cast<T*>(staging)[i] = static_cast<const T*>(stage_from)[i];
+      }
     }
     met = barrier<false, true>(peers, rank, size, passed + 1, timeout_ns, err, code);
   } else {
@@ -262,9 +269,9 @@ int custom_all_reduce_max_blocks(int device) {
 
 // dtype: 0 float32, 1 float16, 2 bfloat16. `bases` holds `size` mapped buffers.
 void launch_custom_all_reduce(int dtype, const void* rank_data, char* const* bases, int rank,
-                              int size, int64_t nbytes, const void* stage_from, void* out, bool avg,
-                              bool two_shot, int max_blocks, uint64_t timeout_ns, int* err,
-                              int code, void* stream) {
+                              int size, int64_t nbytes, bool fence_start, const void* stage_from,
+                              void* out, bool avg, bool two_shot, int max_blocks,
+                              uint64_t timeout_ns, int* err, int code, void* stream) {
   Peers peers{};
   for (int r = 0; r < size; ++r) peers.base[r] = bases[r];
   const int64_t packs = nbytes / 16;
@@ -279,11 +286,13 @@ void launch_custom_all_reduce(int dtype, const void* rank_data, char* const* bas
   auto go = [&](auto zero) {
     using T = decltype(zero);
     if (two_shot)
-      custom_all_reduce_kernel<T, true><<<blocks, kThreads, 0, s>>>(
-          rd, peers, rank, size, packs, tail, stage_from, out, aligned, avg, timeout_ns, err, code);
+      custom_all_reduce_kernel<T, true>
+          <<<blocks, kThreads, 0, s>>>(rd, peers, rank, size, packs, tail, fence_start, stage_from,
+                                       out, aligned, avg, timeout_ns, err, code);
     else
-      custom_all_reduce_kernel<T, false><<<blocks, kThreads, 0, s>>>(
-          rd, peers, rank, size, packs, tail, stage_from, out, aligned, avg, timeout_ns, err, code);
+      custom_all_reduce_kernel<T, false>
+          <<<blocks, kThreads, 0, s>>>(rd, peers, rank, size, packs, tail, fence_start, stage_from,
+                                       out, aligned, avg, timeout_ns, err, code);
   };
   if (dtype == 1)
     go(__half{});

@@ -78,13 +78,14 @@ size_t custom_all_reduce_rank_data_bytes();
 int custom_all_reduce_max_ranks();
 int custom_all_reduce_max_blocks(int device);
 // dtype: 0 float32, 1 float16, 2 bfloat16; `bases`: every rank's shared buffer mapped here;
-// `rank_data`: device memory holding every rank's input pointer for this call; `stage_from`:
-// where a one-shot call's input is when the kernel itself copies it to this rank's entry of
-// `rank_data` (its staging buffer) first, else null.
+// `rank_data`: device memory holding every rank's input pointer for this call; `fence_start`:
+// a one-shot call's first barrier fences (every rank alike: eager calls); `stage_from`: with
+// it, where the input is when the kernel itself copies it to this rank's entry of `rank_data`
+// (its staging buffer) first, else null.
 void launch_custom_all_reduce(int dtype, const void* rank_data, char* const* bases, int rank,
-                              int size, int64_t nbytes, const void* stage_from, void* out, bool avg,
-                              bool two_shot, int max_blocks, uint64_t timeout_ns, int* err,
-                              int code, void* stream);
+                              int size, int64_t nbytes, bool fence_start, const void* stage_from,
+                              void* out, bool avg, bool two_shot, int max_blocks,
+                              uint64_t timeout_ns, int* err, int code, void* stream);
 }  // namespace detail
 
 }  // namespace kiln::cuda
