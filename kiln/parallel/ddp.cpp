@@ -91,10 +91,10 @@ namespace kiln::parallel {
 // Note [Bucket padding]
 // Every bucket's flat tensor is a whole number of kBucketAlignBytes, zeros after the gradients
 // (and the flags), reduced with them. The flags alone made the last bucket's length odd
-// (3,060,481 floats for the bench's gpt), and a collective library splits a message into
-// pieces by element count: an odd count leaves most pieces off 16-byte boundaries, which
-// NCCL copies without its vector loads, and the custom all-reduce's packs want whole 16 bytes.
-// The padding costs at most kBucketAlignBytes a bucket.
+// (3,060,481 floats for the bench's gpt), which leaves the pieces a collective splits a message
+// into off 16-byte boundaries. Measured on two H200s (bench/gpu_runs.md, S10), NCCL took that
+// bucket in the same time padded or not (65 us in a graph); the padding stays because it costs
+// at most kBucketAlignBytes a bucket and the custom all-reduce sums whole 16-byte packs.
 constexpr int64_t kBucketAlignBytes = 512;
 
 struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
