@@ -15,6 +15,9 @@
 #   bash scripts/gpu_dist.sh N ddp_variants W  # Kiln's DDP step W (gpt_ddp, gpt_large_ddp) at N
 #                                           # ranks without its all-reduces (--no-sync: what
 #                                           # they cost) and with 4 and 2 MiB buckets
+#   bash scripts/gpu_dist.sh N timeline W   # Kiln's step W at 1 and N ranks and at N under
+#                                           # --no-sync, every node of its device graphs timed
+#                                           # (Note [Graph timelines]): a folder of TSV files each
 #   bash scripts/gpu_dist.sh N anchor       # torch_dist_anchor.py from ANCHORS (default
 #                                           # ../shared/anchors; the device tool copies only
 #                                           # the tree: copy it to build/anchors and carry that)
@@ -100,6 +103,18 @@ case $stage in
         grep -o '"[a-z0-9_]*graph_tokens_per_s": [0-9.]*')"
     done
     ;;
+  timeline)
+    w=${3:?which workload: gpt_ddp or gpt_large_ddp}
+    for run in "1:" "$n:" "$n:--no-sync"; do
+      ranks=${run%%:*} args=${run#*:}
+      dir="$out/timeline_${w}_$ranks${args:+_nosync}"
+      # shellcheck disable=SC2086  # the arguments split on purpose
+      KILN_GRAPH_TIMELINE=$dir timeout 150 scripts/mpirun.sh "$ranks" build/release/kiln bench \
+        "$w" --device cuda --amp bf16 --json $args > "$dir.json" 2> "$dir.err"
+      echo "kiln $w $ranks ${args:-(defaults)}, nodes timed: exit $? $(tr -d '\n' < "$dir.json" |
+        grep -o '"[a-z0-9_]*graph_tokens_per_s": [0-9.]*')"
+    done
+    ;;
   anchor)
     KILN_ANCHOR_CUDA=1 timeout 280 "${torchrun[@]}" --nproc_per_node="$n" \
       "${ANCHORS:-../shared/anchors}/torch_dist_anchor.py" > "$out/torch_dist_anchor_$n.log" 2>&1
@@ -107,7 +122,7 @@ case $stage in
     ;;
   *)
     echo "gpu_dist.sh: unknown stage '$stage' (build, tests, single, collectives, custom, gpt," \
-      "ddp_variants, anchor)" >&2
+      "ddp_variants, timeline, anchor)" >&2
     exit 2
     ;;
 esac

@@ -7,9 +7,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <set>
+#include <sstream>
 #include <string>
+
+#include <fmt/format.h>
+#include <unistd.h>
 
 #include "kiln/backend/backend.h"
 #include "kiln/backend/cuda/cuda.h"
@@ -654,6 +660,79 @@ TEST(CudaCompile, AHostReadInsideIsAnErrorNamingTheOp) {
   } catch (const CompileError& e) {
     EXPECT_NE(std::string(e.what()).find("sum"), std::string::npos) << e.what();
   }
+}
+
+// Note [Graph timelines] in kiln/backend/cuda/graph_timeline.cpp: a file per executable graph,
+// a line per followed node after the replay's, each ending after it could start and before the
+// replay ends; the stamps change no value; KILN_GRAPH_TIMELINE_MATCH keeps only named kernels.
+TEST(CudaCompile, GraphTimelinesTimeTheNodesOfEachReplay) {
+  SKIP_WITHOUT_CUDA();
+  namespace fs = std::filesystem;
+  auto chain = [](const Tensor& x0) {
+    Tensor x = x0;
+    for (int i = 0; i < 4; ++i) x = relu(add(mul(x, 1.5), 0.25));
+    return x;
+  };
+  struct Line {
+    std::string name;
+    double could_start, ended, mean, least;
+  };
+  auto timeline = [&](const char* match) {
+    const fs::path dir = fs::path(::testing::TempDir()) / fmt::format("timeline_{}", getpid());
+    fs::remove_all(dir);
+    setenv("KILN_GRAPH_TIMELINE", dir.c_str(), 1);
+    if (match) setenv("KILN_GRAPH_TIMELINE_MATCH", match, 1);
+    {
+      CompiledFunction f = compile(chain, {.name = "timed"});
+      for (int i = 0; i < 6; ++i) {
+        Tensor x = draw({4096}, kFloat32, gpu(), 90 + i);
+        EXPECT_TRUE(equal(f({x})[0].to(Device(kCPU)), chain(x).to(Device(kCPU)))) << i;
+      }
+      EXPECT_GE(f.entries().at(0).captures, 1) << f.explain();
+    }  // the executable graph is destroyed, and its timeline written
+    unsetenv("KILN_GRAPH_TIMELINE");
+    unsetenv("KILN_GRAPH_TIMELINE_MATCH");
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
+    EXPECT_EQ(files.size(), 1u);
+    std::vector<Line> lines;
+    if (files.empty()) return lines;
+    std::ifstream in(files[0]);
+    std::string text;
+    std::getline(in, text);
+    EXPECT_NE(text.find("replays"), std::string::npos) << text;
+    std::getline(in, text);
+    EXPECT_EQ(text, "name\tcould_start_us\tended_us\tmean_us\tleast_us");
+    while (std::getline(in, text)) {
+      Line l;
+      std::istringstream fields(text);
+      std::getline(fields, l.name, '\t');
+      fields >> l.could_start >> l.ended >> l.mean >> l.least;
+      EXPECT_FALSE(fields.fail()) << text;
+      lines.push_back(l);
+    }
+    fs::remove_all(dir);
+    return lines;
+  };
+  std::vector<Line> all = timeline(nullptr);
+  ASSERT_GE(all.size(), 1u + 4u);  // the replay, then at least the 4 fused or unfused steps
+  EXPECT_EQ(all[0].name, "(replay)");
+  EXPECT_EQ(all[0].could_start, 0.0);
+  EXPECT_GT(all[0].ended, 0.0);
+  for (size_t i = 1; i < all.size(); ++i) {
+    EXPECT_NE(all[i].name, "kernel") << "line " << i << ": a kernel without its name";
+    EXPECT_GE(all[i].could_start, 0.0) << all[i].name;
+    EXPECT_GE(all[i].ended, all[i].could_start) << all[i].name;
+    EXPECT_LE(all[i].ended, all[0].ended) << all[i].name;
+    EXPECT_GE(all[i].mean, all[i].least) << all[i].name;
+  }
+  // Only the kernels named like the first one followed.
+  const std::string word = all[1].name.substr(0, std::min<size_t>(12, all[1].name.size()));
+  std::vector<Line> some = timeline(word.c_str());
+  ASSERT_GE(some.size(), 2u);
+  EXPECT_LE(some.size(), all.size());
+  for (size_t i = 1; i < some.size(); ++i)
+    EXPECT_NE(some[i].name.find(word), std::string::npos) << some[i].name;
 }
 
 }  // namespace

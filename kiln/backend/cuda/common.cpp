@@ -9,6 +9,15 @@
 
 namespace kiln::cuda {
 
+void* driver_function(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    p = nullptr;
+  return p;
+}
+
 Operand operand(const Tensor& t) {
   Operand o;
   if (!is_host_scalar(t)) {

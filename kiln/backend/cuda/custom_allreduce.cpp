@@ -115,16 +115,6 @@ struct Counters {
       reclaimed{0}, ordered{0};
 } g_stats;
 
-// Driver functions through the runtime's driver entry point: linking libcuda would make
-// libkiln_cuda unloadable where no driver is installed (CI builds it there, and its tests skip).
-void* driver_function(const char* name) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess)
-    p = nullptr;
-  return p;
-}
 using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 AddressRangeFn address_range() {
   static auto fn = reinterpret_cast<AddressRangeFn>(driver_function("cuMemGetAddressRange"));

@@ -25,6 +25,7 @@
 #include "kiln/backend/cuda/cuda.h"
 #include "kiln/backend/cuda/custom_allreduce.h"
 #include "kiln/backend/cuda/floor.h"
+#include "kiln/backend/cuda/graph_timeline.h"
 #include "kiln/backend/cuda/nccl.h"
 
 namespace kiln::cuda {
@@ -313,11 +314,16 @@ class Interface final : public DeviceInterface {
   }
   uint64_t instantiate(int index, uint64_t g) override {
     set_device(index);
-    cudaGraphExec_t e;
-    KILN_CUDA_CHECK(cudaGraphInstantiate(&e, reinterpret_cast<cudaGraph_t>(g), 0));
+    cudaGraphExec_t e = nullptr;
+    auto graph = reinterpret_cast<cudaGraph_t>(g);
+    void* timeline = graph_timeline_instrument(index, graph);  // Note [Graph timelines]
+    const cudaError_t err = cudaGraphInstantiate(&e, graph, 0);
+    graph_timeline_adopt(err == cudaSuccess ? e : nullptr, timeline);
+    KILN_CUDA_CHECK(err);
     return reinterpret_cast<uint64_t>(e);
   }
   bool update(int index, uint64_t exec, uint64_t g) override {
+    if (graph_timeline_on()) return false;  // the update would drop the stamps
     set_device(index);
     cudaGraphExecUpdateResultInfo info{};
     cudaError_t err = cudaGraphExecUpdate(reinterpret_cast<cudaGraphExec_t>(exec),
@@ -343,6 +349,7 @@ class Interface final : public DeviceInterface {
     cudaGraphDestroy(reinterpret_cast<cudaGraph_t>(g));
   }
   void destroy_exec(int, uint64_t e) override {
+    graph_timeline_release(reinterpret_cast<cudaGraphExec_t>(e));
     cudaGraphExecDestroy(reinterpret_cast<cudaGraphExec_t>(e));
   }
 };
