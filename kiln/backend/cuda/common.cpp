@@ -9,10 +9,10 @@
 
 namespace kiln::cuda {
 
-void* driver_function(const char* name) {
+void* driver_function(const char* name, int version) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion(name, &p, version, cudaEnableDefault, &q) != cudaSuccess ||
       q != cudaDriverEntryPointSuccess)
     p = nullptr;
   return p;

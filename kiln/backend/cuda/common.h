@@ -33,10 +33,10 @@ inline cudaStream_t stream_for(const Tensor& t) { return current_stream(t.device
 // Whether the calling thread is capturing a graph on device `index`'s current stream.
 bool capturing(int index);
 
-// A driver function through the runtime's driver entry point (its CUDA 12.0 version), or nullptr:
-// linking libcuda would make libkiln_cuda unloadable where no driver is installed (CI builds it
-// there, and its tests skip).
-void* driver_function(const char* name);
+// A driver function through the runtime's driver entry point (as of CUDA `version`: 12000 for
+// 12.0; a function added later needs its version), or nullptr: linking libcuda would make
+// libkiln_cuda unloadable where no driver is installed (CI builds it there, and its tests skip).
+void* driver_function(const char* name, int version = 12000);
 
 // Errors found by kernels in data the host cannot check without waiting (an index out of
 // range): a kernel that finds one skips its write and sets the device's error word, once, with

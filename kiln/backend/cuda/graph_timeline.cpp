@@ -9,7 +9,9 @@
 // it follows two: one after the node (when it ended) and one beside it (depending on what the
 // node depends on: when it could start). Nothing depends on a stamp but the graph's own roots on
 // the first, so the graph's order is unchanged; the stamps do take launch slots, so a timed
-// replay is slower than an untimed one: compare timelines with timelines. Each replay writes its
+// replay is slower than an untimed one: compare timelines with timelines. A node behind a
+// programmatic edge (cuBLAS's kernels launch early, Programmatic Dependent Launch) may start,
+// and even end, before its "could start" stamp, which waits for its dependencies to finish. Each replay writes its
 // own row of a ring of 64 in device memory. When the executable graph is destroyed its timeline
 // goes to <folder>/timeline.<pid>.<n>.tsv: a line per followed node (its name; over the replays
 // kept, the first left out: when it could start and when it ended, from the replay's start, and
@@ -97,8 +99,9 @@ std::string kernel_name(cudaGraphNode_t node) {
   using FuncNameFn = CUresult (*)(const char**, CUfunction);
   using KernelNameFn = CUresult (*)(const char**, CUkernel);
   static auto params = reinterpret_cast<ParamsFn>(driver_function("cuGraphKernelNodeGetParams"));
-  static auto func_name = reinterpret_cast<FuncNameFn>(driver_function("cuFuncGetName"));
-  static auto kernel_name = reinterpret_cast<KernelNameFn>(driver_function("cuKernelGetName"));
+  static auto func_name = reinterpret_cast<FuncNameFn>(driver_function("cuFuncGetName", 12030));
+  static auto kernel_name =
+      reinterpret_cast<KernelNameFn>(driver_function("cuKernelGetName", 12030));
   const char* name = nullptr;
   CUDA_KERNEL_NODE_PARAMS p{};
   if (params && params(reinterpret_cast<CUgraphNode>(node), &p) == CUDA_SUCCESS) {
