@@ -12,10 +12,10 @@
 // replay is slower than an untimed one: compare timelines with timelines. A node behind a
 // programmatic edge (cuBLAS's kernels launch early, Programmatic Dependent Launch) may start,
 // and even end, before its "could start" stamp, which waits for its dependencies to finish.
-// Each replay writes its own row of a ring of 64 in device memory. When the executable graph is destroyed its timeline
-// goes to <folder>/timeline.<pid>.<n>.tsv: a line per followed node (its name; over the replays
-// kept, the first left out: when it could start and when it ended, from the replay's start, and
-// its mean and least time between the two), after a line for the whole replay.
+// Each replay writes its own row of a ring of 64 in device memory. When the executable graph is
+// destroyed its timeline goes to <folder>/timeline.<pid>.<n>.tsv: a line per followed node (its
+// name; over the replays kept, the first left out: when it could start and when it ended, from the
+// replay's start, and its mean and least time between the two), after a line for the whole replay.
 // KILN_GRAPH_TIMELINE_MATCH=a,b follows only the kernels whose name contains one of the words
 // (memcpy and memset nodes are named so); every kernel, memcpy and memset node otherwise.
 // Executable graphs are not updated in place while timelines are on (an update would drop the
