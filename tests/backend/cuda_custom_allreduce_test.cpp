@@ -50,8 +50,16 @@ cuda::CustomAllReduceStats delta(const cuda::CustomAllReduceStats& b) {
           n.exchanges - b.exchanges,
           n.registered - b.registered,
           n.reclaimed - b.reclaimed,
-          n.ordered - b.ordered};
+          n.ordered - b.ordered,
+          n.ll - b.ll};
 }
+
+// Sets the LL kernel's share (Note [The LL all-reduce]) on every rank, for a test's scope.
+struct LLGuard {
+  explicit LLGuard(size_t bytes) : previous(cuda::set_custom_all_reduce_ll_max_bytes(bytes)) {}
+  ~LLGuard() { cuda::set_custom_all_reduce_ll_max_bytes(previous); }
+  size_t previous;
+};
 
 void sync() { Stream::current(gpu()).synchronize(); }
 
@@ -62,6 +70,8 @@ const std::string& unavailable() {
     if (!cuda_unavailable().empty()) return cuda_unavailable();
     if (dist::world_size() < 2) return "a world of one shares nothing (run under mpirun -n 2)";
     if (dist::local_world_size() > cuda::device_count()) setenv("KILN_NCCL", "0", 1);
+    // The tests below are of the one-shot and two-shot kernels, except those with an LLGuard.
+    cuda::set_custom_all_reduce_ll_max_bytes(0);
     ModeGuard m(CustomAllReduceMode::On);
     auto before = cuda::custom_all_reduce_stats();
     try {
@@ -163,6 +173,80 @@ TEST_F(CustomAllReduce, CapturedInPlaceOneShotCallIsStagedInTheGraph) {
   EXPECT_EQ(f.entries().at(0).captures, 1) << f.explain();
   EXPECT_EQ(delta(before).captured, 1u);
   EXPECT_EQ(delta(before).staged_in_capture, 1u);
+}
+
+// Note [The LL all-reduce]: every dtype, sum and avg, in place, up to the LL buffers' 64 KiB
+// (16384 floats); sizes that are not whole 4-byte words (1 and 5 halves) and views not 4-byte
+// aligned take the one-shot kernel instead. Then 64 calls queued back to back, alternating with
+// one-shot and two-shot calls, before one synchronize: no line is overwritten before its peer
+// read it.
+TEST_F(CustomAllReduce, LLCallsMatchTheReferenceBitwise) {
+  ModeGuard m(CustomAllReduceMode::On);
+  LLGuard ll(64 << 10);
+  const std::vector<std::vector<int64_t>> sizes = {{1}, {2}, {5}, {3, 64}, {16384}, {16385}};
+  for (DType t : {kFloat32, kFloat16, kBFloat16})
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
+      for (const auto& sz : sizes) {
+        Tensor x = input(4, sz, t);
+        const Tensor want = reference(4, sz, t, op);
+        auto before = cuda::custom_all_reduce_stats();
+        Tensor got = dist::all_reduce(x, op);
+        Tensor inplace = x.clone();
+        dist::all_reduce_(inplace, op);
+        sync();
+        const std::string at =
+            fmt::format("{} {} {} elements", name(t), dist::reduce_op_name(op), x.numel());
+        EXPECT_TRUE(bitwise_equal(got, want)) << at;
+        EXPECT_TRUE(bitwise_equal(inplace, want)) << at;
+        const bool words = x.nbytes() % 4 == 0 && x.nbytes() <= (64u << 10);
+        EXPECT_EQ(delta(before).ll, words ? 2u : 0u) << at;
+        EXPECT_EQ(delta(before).eager, words ? 0u : 2u) << at;
+      }
+  // A half view starting 2 bytes in is not 4-byte aligned.
+  Tensor halves = input(5, {9}, kFloat16);
+  const int64_t mine = 1;
+  const Tensor want = expected_reduce({8}, kFloat16, ReduceOp::Sum, world_ranks(),
+                                      [&](int r, int64_t k) { return custom_value(5, r, k + 1); });
+  auto before = cuda::custom_all_reduce_stats();
+  EXPECT_TRUE(bitwise_equal(dist::all_reduce(narrow(halves, 0, mine, 8)), want));
+  EXPECT_EQ(delta(before).ll, 0u);
+  EXPECT_EQ(delta(before).eager, 1u);
+  // Back to back, LL calls between one-shot and two-shot ones.
+  std::vector<Tensor> outs;
+  for (int call = 0; call < 64; ++call)
+    outs.push_back(
+        dist::all_reduce(input(call, {call % 3 == 2 ? int64_t{300000} : 64 + call}, kFloat32)));
+  sync();
+  for (int call = 0; call < 64; ++call)
+    EXPECT_TRUE(bitwise_equal(
+        outs[call], reference(call, {call % 3 == 2 ? int64_t{300000} : 64 + call}, kFloat32)))
+        << "call " << call;
+}
+
+// Captured LL calls (231 floats, in place and not) register nothing (each rank reads its own
+// input) and replay bitwise, 100 times with new inputs.
+TEST_F(CustomAllReduce, CapturedLLCallsRegisterNothingAndReplay) {
+  ModeGuard m(CustomAllReduceMode::On);
+  LLGuard ll(64 << 10);
+  CompiledFunction f = compile(
+      [](const Tensor& x) {
+        Tensor b = mul(x, 3.0);
+        dist::all_reduce_(b);
+        return dist::all_reduce(add(b, 1.0), ReduceOp::Avg);
+      },
+      {.name = "ll_step"});
+  auto before = cuda::custom_all_reduce_stats();
+  for (int call = 0; call < 100; ++call) {
+    Tensor got = f({input(call, {7, 33}, kFloat32)})[0];
+    // The average of a value every rank holds is that value.
+    Tensor want = add(mul(reference(call, {7, 33}, kFloat32), 3.0), 1.0);
+    ASSERT_TRUE(bitwise_equal(got, want)) << "call " << call;
+  }
+  sync();
+  EXPECT_EQ(f.entries().at(0).captures, 1) << f.explain();
+  EXPECT_EQ(delta(before).captured, 0u);
+  EXPECT_EQ(delta(before).exchanges, 0u);
+  EXPECT_GE(delta(before).ll, 2u * 100);
 }
 
 // Note [Which all-reduce in Auto]: every call this path can take, eager or captured, small or up

@@ -110,10 +110,23 @@ namespace {
 
 // Up to this size one-shot (every rank reads every input once) beats two-shot.
 constexpr size_t kOneShotMaxBytes = size_t{256} << 10;
+// The LL buffers' room, in bytes of data a rank sends a peer in one call (Note [The LL
+// all-reduce] in custom_allreduce.cu); the LL kernel takes calls up to ll_max_bytes() of it.
+constexpr size_t kLLRoomBytes = size_t{64} << 10;
+// Note [Which all-reduce in Auto]: the LL kernel's share of the custom path.
+constexpr size_t kLLDefaultMaxBytes = size_t{64} << 10;
 struct Counters {
   std::atomic<uint64_t> eager{0}, captured{0}, staged_in_capture{0}, exchanges{0}, registered{0},
-      reclaimed{0}, ordered{0};
+      reclaimed{0}, ordered{0}, ll{0};
 } g_stats;
+
+std::atomic<size_t>& ll_max() {
+  static std::atomic<size_t> v = [] {
+    const char* e = std::getenv("KILN_CUSTOM_AR_LL_MAX_BYTES");
+    return e ? static_cast<size_t>(std::strtoull(e, nullptr, 10)) : kLLDefaultMaxBytes;
+  }();
+  return v;
+}
 
 using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 AddressRangeFn address_range() {
@@ -141,16 +154,21 @@ bool nccl_enabled() {
 CustomAllReduceStats custom_all_reduce_stats() {
   return {g_stats.eager.load(),     g_stats.captured.load(),   g_stats.staged_in_capture.load(),
           g_stats.exchanges.load(), g_stats.registered.load(), g_stats.reclaimed.load(),
-          g_stats.ordered.load()};
+          g_stats.ordered.load(),   g_stats.ll.load()};
 }
+
+size_t custom_all_reduce_ll_max_bytes() { return ll_max().load(std::memory_order_relaxed); }
+
+size_t set_custom_all_reduce_ll_max_bytes(size_t bytes) { return ll_max().exchange(bytes); }
 
 struct CustomAllReduce::State {
   const dist::ProcessGroup* group = nullptr;
   dist::MpiComm* base = nullptr;
   int rank = 0, size = 1, device = 0;
   size_t capacity = 0;        // staging and tmp bytes, the same on every rank
+  size_t ll_room = 0;         // bytes of an LL call (min(kLLRoomBytes, capacity))
   int max_blocks = 0;         // the same on every rank
-  char* buffer = nullptr;     // this rank's [Signal | tmp | staging]
+  char* buffer = nullptr;     // this rank's [Signal | tmp | staging | LL lines]
   std::vector<char*> bases;   // every rank's buffer, mapped here
   char* rank_data = nullptr;  // slots->end() RankData, device memory; slot 0 is staging's
   std::shared_ptr<dist::RegistrationSlots> slots;
@@ -178,6 +196,10 @@ struct CustomAllReduce::State {
   char* staging(int r) const {
     return bases[r] + detail::custom_all_reduce_signal_bytes() + capacity;
   }
+  // Where the LL lines start in a rank's buffer: 2 parities x size ranks x ll_room / 4 lines of
+  // 8 bytes follow.
+  size_t ll_offset() const { return detail::custom_all_reduce_signal_bytes() + 2 * capacity; }
+  size_t buffer_bytes() const { return ll_offset() + 2 * static_cast<size_t>(size) * ll_room * 2; }
   char* slot_at(int slot) const {
     return rank_data + static_cast<size_t>(slot) * detail::custom_all_reduce_rank_data_bytes();
   }
@@ -283,7 +305,8 @@ std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group
   if (!all_agree(*s, ok && s->max_blocks > 0 && s->capacity > 0)) return nullptr;
 
   // The shared buffers.
-  const size_t bytes = detail::custom_all_reduce_signal_bytes() + 2 * s->capacity;
+  s->ll_room = std::min(kLLRoomBytes, s->capacity);
+  const size_t bytes = s->buffer_bytes();
   cudaIpcMemHandle_t handle{};
   ok = cudaMalloc(&s->buffer, bytes) == cudaSuccess &&
        cudaMemset(s->buffer, 0, bytes) == cudaSuccess &&
@@ -394,6 +417,45 @@ int CustomAllReduce::State::take_slot(cudaStream_t stream, std::string_view op) 
 
 uint64_t CustomAllReduce::calls() const { return s_->seq; }
 
+namespace {
+
+// The one-shot and two-shot kernels: their inputs through the staging buffer (eager) or
+// registered with the capture (under mu).
+void launch_pull(CustomAllReduce::State& s, const Tensor& in, const Tensor& out,
+                 const dist::Collective& c, cudaStream_t stream, bool eager, uint64_t timeout_ns) {
+  const size_t n = in.nbytes();
+  const auto* src = static_cast<const char*>(in.impl()->data());
+  auto* dst = static_cast<char*>(out.impl()->data());
+  int slot = 0;
+  bool stage = true;
+  if (!eager) {
+    const bool overlap = src < dst + out.nbytes() && dst < src + n;
+    stage = overlap || reinterpret_cast<uintptr_t>(src) % 16 != 0;
+    slot = s.take_slot(stream, c.op);
+    s.pending.back().ptr = stage ? nullptr : src;
+    s.pending.back().bytes = n;
+    g_stats.captured++;
+    if (stage) g_stats.staged_in_capture++;
+  } else {
+    g_stats.eager++;
+  }
+  // An eager one-shot kernel stages an aligned input that is its output or apart from it
+  // itself, behind a fenced first barrier on every rank (Note [Which barriers fence]).
+  const bool two_shot = n > kOneShotMaxBytes;
+  const bool apart = src == dst || dst + out.nbytes() <= src || src + n <= dst;
+  const bool kernel_stages =
+      eager && !two_shot && apart && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  if (stage && !kernel_stages)
+    KILN_CUDA_CHECK(cudaMemcpyAsync(s.staging(s.rank), src, n, cudaMemcpyDeviceToDevice, stream));
+  detail::launch_custom_all_reduce(dtype_code(in.dtype()), s.slot_at(slot), s.bases.data(), s.rank,
+                                   s.size, static_cast<int64_t>(n), eager && !two_shot,
+                                   kernel_stages ? src : nullptr, dst,
+                                   c.reduce == dist::ReduceOp::Avg, two_shot, s.max_blocks,
+                                   timeout_ns, error_word(s.device), s.error_code, stream);
+}
+
+}  // namespace
+
 void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist::Collective& c) {
   State& s = *s_;
   KILN_CHECK_DEVICE(in.device().index() == s.device,
@@ -405,42 +467,30 @@ void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist
   const size_t n = in.nbytes();
   const auto* src = static_cast<const char*>(in.impl()->data());
   auto* dst = static_cast<char*>(out.impl()->data());
-  int slot = 0;
-  bool stage = true;
   std::lock_guard<std::mutex> lock(s.mu);
-  if (capture != cudaStreamCaptureStatusNone) {
-    const bool overlap = src < dst + out.nbytes() && dst < src + n;
-    stage = overlap || reinterpret_cast<uintptr_t>(src) % 16 != 0;
-    slot = s.take_slot(stream, c.op);
-    s.pending.back().ptr = stage ? nullptr : src;
-    s.pending.back().bytes = n;
-    g_stats.captured++;
-    if (stage) g_stats.staged_in_capture++;
-  } else {
-    g_stats.eager++;
-    if (s.had_eager && s.last_stream != stream) {  // Note [Custom all-reduce on CUDA]
-      KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, s.last_done));
-      g_stats.ordered++;
-    }
-  }
-  // An eager one-shot kernel stages an aligned input that is its output or apart from it
-  // itself, behind a fenced first barrier on every rank (Note [Which barriers fence]).
-  const bool two_shot = n > kOneShotMaxBytes;
   const bool eager = capture == cudaStreamCaptureStatusNone;
-  const bool apart = src == dst || dst + out.nbytes() <= src || src + n <= dst;
-  const bool kernel_stages =
-      eager && !two_shot && apart && reinterpret_cast<uintptr_t>(src) % 16 == 0;
-  if (stage && !kernel_stages)
-    KILN_CUDA_CHECK(cudaMemcpyAsync(s.staging(s.rank), src, n, cudaMemcpyDeviceToDevice, stream));
+  if (eager && s.had_eager && s.last_stream != stream) {  // Note [Custom all-reduce on CUDA]
+    KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, s.last_done));
+    g_stats.ordered++;
+  }
   const auto timeout = dist::timeout_for(*c.group);
   const uint64_t timeout_ns = static_cast<uint64_t>(timeout.count()) * 1'000'000;
-  detail::launch_custom_all_reduce(dtype_code(in.dtype()), s.slot_at(slot), s.bases.data(), s.rank,
-                                   s.size, static_cast<int64_t>(n), eager && !two_shot,
-                                   kernel_stages ? src : nullptr, dst,
-                                   c.reduce == dist::ReduceOp::Avg, two_shot, s.max_blocks,
-                                   timeout_ns, error_word(s.device), s.error_code, stream);
+  // Note [The LL all-reduce] in custom_allreduce.cu: whole 4-byte words read and written in place.
+  const bool ll = n <= std::min(s.ll_room, custom_all_reduce_ll_max_bytes()) && n % 4 == 0 &&
+                  reinterpret_cast<uintptr_t>(src) % 4 == 0 &&
+                  reinterpret_cast<uintptr_t>(dst) % 4 == 0;
+  if (ll) {
+    g_stats.ll++;
+    detail::launch_custom_all_reduce_ll(dtype_code(in.dtype()), s.bases.data(), s.rank, s.size,
+                                        static_cast<int64_t>(n), s.ll_offset(),
+                                        static_cast<int64_t>(s.ll_room / 4), src, dst,
+                                        c.reduce == dist::ReduceOp::Avg, s.max_blocks, timeout_ns,
+                                        error_word(s.device), s.error_code, stream);
+  } else {
+    launch_pull(s, in, out, c, stream, eager, timeout_ns);
+  }
   check_launch("all_reduce");
-  if (capture == cudaStreamCaptureStatusNone) {
+  if (eager) {
     KILN_CUDA_CHECK(cudaEventRecord(s.last_done, stream));
     s.last_stream = stream;
     s.had_eager = true;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace kiln::cuda::detail {
@@ -21,9 +22,11 @@ constexpr int kThreads = 512;
 // b has passed with peer p (advanced by each kernel, in device memory: see barrier_counts);
 // peer_counter[s][b][p]: written by peer p's block b, two slots so that a peer already at the
 // next barrier cannot overwrite the value this block still waits for.
+// ll_counter[b]: the LL kernel's calls so far (Note [The LL all-reduce]), one copy a block.
 struct Signal {
   alignas(128) uint32_t self_counter[kMaxBlocks][kMaxRanks];
   alignas(128) uint32_t peer_counter[2][kMaxBlocks][kMaxRanks];
+  alignas(128) uint32_t ll_counter[kMaxBlocks];
 };
 constexpr size_t kSignalBytes = (sizeof(Signal) + 4095) / 4096 * 4096;
 
@@ -243,6 +246,98 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Note [The LL all-reduce]
+// Small messages skip both barriers and the staging: every rank stores its input into each
+// peer's LL buffer as 8-byte lines {4 bytes of data, the call's flag} (one 8-byte store, so a
+// reader sees a line whole or not at all: NCCL's LL protocol), then reads its own LL buffer
+// polling each line until it carries the call's flag, and sums, in rank order and in float as
+// the other kernels do, its own input in its place. No fence and no barrier: the flag travels
+// with the data, and the call costs one NVLink write one way (the one-shot kernel pays two
+// barriers and a remote read).
+// - The flag is the call's number v (1, 2, ...), from ll_counter in device memory: a graph may
+//   replay the kernel. Every block reads its own copy (all copies are equal between calls) and
+//   sets every copy it owns (b, b + grid, ...) to v, so the next call, whatever its grid, reads
+//   v everywhere.
+// - Two buffers, by v's parity. A peer's call v + 2 writes where this rank's call v read; it
+//   starts after the peer's call v + 1 got this rank's lines of call v + 1, which this rank
+//   stores only after its call v has ended (one stream, or ordered streams, run a group's
+//   calls: Note [Custom all-reduce on CUDA]). So no line is overwritten before it is read, and
+//   a stale line (flag v - 2) is never taken for the current one.
+// - Every rank reads its own input in place: nothing to stage, nothing to register in a
+//   capture, and an in-place call is safe (a thread reads word i before it writes it).
+// - Words of 4 bytes (a size that is a multiple of 4, 4-byte aligned input and output); block b
+//   stores and reads the same words on every rank (the grid is the same on every rank).
+// - A line not there within the deadline sets the error word, as a barrier does.
+__device__ __forceinline__ void st_line(uint2* p, uint32_t data, uint32_t flag) {
+  asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(data), "r"(flag)
+               : "memory");
+}
+__device__ __forceinline__ uint2 ld_line(const uint2* p) {
+  uint2 v;
+  asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];"
+               : "=r"(v.x), "=r"(v.y)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    custom_all_reduce_ll_kernel(Peers peers, int rank, int size, const uint32_t* in, uint32_t* out,
+                                int64_t words, size_t ll_offset, int64_t ll_words, bool avg,
+                                uint64_t timeout_ns, int* err, int code) {
+  constexpr int kPer = 4 / static_cast<int>(sizeof(T));
+  auto* sig = reinterpret_cast<Signal*>(peers.base[rank]);
+  const uint32_t v = sig->ll_counter[blockIdx.x] + 1;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int j = blockIdx.x; j < kMaxBlocks; j += gridDim.x) sig->ll_counter[j] = v;
+  // This rank's lines in buffer (parity, from rank `from`) of rank `to`.
+  auto lines = [&](int to, int from) {
+    return reinterpret_cast<uint2*>(peers.base[to] + ll_offset) +
+           (static_cast<int64_t>(v & 1u) * size + from) * ll_words;
+  };
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = first; i < words; i += stride) {
+    const uint32_t x = in[i];
+    for (int p = 0; p < size; ++p)
+      if (p != rank) st_line(lines(p, rank) + i, x, v);
+  }
+  for (int64_t i = first; i < words; i += stride) {
+    float acc[kPer];
+    for (int r = 0; r < size; ++r) {
+      uint32_t x;
+      if (r == rank) {
+        x = in[i];
+      } else {
+        const uint2* line = lines(rank, r) + i;
+        uint2 got = ld_line(line);
+        const uint64_t start = globaltimer();
+        for (int polls = 1; got.y != v; ++polls) {
+          if (polls % 64 == 0 && globaltimer() - start > timeout_ns) {
+            atomicCAS(err, 0, code);
+            return;
+          }
+          got = ld_line(line);
+        }
+        x = got.x;
+      }
+      T e[kPer];
+      memcpy(e, &x, 4);
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) acc[k] = r == 0 ? to_f(e[k]) : acc[k] + to_f(e[k]);
+    }
+    T o[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+      o[k] = from_f<T>(avg ? acc[k] / static_cast<float>(size) : acc[k]);
+    uint32_t packed;
+    memcpy(&packed, o, 4);
+    out[i] = packed;
+  }
+}
+
 template <class T, bool kTwoShot>
 int occupancy() {
   int n = 0;
@@ -263,8 +358,34 @@ int custom_all_reduce_max_blocks(int device) {
   int per_sm = std::min({occupancy<float, false>(), occupancy<float, true>(),
                          occupancy<__half, false>(), occupancy<__half, true>(),
                          occupancy<__nv_bfloat16, false>(), occupancy<__nv_bfloat16, true>()});
+  int ll = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ll, custom_all_reduce_ll_kernel<float>, kThreads,
+                                                0);
   cudaGetLastError();
-  return std::min(kMaxBlocks, per_sm * sms);
+  return std::min(kMaxBlocks, std::min(per_sm, std::max(ll, 1)) * sms);
+}
+
+void launch_custom_all_reduce_ll(int dtype, char* const* bases, int rank, int size, int64_t nbytes,
+                                 size_t ll_offset, int64_t ll_words, const void* in, void* out,
+                                 bool avg, int max_blocks, uint64_t timeout_ns, int* err, int code,
+                                 void* stream) {
+  Peers peers{};
+  for (int r = 0; r < size; ++r) peers.base[r] = bases[r];
+  const int64_t words = nbytes / 4;
+  const int blocks = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(max_blocks, (words + kThreads - 1) / kThreads)));
+  auto s = static_cast<cudaStream_t>(stream);
+  const auto* x = static_cast<const uint32_t*>(in);
+  auto* y = static_cast<uint32_t*>(out);
+  if (dtype == 1)
+    custom_all_reduce_ll_kernel<__half><<<blocks, kThreads, 0, s>>>(
+        peers, rank, size, x, y, words, ll_offset, ll_words, avg, timeout_ns, err, code);
+  else if (dtype == 2)
+    custom_all_reduce_ll_kernel<__nv_bfloat16><<<blocks, kThreads, 0, s>>>(
+        peers, rank, size, x, y, words, ll_offset, ll_words, avg, timeout_ns, err, code);
+  else
+    custom_all_reduce_ll_kernel<float><<<blocks, kThreads, 0, s>>>(
+        peers, rank, size, x, y, words, ll_offset, ll_words, avg, timeout_ns, err, code);
 }
 
 // dtype: 0 float32, 1 float16, 2 bfloat16. `bases` holds `size` mapped buffers.

@@ -28,8 +28,16 @@ struct CustomAllReduceStats {
   uint64_t registered = 0;         // registrations those exchanges completed
   uint64_t reclaimed = 0;          // slots freed once every rank's graphs holding them were gone
   uint64_t ordered = 0;  // eager calls made to wait for the previous one, issued on another stream
+  uint64_t ll = 0;       // calls the LL kernel took (eager or captured; counted in no other field)
 };
 CustomAllReduceStats custom_all_reduce_stats();
+
+// The largest call the LL kernel takes (Note [The LL all-reduce] in custom_allreduce.cu; at
+// most its buffers' 64 KiB, and only whole 4-byte words): KILN_CUSTOM_AR_LL_MAX_BYTES, read
+// once, else the measured default; 0 sends every call to the one-shot and two-shot kernels.
+// Every rank must set the same (tests do); returns the previous value.
+size_t custom_all_reduce_ll_max_bytes();
+size_t set_custom_all_reduce_ll_max_bytes(size_t bytes);
 
 // The custom all-reduce of one group on this process's device.
 class CustomAllReduce {
@@ -86,6 +94,12 @@ void launch_custom_all_reduce(int dtype, const void* rank_data, char* const* bas
                               int size, int64_t nbytes, bool fence_start, const void* stage_from,
                               void* out, bool avg, bool two_shot, int max_blocks,
                               uint64_t timeout_ns, int* err, int code, void* stream);
+// The LL kernel over `nbytes` (a multiple of 4) from `in` to `out`: every rank's lines start at
+// `ll_offset` in its buffer, `ll_words` lines for each parity and sender.
+void launch_custom_all_reduce_ll(int dtype, char* const* bases, int rank, int size, int64_t nbytes,
+                                 size_t ll_offset, int64_t ll_words, const void* in, void* out,
+                                 bool avg, int max_blocks, uint64_t timeout_ns, int* err, int code,
+                                 void* stream);
 }  // namespace detail
 
 }  // namespace kiln::cuda
