@@ -224,7 +224,8 @@ TEST_F(CustomAllReduce, LLCallsMatchTheReferenceBitwise) {
 }
 
 // Captured LL calls (231 floats, in place and not) register nothing (each rank reads its own
-// input) and replay bitwise, 100 times with new inputs.
+// input) and replay bitwise, 100 times with new inputs (replays call no host code: the counts
+// are of calls made).
 TEST_F(CustomAllReduce, CapturedLLCallsRegisterNothingAndReplay) {
   ModeGuard m(CustomAllReduceMode::On);
   LLGuard ll(64 << 10);
@@ -246,7 +247,7 @@ TEST_F(CustomAllReduce, CapturedLLCallsRegisterNothingAndReplay) {
   EXPECT_EQ(f.entries().at(0).captures, 1) << f.explain();
   EXPECT_EQ(delta(before).captured, 0u);
   EXPECT_EQ(delta(before).exchanges, 0u);
-  EXPECT_GE(delta(before).ll, 2u * 100);
+  EXPECT_EQ(delta(before).ll, 6u);  // the trace, the warm-up and the capture: 2 calls each
 }
 
 // Note [Which all-reduce in Auto]: every call this path can take, eager or captured, small or up

@@ -9,9 +9,9 @@
 //   pair of ranks can map each other's memory: the same host, and the same GPU (two processes
 //   on one GPU share memory by IPC too, which is how the tests run on one GPU) or
 //   cudaDeviceCanAccessPeer. Every rank decides from the same gathered rows, so all agree.
-//   Each rank then allocates one buffer, [Signal | tmp | staging], zeroes it, and shares it by
-//   cudaIpcGetMemHandle; the peers open it (cudaIpcOpenMemHandle). Any failure on any rank
-//   leaves every rank without the path (null), never some ranks with it.
+//   Each rank then allocates one buffer, [Signal | tmp | staging | LL lines], zeroes it, and
+//   shares it by cudaIpcGetMemHandle; the peers open it (cudaIpcOpenMemHandle). Any failure on any
+//   rank leaves every rank without the path (null), never some ranks with it.
 // - Each call's kernel reads its inputs' addresses from a RankData slot in device memory: slot
 //   0 holds every rank's staging buffer (eager calls); each captured call gets a slot of its
 //   own. The slot's address is the kernel's argument, so a graph may hold it while its
@@ -66,16 +66,20 @@
 //   on a stream ordered with the group's other calls.
 //
 // Note [Which all-reduce in Auto]
-// Measured on two H200s against NCCL's blocking communicators (bench/gpu_runs.md, S10), sum of
-// float32, one call and its synchronize, custom against NCCL: captured (a graph of 10 chained
-// calls), 6.1 against 9.3 us at 8 B, 6.2 against 9.5 at 1 KiB, 6.9 against 12.5 at 256 KiB,
-// 45.2 against 51.3 at 8 MiB; eager, 17.8 against 23.4 at 8 B, 19.3 against 29.7 at 256 KiB,
-// 61.5 against 64.9 at 8 MiB. The custom path is ahead at every size from 8 B to its capacity,
-// eager and captured, so in Auto it takes every call it can: sum and avg of float32, float16
-// and bfloat16 up to KILN_CUSTOM_AR_MAX_BYTES (8 MiB), NCCL the rest. (Before S10 an eager call
-// copied its input to staging with a launch of its own, which cost what NCCL's single kernel
-// saved: Auto then sent eager calls under 1 MiB to NCCL; and sizes off a 16-byte pack, 8 B
-// among them, were NCCL's.) Every rank decides alike: the decision depends on the call alone.
+// Measured on two H200s against NCCL's blocking communicators (bench/gpu_runs.md, S10 and T8),
+// sum of float32, one call and its synchronize, custom against NCCL: captured (a graph of 10
+// chained calls), 4.0 against 9.5 us at 8 B, 4.1 against 9.7 at 1 KiB, 4.2 against 11.8 at
+// 64 KiB (the LL kernel), 7.1 against 12.8 at 256 KiB, 45.2 against 51.3 at 8 MiB; eager, 13.3
+// against 20.5 at 8 B, 12.8 against 24.5 at 64 KiB, 17.6 against 26.6 at 256 KiB, 61.5 against
+// 64.9 at 8 MiB. The custom path is ahead at every size from 8 B to its capacity, eager and
+// captured, so in Auto it takes every call it can: sum and avg of float32, float16 and bfloat16
+// up to KILN_CUSTOM_AR_MAX_BYTES (8 MiB), NCCL the rest. Within it, the LL kernel takes whole
+// 4-byte words up to 64 KiB (its buffers' room): there it beats the one-shot kernel at every
+// size measured (captured 3.8-4.2 us against 6.0-6.4, eager 12.8-13.3 against 16.3-17.3, T8).
+// (Before S10 an eager call copied its input to staging with a launch of its own, which cost
+// what NCCL's single kernel saved: Auto then sent eager calls under 1 MiB to NCCL; and sizes
+// off a 16-byte pack, 8 B among them, were NCCL's.) Every rank decides alike: the decision
+// depends on the call alone.
 #include "kiln/backend/cuda/custom_allreduce.h"
 
 #include <cuda.h>
