@@ -176,8 +176,8 @@ TEST_F(CustomAllReduce, CapturedInPlaceOneShotCallIsStagedInTheGraph) {
 }
 
 // Note [The LL all-reduce]: every dtype, sum and avg, in place, up to the LL buffers' 64 KiB
-// (16384 floats); sizes that are not whole 4-byte words (1 and 5 halves) and views not 4-byte
-// aligned take the one-shot kernel instead. Then 64 calls queued back to back, alternating with
+// (16384 floats), views not 4-byte aligned too; sizes that are not whole 4-byte words (1 and 5
+// halves) take the one-shot kernel instead. Then 64 calls queued back to back, alternating with
 // one-shot and two-shot calls, before one synchronize: no line is overwritten before its peer
 // read it.
 TEST_F(CustomAllReduce, LLCallsMatchTheReferenceBitwise) {
@@ -202,15 +202,30 @@ TEST_F(CustomAllReduce, LLCallsMatchTheReferenceBitwise) {
         EXPECT_EQ(delta(before).ll, words ? 2u : 0u) << at;
         EXPECT_EQ(delta(before).eager, words ? 0u : 2u) << at;
       }
-  // A half view starting 2 bytes in is not 4-byte aligned.
-  Tensor halves = input(5, {9}, kFloat16);
-  const int64_t mine = 1;
-  const Tensor want = expected_reduce({8}, kFloat16, ReduceOp::Sum, world_ranks(),
-                                      [&](int r, int64_t k) { return custom_value(5, r, k + 1); });
-  auto before = cuda::custom_all_reduce_stats();
-  EXPECT_TRUE(bitwise_equal(dist::all_reduce(narrow(halves, 0, mine, 8)), want));
-  EXPECT_EQ(delta(before).ll, 0u);
-  EXPECT_EQ(delta(before).eager, 1u);
+  // Views of 8 halves starting 2 bytes in are not 4-byte aligned: read and written a half at a
+  // time, on every rank or on odd ranks only (the path depends on the size alone); in place,
+  // the halves around the view are untouched.
+  for (bool every_rank : {true, false}) {
+    auto offset = [every_rank](int r) -> int64_t { return every_rank ? 1 : r % 2; };
+    const Tensor want =
+        expected_reduce({8}, kFloat16, ReduceOp::Sum, world_ranks(),
+                        [&](int r, int64_t k) { return custom_value(5, r, k + offset(r)); });
+    const std::string at = every_rank ? "every rank unaligned" : "odd ranks unaligned";
+    const int64_t mine = offset(dist::rank());
+    auto before = cuda::custom_all_reduce_stats();
+    EXPECT_TRUE(bitwise_equal(dist::all_reduce(narrow(input(5, {9}, kFloat16), 0, mine, 8)), want))
+        << at;
+    Tensor whole = input(5, {9}, kFloat16);
+    Tensor view = narrow(whole, 0, mine, 8);
+    dist::all_reduce_(view);
+    sync();
+    EXPECT_TRUE(bitwise_equal(view, want)) << at;
+    const Tensor fresh = input(5, {9}, kFloat16);
+    const int64_t outside = mine ? 0 : 8;
+    EXPECT_TRUE(bitwise_equal(narrow(whole, 0, outside, 1), narrow(fresh, 0, outside, 1))) << at;
+    EXPECT_EQ(delta(before).ll, 2u) << at;
+    EXPECT_EQ(delta(before).eager, 0u) << at;
+  }
   // Back to back, LL calls between one-shot and two-shot ones.
   std::vector<Tensor> outs;
   for (int call = 0; call < 64; ++call)

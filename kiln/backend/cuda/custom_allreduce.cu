@@ -265,8 +265,11 @@ __global__ void __launch_bounds__(kThreads)
 //   a stale line (flag v - 2) is never taken for the current one.
 // - Every rank reads its own input in place: nothing to stage, nothing to register in a
 //   capture, and an in-place call is safe (a thread reads word i before it writes it).
-// - Words of 4 bytes (a size that is a multiple of 4, 4-byte aligned input and output); block b
-//   stores and reads the same words on every rank (the grid is the same on every rank).
+// - Words of 4 bytes (a size that is a multiple of 4); block b stores and reads the same words on
+//   every rank (the grid is the same on every rank). Whether a call takes this kernel depends on
+//   the size alone, never on addresses, which may differ between ranks: an input or output
+//   that is not 4-byte aligned (a 16-bit view at an odd element) is read or written a half at a
+//   time.
 // - A line not there within the deadline sets the error word, as a barrier does.
 __device__ __forceinline__ void st_line(uint2* p, uint32_t data, uint32_t flag) {
   asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(data), "r"(flag)
@@ -281,11 +284,28 @@ __device__ __forceinline__ uint2 ld_line(const uint2* p) {
   return v;
 }
 
+// Word i of `p`, 4-byte aligned or (a 16-bit view at an odd element) only 2-byte aligned.
+__device__ __forceinline__ uint32_t load_word(const void* p, int64_t i, bool aligned) {
+  if (aligned) return static_cast<const uint32_t*>(p)[i];
+  const auto* h = static_cast<const uint16_t*>(p) + 2 * i;
+  return static_cast<uint32_t>(h[0]) | static_cast<uint32_t>(h[1]) << 16;
+}
+__device__ __forceinline__ void store_word(void* p, int64_t i, uint32_t w, bool aligned) {
+  if (aligned) {
+    static_cast<uint32_t*>(p)[i] = w;
+    return;
+  }
+  auto* h = static_cast<uint16_t*>(p) + 2 * i;
+  h[0] = static_cast<uint16_t>(w);
+  h[1] = static_cast<uint16_t>(w >> 16);
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    custom_all_reduce_ll_kernel(Peers peers, int rank, int size, const uint32_t* in, uint32_t* out,
-                                int64_t words, size_t ll_offset, int64_t ll_words, bool avg,
-                                uint64_t timeout_ns, int* err, int code) {
+    custom_all_reduce_ll_kernel(Peers peers, int rank, int size, const void* in, bool in_aligned,
+                                void* out, bool out_aligned, int64_t words, size_t ll_offset,
+                                int64_t ll_words, bool avg, uint64_t timeout_ns, int* err,
+                                int code) {
   constexpr int kPer = 4 / static_cast<int>(sizeof(T));
   auto* sig = reinterpret_cast<Signal*>(peers.base[rank]);
   const uint32_t v = sig->ll_counter[blockIdx.x] + 1;
@@ -300,7 +320,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = first; i < words; i += stride) {
-    const uint32_t x = in[i];
+    const uint32_t x = load_word(in, i, in_aligned);
     for (int p = 0; p < size; ++p)
       if (p != rank) st_line(lines(p, rank) + i, x, v);
   }
@@ -309,7 +329,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = 0; r < size; ++r) {
       uint32_t x;
       if (r == rank) {
-        x = in[i];
+        x = load_word(in, i, in_aligned);
       } else {
         const uint2* line = lines(rank, r) + i;
         uint2 got = ld_line(line);
@@ -334,7 +354,7 @@ __global__ void __launch_bounds__(kThreads)
       o[k] = from_f<T>(avg ? acc[k] / static_cast<float>(size) : acc[k]);
     uint32_t packed;
     memcpy(&packed, o, 4);
-    out[i] = packed;
+    store_word(out, i, packed, out_aligned);
   }
 }
 
@@ -375,17 +395,18 @@ void launch_custom_all_reduce_ll(int dtype, char* const* bases, int rank, int si
   const int blocks = static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>(max_blocks, (words + kThreads - 1) / kThreads)));
   auto s = static_cast<cudaStream_t>(stream);
-  const auto* x = static_cast<const uint32_t*>(in);
-  auto* y = static_cast<uint32_t*>(out);
+  const bool ia = reinterpret_cast<uintptr_t>(in) % 4 == 0;
+  const bool oa = reinterpret_cast<uintptr_t>(out) % 4 == 0;
+  auto go = [&](auto zero) {
+    custom_all_reduce_ll_kernel<decltype(zero)><<<blocks, kThreads, 0, s>>>(
+        peers, rank, size, in, ia, out, oa, words, ll_offset, ll_words, avg, timeout_ns, err, code);
+  };
   if (dtype == 1)
-    custom_all_reduce_ll_kernel<__half><<<blocks, kThreads, 0, s>>>(
-        peers, rank, size, x, y, words, ll_offset, ll_words, avg, timeout_ns, err, code);
+    go(__half{});
   else if (dtype == 2)
-    custom_all_reduce_ll_kernel<__nv_bfloat16><<<blocks, kThreads, 0, s>>>(
-        peers, rank, size, x, y, words, ll_offset, ll_words, avg, timeout_ns, err, code);
+    go(__nv_bfloat16{});
   else
-    custom_all_reduce_ll_kernel<float><<<blocks, kThreads, 0, s>>>(
-        peers, rank, size, x, y, words, ll_offset, ll_words, avg, timeout_ns, err, code);
+    go(float{});
 }
 
 // dtype: 0 float32, 1 float16, 2 bfloat16. `bases` holds `size` mapped buffers.

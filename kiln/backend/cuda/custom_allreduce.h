@@ -33,9 +33,10 @@ struct CustomAllReduceStats {
 CustomAllReduceStats custom_all_reduce_stats();
 
 // The largest call the LL kernel takes (Note [The LL all-reduce] in custom_allreduce.cu; at
-// most its buffers' 64 KiB, and only whole 4-byte words): KILN_CUSTOM_AR_LL_MAX_BYTES, read
-// once, else the measured default; 0 sends every call to the one-shot and two-shot kernels.
-// Every rank must set the same (tests do); returns the previous value.
+// most its buffers' 64 KiB, and only sizes of whole 4-byte words, whatever the addresses):
+// KILN_CUSTOM_AR_LL_MAX_BYTES, read once, else the measured default; 0 sends every call to the
+// one-shot and two-shot kernels. Every rank must set the same (tests do); returns the previous
+// value.
 size_t custom_all_reduce_ll_max_bytes();
 size_t set_custom_all_reduce_ll_max_bytes(size_t bytes);
 
