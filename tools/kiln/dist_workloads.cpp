@@ -299,7 +299,7 @@ std::vector<Metric> ddp_on_every_rank(int64_t iters, Device device) {
   Generator data(1000 + static_cast<uint64_t>(rank));
   Tensor x = randn({64, 512}, &data).to(device), y = randint(0, 10, {64}, &data).to(device);
   auto barrier = [] { distributed::barrier(); };
-  const bool streams = !device.is_cpu() && !device.is_meta();
+  const bool streams = has_streams(device);
   auto synced = [&](std::function<void()> fn) -> std::function<void()> {
     if (!streams) return fn;
     return [fn = std::move(fn), device] {

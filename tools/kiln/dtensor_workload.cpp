@@ -53,7 +53,7 @@ double median(std::vector<double> v) {
 Timed time_pair(int64_t iters, Device device, const std::function<void()>& a,
                 const std::function<void()>& b) {
   const bool many = distributed::world_size() > 1;
-  const bool streams = !device.is_cpu() && !device.is_meta();
+  const bool streams = has_streams(device);
   auto seconds = [&](const std::function<void()>& fn) {
     if (many) distributed::barrier();
     auto t0 = std::chrono::steady_clock::now();

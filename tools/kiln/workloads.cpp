@@ -319,6 +319,8 @@ bool has_graphs(Device d) {
   return i && i->caps().graphs;
 }
 
+bool has_streams(Device d) { return !d.is_cpu() && !d.is_meta(); }
+
 nn::GPTConfig gpt_large_config() {
   return {.vocab_size = 512, .context = 1024, .width = 768, .layers = 12, .heads = 12};
 }

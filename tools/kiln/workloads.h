@@ -60,6 +60,8 @@ const Workload* find(const std::string& name);
 
 // Whether `d`'s backend captures device graphs (compiled steps replay them there).
 bool has_graphs(Device d);
+// Whether work on `d` is queued on streams (sim, CUDA): a timed call ends with a synchronize.
+bool has_streams(Device d);
 // gpt_large's model: width 768, 12 layers, 12 heads, context 1024, vocab 512 (issue 6's size).
 nn::GPTConfig gpt_large_config();
 
