@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -95,19 +96,16 @@ class CustomAllReduce : public ::testing::Test {
   }
 };
 
-// 8 and 3x64 elements take one-shot; 300000 (600 KB and more) two-shot. 2, 5, 3x67 and 300001
-// end off a 16-byte pack: their last elements take the kernels' tail (8 B of float32 is the
-// smallest message of issue 18's sweep).
-const std::vector<std::vector<int64_t>> kSizes = {{8}, {3, 64}, {300000}, {2},
-                                                  {1}, {5},     {3, 67},  {300001}};
-
-TEST_F(CustomAllReduce, EagerCallsMatchTheReferenceBitwise) {
-  ModeGuard m(CustomAllReduceMode::On);
+// Eager calls of `call`'s inputs at `sizes`, every dtype, sum and avg, out of place and in place,
+// bitwise equal to the reference; `counts` checks what the two calls did (the stats' change).
+void eager_calls_match(int call, const std::vector<std::vector<int64_t>>& sizes,
+                       const std::function<void(const Tensor&, const cuda::CustomAllReduceStats&,
+                                                const std::string&)>& counts) {
   for (DType t : {kFloat32, kFloat16, kBFloat16})
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
-      for (const auto& sizes : kSizes) {
-        Tensor x = input(1, sizes, t);
-        Tensor want = reference(1, sizes, t, op);
+      for (const auto& sz : sizes) {
+        Tensor x = input(call, sz, t);
+        const Tensor want = reference(call, sz, t, op);
         auto before = cuda::custom_all_reduce_stats();
         Tensor got = dist::all_reduce(x, op);
         Tensor inplace = x.clone();
@@ -117,8 +115,22 @@ TEST_F(CustomAllReduce, EagerCallsMatchTheReferenceBitwise) {
             fmt::format("{} {} {} elements", name(t), dist::reduce_op_name(op), x.numel());
         EXPECT_TRUE(bitwise_equal(got, want)) << at;
         EXPECT_TRUE(bitwise_equal(inplace, want)) << at;
-        EXPECT_EQ(delta(before).eager, 2u) << at;
+        counts(x, delta(before), at);
       }
+}
+
+// 8 and 3x64 elements take one-shot; 300000 (600 KB and more) two-shot. 2, 5, 3x67 and 300001
+// end off a 16-byte pack: their last elements take the kernels' tail (8 B of float32 is the
+// smallest message of issue 18's sweep).
+const std::vector<std::vector<int64_t>> kSizes = {{8}, {3, 64}, {300000}, {2},
+                                                  {1}, {5},     {3, 67},  {300001}};
+
+TEST_F(CustomAllReduce, EagerCallsMatchTheReferenceBitwise) {
+  ModeGuard m(CustomAllReduceMode::On);
+  eager_calls_match(1, kSizes,
+                    [](const Tensor&, const cuda::CustomAllReduceStats& d, const std::string& at) {
+                      EXPECT_EQ(d.eager, 2u) << at;
+                    });
 }
 
 // A one-shot kernel stages an aligned eager input itself; one 4 bytes past a 16-byte boundary is
@@ -183,25 +195,13 @@ TEST_F(CustomAllReduce, CapturedInPlaceOneShotCallIsStagedInTheGraph) {
 TEST_F(CustomAllReduce, LLCallsMatchTheReferenceBitwise) {
   ModeGuard m(CustomAllReduceMode::On);
   LLGuard ll(64 << 10);
-  const std::vector<std::vector<int64_t>> sizes = {{1}, {2}, {5}, {3, 64}, {16384}, {16385}};
-  for (DType t : {kFloat32, kFloat16, kBFloat16})
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
-      for (const auto& sz : sizes) {
-        Tensor x = input(4, sz, t);
-        const Tensor want = reference(4, sz, t, op);
-        auto before = cuda::custom_all_reduce_stats();
-        Tensor got = dist::all_reduce(x, op);
-        Tensor inplace = x.clone();
-        dist::all_reduce_(inplace, op);
-        sync();
-        const std::string at =
-            fmt::format("{} {} {} elements", name(t), dist::reduce_op_name(op), x.numel());
-        EXPECT_TRUE(bitwise_equal(got, want)) << at;
-        EXPECT_TRUE(bitwise_equal(inplace, want)) << at;
+  eager_calls_match(
+      4, {{1}, {2}, {5}, {3, 64}, {16384}, {16385}},
+      [](const Tensor& x, const cuda::CustomAllReduceStats& d, const std::string& at) {
         const bool words = x.nbytes() % 4 == 0 && x.nbytes() <= (64u << 10);
-        EXPECT_EQ(delta(before).ll, words ? 2u : 0u) << at;
-        EXPECT_EQ(delta(before).eager, words ? 0u : 2u) << at;
-      }
+        EXPECT_EQ(d.ll, words ? 2u : 0u) << at;
+        EXPECT_EQ(d.eager, words ? 0u : 2u) << at;
+      });
   // Views of 8 halves starting 2 bytes in are not 4-byte aligned: read and written a half at a
   // time, on every rank or on odd ranks only (the path depends on the size alone); in place,
   // the halves around the view are untouched.

@@ -358,6 +358,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// go(T{}) for dtype 0 float32, 1 float16, 2 bfloat16.
+template <class F>
+void by_dtype(int dtype, F go) {
+  if (dtype == 1)
+    go(__half{});
+  else if (dtype == 2)
+    go(__nv_bfloat16{});
+  else
+    go(float{});
+}
+
 template <class T, bool kTwoShot>
 int occupancy() {
   int n = 0;
@@ -397,16 +408,10 @@ void launch_custom_all_reduce_ll(int dtype, char* const* bases, int rank, int si
   auto s = static_cast<cudaStream_t>(stream);
   const bool ia = reinterpret_cast<uintptr_t>(in) % 4 == 0;
   const bool oa = reinterpret_cast<uintptr_t>(out) % 4 == 0;
-  auto go = [&](auto zero) {
+  by_dtype(dtype, [&](auto zero) {
     custom_all_reduce_ll_kernel<decltype(zero)><<<blocks, kThreads, 0, s>>>(
         peers, rank, size, in, ia, out, oa, words, ll_offset, ll_words, avg, timeout_ns, err, code);
-  };
-  if (dtype == 1)
-    go(__half{});
-  else if (dtype == 2)
-    go(__nv_bfloat16{});
-  else
-    go(float{});
+  });
 }
 
 // dtype: 0 float32, 1 float16, 2 bfloat16. `bases` holds `size` mapped buffers.
@@ -425,7 +430,7 @@ void launch_custom_all_reduce(int dtype, const void* rank_data, char* const* bas
   const bool aligned = reinterpret_cast<uintptr_t>(out) % 16 == 0;
   const auto* rd = static_cast<const RankData*>(rank_data);
   auto s = static_cast<cudaStream_t>(stream);
-  auto go = [&](auto zero) {
+  by_dtype(dtype, [&](auto zero) {
     using T = decltype(zero);
     if (two_shot)
       custom_all_reduce_kernel<T, true>
@@ -435,13 +440,7 @@ void launch_custom_all_reduce(int dtype, const void* rank_data, char* const* bas
       custom_all_reduce_kernel<T, false>
           <<<blocks, kThreads, 0, s>>>(rd, peers, rank, size, packs, tail, fence_start, stage_from,
                                        out, aligned, avg, timeout_ns, err, code);
-  };
-  if (dtype == 1)
-    go(__half{});
-  else if (dtype == 2)
-    go(__nv_bfloat16{});
-  else
-    go(float{});
+  });
 }
 
 }  // namespace kiln::cuda::detail
