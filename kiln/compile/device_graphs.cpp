@@ -203,7 +203,13 @@ void Executable::capture(bool update) {
       ++stats_.graph_updates;
     } else {
       if (s.exec) iface->destroy_exec(index, s.exec);
-      s.exec = iface->instantiate(index, graphs[k]);
+      s.exec = 0;  // a failed instantiation must leave no destroyed handle behind
+      try {
+        s.exec = iface->instantiate(index, graphs[k]);
+      } catch (...) {
+        for (size_t j = k; j < graphs.size(); ++j) iface->destroy_graph(index, graphs[j]);
+        throw;
+      }
     }
     iface->destroy_graph(index, graphs[k]);
     ++k;

@@ -238,6 +238,40 @@ TEST_F(CustomAllReduce, LLCallsMatchTheReferenceBitwise) {
         << "call " << call;
 }
 
+// Inexact inputs (normal draws, a different one on every rank): the LL kernel's sums equal the
+// one-shot kernel's bit for bit (both add in rank order, in float, and round once), every dtype,
+// sum and avg. Then 200 LL calls queued back to back, alternating 16384 floats (a grid of 32
+// blocks) and 7 (one block), before one synchronize: each equals its reference.
+TEST_F(CustomAllReduce, LLCallsEqualTheOneShotKernelAndRunBackToBack) {
+  ModeGuard m(CustomAllReduceMode::On);
+  Generator gen(700 + static_cast<uint64_t>(dist::rank()));
+  for (DType t : {kFloat32, kFloat16, kBFloat16})
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+      Tensor x = randn({3000}, &gen).to(t).to(gpu());
+      Tensor one_shot = dist::all_reduce(x, op);
+      auto before = cuda::custom_all_reduce_stats();
+      Tensor ll;
+      {
+        LLGuard on(64 << 10);
+        ll = dist::all_reduce(x, op);
+      }
+      sync();
+      EXPECT_EQ(delta(before).ll, 1u);
+      EXPECT_TRUE(bitwise_equal(ll, one_shot)) << name(t) << " " << dist::reduce_op_name(op);
+    }
+  LLGuard on(64 << 10);
+  auto size = [](int call) { return call % 2 ? int64_t{7} : int64_t{16384}; };
+  std::vector<Tensor> outs;
+  auto before = cuda::custom_all_reduce_stats();
+  for (int call = 0; call < 200; ++call)
+    outs.push_back(dist::all_reduce(input(call, {size(call)}, kFloat32)));
+  sync();
+  EXPECT_EQ(delta(before).ll, 200u);
+  for (int call = 0; call < 200; ++call)
+    ASSERT_TRUE(bitwise_equal(outs[call], reference(call, {size(call)}, kFloat32)))
+        << "call " << call;
+}
+
 // Captured LL calls (231 floats, in place and not) register nothing (each rank reads its own
 // input) and replay bitwise, 100 times with new inputs (replays call no host code: the counts
 // are of calls made).

@@ -115,22 +115,20 @@ namespace {
 // Up to this size one-shot (every rank reads every input once) beats two-shot.
 constexpr size_t kOneShotMaxBytes = size_t{256} << 10;
 // The LL buffers' room, in bytes of data a rank sends a peer in one call (Note [The LL
-// all-reduce] in custom_allreduce.cu); the LL kernel takes calls up to ll_max_bytes() of it.
+// all-reduce] in custom_allreduce.cu), at most; KILN_CUSTOM_AR_LL_MAX_BYTES (the least of every
+// rank's, gathered at set-up) may make it smaller. Note [Which all-reduce in Auto]: why 64 KiB.
 constexpr size_t kLLRoomBytes = size_t{64} << 10;
-// Note [Which all-reduce in Auto]: the LL kernel's share of the custom path.
-constexpr size_t kLLDefaultMaxBytes = size_t{64} << 10;
 struct Counters {
   std::atomic<uint64_t> eager{0}, captured{0}, staged_in_capture{0}, exchanges{0}, registered{0},
       reclaimed{0}, ordered{0}, ll{0};
 } g_stats;
 
-std::atomic<size_t>& ll_max() {
-  static std::atomic<size_t> v = [] {
-    const char* e = std::getenv("KILN_CUSTOM_AR_LL_MAX_BYTES");
-    return e ? static_cast<size_t>(std::strtoull(e, nullptr, 10)) : kLLDefaultMaxBytes;
-  }();
-  return v;
+size_t ll_max_from_env() {
+  const char* e = std::getenv("KILN_CUSTOM_AR_LL_MAX_BYTES");
+  return e ? static_cast<size_t>(std::strtoull(e, nullptr, 10)) : kLLRoomBytes;
 }
+
+std::atomic<size_t> g_ll_cap{SIZE_MAX};  // set_custom_all_reduce_ll_max_bytes
 
 using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 AddressRangeFn address_range() {
@@ -161,16 +159,14 @@ CustomAllReduceStats custom_all_reduce_stats() {
           g_stats.ordered.load(),   g_stats.ll.load()};
 }
 
-size_t custom_all_reduce_ll_max_bytes() { return ll_max().load(std::memory_order_relaxed); }
-
-size_t set_custom_all_reduce_ll_max_bytes(size_t bytes) { return ll_max().exchange(bytes); }
+size_t set_custom_all_reduce_ll_max_bytes(size_t bytes) { return g_ll_cap.exchange(bytes); }
 
 struct CustomAllReduce::State {
   const dist::ProcessGroup* group = nullptr;
   dist::MpiComm* base = nullptr;
   int rank = 0, size = 1, device = 0;
   size_t capacity = 0;        // staging and tmp bytes, the same on every rank
-  size_t ll_room = 0;         // bytes of an LL call (min(kLLRoomBytes, capacity))
+  size_t ll_room = 0;         // the largest LL call, the same on every rank (0: none)
   int max_blocks = 0;         // the same on every rank
   char* buffer = nullptr;     // this rank's [Signal | tmp | staging | LL lines]
   std::vector<char*> bases;   // every rank's buffer, mapped here
@@ -280,6 +276,7 @@ std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group
     char bus[32] = {};
     char uuid[16] = {};
     uint64_t capacity = 0;
+    uint64_t ll_max = 0;
     int32_t blocks = 0;
     int32_t pad = 0;
   } mine;
@@ -289,15 +286,18 @@ std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group
             cudaDeviceGetPCIBusId(mine.bus, sizeof(mine.bus), device) == cudaSuccess;
   if (ok) std::memcpy(mine.uuid, prop.uuid.bytes, sizeof(mine.uuid));
   mine.capacity = dist::custom_all_reduce_max_bytes() / 16 * 16;
+  mine.ll_max = std::min(ll_max_from_env(), kLLRoomBytes) / 4 * 4;
   mine.blocks = ok ? detail::custom_all_reduce_max_blocks(device) : 0;
   cudaGetLastError();
   std::vector<Row> rows(s->size);
   gather(*s, &mine, rows.data(), sizeof(Row));
   s->capacity = mine.capacity;
   s->max_blocks = mine.blocks;
+  s->ll_room = mine.ll_max;
   for (int r = 0; r < s->size; ++r) {
     const Row& row = rows[r];
     s->capacity = std::min<size_t>(s->capacity, row.capacity);
+    s->ll_room = std::min<size_t>(s->ll_room, row.ll_max);
     s->max_blocks = std::min(s->max_blocks, static_cast<int>(row.blocks));
     if (std::strncmp(row.host, mine.host, sizeof(row.host)) != 0) ok = false;
     if (r == s->rank || !ok || std::memcmp(row.uuid, mine.uuid, sizeof(row.uuid)) == 0) continue;
@@ -309,7 +309,7 @@ std::unique_ptr<CustomAllReduce> CustomAllReduce::make(dist::ProcessGroup& group
   if (!all_agree(*s, ok && s->max_blocks > 0 && s->capacity > 0)) return nullptr;
 
   // The shared buffers.
-  s->ll_room = std::min(kLLRoomBytes, s->capacity);
+  s->ll_room = std::min(s->ll_room, s->capacity);
   const size_t bytes = s->buffer_bytes();
   cudaIpcMemHandle_t handle{};
   ok = cudaMalloc(&s->buffer, bytes) == cudaSuccess &&
@@ -481,7 +481,8 @@ void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist
   const uint64_t timeout_ns = static_cast<uint64_t>(timeout.count()) * 1'000'000;
   // Note [The LL all-reduce] in custom_allreduce.cu: whole 4-byte words, read and written in
   // place. Decided from the size alone, as every rank decides (addresses may differ).
-  const bool ll = n <= std::min(s.ll_room, custom_all_reduce_ll_max_bytes()) && n % 4 == 0;
+  const bool ll =
+      n <= std::min(s.ll_room, g_ll_cap.load(std::memory_order_relaxed)) && n % 4 == 0 && n > 0;
   if (ll) {
     g_stats.ll++;
     detail::launch_custom_all_reduce_ll(dtype_code(in.dtype()), s.bases.data(), s.rank, s.size,

@@ -264,23 +264,25 @@ __global__ void __launch_bounds__(kThreads)
 //   calls: Note [Custom all-reduce on CUDA]). So no line is overwritten before it is read, and
 //   a stale line (flag v - 2) is never taken for the current one.
 // - Every rank reads its own input in place: nothing to stage, nothing to register in a
-//   capture, and an in-place call is safe (a thread reads word i before it writes it).
+//   capture, and an in-place call is safe (a thread reads word i before it writes it; an output
+//   that overlaps the input only in part is not: the collectives never make one).
+// - A call has at least one word, so the peer's call v + 1 does wait for one of this rank's
+//   lines (an empty all-reduce never reaches the kernels).
 // - Words of 4 bytes (a size that is a multiple of 4); block b stores and reads the same words on
 //   every rank (the grid is the same on every rank). Whether a call takes this kernel depends on
 //   the size alone, never on addresses, which may differ between ranks: an input or output
 //   that is not 4-byte aligned (a 16-bit view at an odd element) is read or written a half at a
 //   time.
 // - A line not there within the deadline sets the error word, as a barrier does.
-__device__ __forceinline__ void st_line(uint2* p, uint32_t data, uint32_t flag) {
-  asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(data), "r"(flag)
-               : "memory");
+// A line: the data in the low 4 bytes, the flag in the high 4, stored and loaded as one 8-byte
+// scalar (single-copy atomic).
+__device__ __forceinline__ void st_line(uint64_t* p, uint32_t data, uint32_t flag) {
+  const uint64_t v = static_cast<uint64_t>(flag) << 32 | data;
+  asm volatile("st.volatile.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
-__device__ __forceinline__ uint2 ld_line(const uint2* p) {
-  uint2 v;
-  asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];"
-               : "=r"(v.x), "=r"(v.y)
-               : "l"(p)
-               : "memory");
+__device__ __forceinline__ uint64_t ld_line(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.volatile.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
 
@@ -314,7 +316,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = blockIdx.x; j < kMaxBlocks; j += gridDim.x) sig->ll_counter[j] = v;
   // This rank's lines in buffer (parity, from rank `from`) of rank `to`.
   auto lines = [&](int to, int from) {
-    return reinterpret_cast<uint2*>(peers.base[to] + ll_offset) +
+    return reinterpret_cast<uint64_t*>(peers.base[to] + ll_offset) +
            (static_cast<int64_t>(v & 1u) * size + from) * ll_words;
   };
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -331,17 +333,17 @@ __global__ void __launch_bounds__(kThreads)
       if (r == rank) {
         x = load_word(in, i, in_aligned);
       } else {
-        const uint2* line = lines(rank, r) + i;
-        uint2 got = ld_line(line);
+        const uint64_t* line = lines(rank, r) + i;
+        uint64_t got = ld_line(line);
         const uint64_t start = globaltimer();
-        for (int polls = 1; got.y != v; ++polls) {
+        for (uint32_t polls = 1; static_cast<uint32_t>(got >> 32) != v; ++polls) {
           if (polls % 64 == 0 && globaltimer() - start > timeout_ns) {
             atomicCAS(err, 0, code);
             return;
           }
           got = ld_line(line);
         }
-        x = got.x;
+        x = static_cast<uint32_t>(got);
       }
       T e[kPer];
       memcpy(e, &x, 4);
@@ -393,7 +395,7 @@ int custom_all_reduce_max_blocks(int device) {
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ll, custom_all_reduce_ll_kernel<float>, kThreads,
                                                 0);
   cudaGetLastError();
-  return std::min(kMaxBlocks, std::min(per_sm, std::max(ll, 1)) * sms);
+  return std::min(kMaxBlocks, std::min(per_sm, ll) * sms);  // 0 (no path) if a query failed
 }
 
 void launch_custom_all_reduce_ll(int dtype, char* const* bases, int rank, int size, int64_t nbytes,

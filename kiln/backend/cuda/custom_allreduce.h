@@ -32,12 +32,11 @@ struct CustomAllReduceStats {
 };
 CustomAllReduceStats custom_all_reduce_stats();
 
-// The largest call the LL kernel takes (Note [The LL all-reduce] in custom_allreduce.cu; at
-// most its buffers' 64 KiB, and only sizes of whole 4-byte words, whatever the addresses):
-// KILN_CUSTOM_AR_LL_MAX_BYTES, read once, else the measured default; 0 sends every call to the
-// one-shot and two-shot kernels. Every rank must set the same (tests do); returns the previous
-// value.
-size_t custom_all_reduce_ll_max_bytes();
+// The LL kernel (Note [The LL all-reduce] in custom_allreduce.cu) takes calls of whole 4-byte
+// words up to its group's room: 64 KiB, or less where KILN_CUSTOM_AR_LL_MAX_BYTES says so on
+// some rank when the group is made (0: none). This lowers that for every group of the process
+// from now on (SIZE_MAX: no further limit), for tests: every rank must set the same, as the
+// path a call takes must be every rank's. Returns the previous value.
 size_t set_custom_all_reduce_ll_max_bytes(size_t bytes);
 
 // The custom all-reduce of one group on this process's device.

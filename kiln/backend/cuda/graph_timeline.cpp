@@ -19,7 +19,8 @@
 // KILN_GRAPH_TIMELINE_MATCH=a,b follows only the kernels whose name contains one of the words
 // (memcpy and memset nodes are named so); every kernel, memcpy and memset node otherwise.
 // Executable graphs are not updated in place while timelines are on (an update would drop the
-// stamps): they are instantiated again.
+// stamps): they are instantiated again. Writing a timeline synchronizes the whole device, which
+// waits for every stream on it: a diagnostic, not for production runs.
 #include "kiln/backend/cuda/graph_timeline.h"
 
 #include <cuda.h>
@@ -63,8 +64,9 @@ struct Timeline {
 };
 
 std::mutex g_mu;
-std::unordered_map<cudaGraphExec_t, std::unique_ptr<Timeline>> g_timelines;
 int g_written = 0;
+// Never destroyed: executables alive at exit are destroyed after static destructors, if ever.
+auto& g_timelines = *new std::unordered_map<cudaGraphExec_t, std::unique_ptr<Timeline>>();
 
 // Read at each instantiation, so that a test can turn timelines on and off.
 std::string folder() {
@@ -245,12 +247,15 @@ void* graph_timeline_instrument(int device, cudaGraph_t g) {
   cudaGraphNode_t start = add_stamp(g, *t, 0, {});
   for (cudaGraphNode_t root : roots)
     KILN_CUDA_CHECK(cudaGraphAddDependencies(g, &start, &root, nullptr, 1));
+  std::vector<cudaGraphNode_t> last = sinks;  // the end waits for every node and stamp
+  last.push_back(start);
   for (size_t i = 0; i < followed.size(); ++i) {
     const int ready = 2 + 2 * static_cast<int>(i);
-    add_stamp(g, *t, ready, followed_deps[i].empty() ? std::vector{start} : followed_deps[i]);
-    add_stamp(g, *t, ready + 1, {followed[i]});
+    last.push_back(
+        add_stamp(g, *t, ready, followed_deps[i].empty() ? std::vector{start} : followed_deps[i]));
+    last.push_back(add_stamp(g, *t, ready + 1, {followed[i]}));
   }
-  add_stamp(g, *t, 1, sinks.empty() ? std::vector{start} : sinks);
+  add_stamp(g, *t, 1, last);
   return t.release();
 }
 
@@ -285,6 +290,7 @@ void graph_timeline_release(cudaGraphExec_t e) {
   else
     fmt::print(stderr, "[cuda] KILN_GRAPH_TIMELINE: reading a timeline failed: {}\n",
                cudaGetErrorName(err));
+  t.reset();  // its buffers, on its device
   cudaGetLastError();
   cudaSetDevice(previous);
 }
