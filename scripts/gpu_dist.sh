@@ -14,7 +14,8 @@
 #                                           # gpt_large_fsdp, gpt_ddp), Kiln's and PyTorch's
 #   bash scripts/gpu_dist.sh N ddp_variants W  # Kiln's DDP step W (gpt_ddp, gpt_large_ddp) at N
 #                                           # ranks without its all-reduces (--no-sync: what
-#                                           # they cost) and with 4 and 2 MiB buckets
+#                                           # they cost), with 4 and 2 MiB buckets, and with no
+#                                           # eager model before it (--compiled-only)
 #   bash scripts/gpu_dist.sh N timeline W   # Kiln's step W at 1 and N ranks and at N under
 #                                           # --no-sync, every node of its device graphs timed
 #                                           # (Note [Graph timelines]): a folder of TSV files each
@@ -95,7 +96,8 @@ case $stage in
     ;;
   ddp_variants)
     w=${3:?which workload: gpt_ddp or gpt_large_ddp}
-    for args in "" "--no-sync" "--bucket-mb 4" "--bucket-mb 2"; do
+    for args in "" "--no-sync" "--bucket-mb 4" "--bucket-mb 2" "--compiled-only" \
+                "--compiled-only --no-sync"; do
       # shellcheck disable=SC2086  # the arguments split on purpose
       timeout 150 scripts/mpirun.sh "$n" build/release/kiln bench "$w" --device cuda --amp bf16 \
         --json $args > "$out/variant.json" 2> "$out/variant.err"

@@ -40,6 +40,10 @@ int run_bench(const BenchOptions& o) {
              "[bench] --explain prints the compiled step, which runs only on a device with "
              "graphs (cuda, sim), not {}",
              common.device);
+  KILN_CHECK(!o.compiled_only || (parallel_gpt && workloads::has_graphs(common.device)),
+             "[bench] --compiled-only applies only to the distributed gpt workloads "
+             "(gpt_*_ddp|tp|fsdp) on a device with graphs (cuda, sim), not {} on {}",
+             w->name, common.device);
   KILN_CHECK(o.bucket_mb >= 0, "[bench] --bucket-mb must not be negative, got {}", o.bucket_mb);
   int64_t iters = o.iters > 0 ? o.iters : w->default_iters;
   if (!common.device.is_cpu()) set_allow_tf32(true);  // as torch_anchor.py sets it
@@ -51,7 +55,8 @@ int run_bench(const BenchOptions& o) {
                                                    .bucket_mb = o.bucket_mb,
                                                    .no_sync = o.no_sync,
                                                    .pipelined = o.pipelined,
-                                                   .explain = o.explain});
+                                                   .explain = o.explain,
+                                                   .compiled_only = o.compiled_only});
   // Under mpirun (the distributed workloads) every rank times and rank 0 reports.
   if (distributed::is_initialized() && distributed::rank() != 0) return 0;
 

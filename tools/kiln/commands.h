@@ -90,6 +90,8 @@ struct BenchOptions {
   bool pipelined = false;
   // gpt_{ddp,tp,fsdp} and gpt_large_*: rank 0 prints the compiled step's explain() to stderr.
   bool explain = false;
+  // gpt_{ddp,tp,fsdp} and gpt_large_*: the compiled step alone, no eager model before it.
+  bool compiled_only = false;
 };
 
 int run_train(const TrainOptions& o);

@@ -31,12 +31,13 @@
 // weak-scaled (8 sequences a rank, tokens/s counted over all ranks), tensor parallelism splits
 // one batch of 8 (every rank draws the same). Each rank uses the device of its local rank
 // (cuda:<local rank> under --device cuda; the CPU otherwise). Before any timing the loss must
-// fall over 3 steps, eager and compiled. Every timed call ends with a device synchronize and
-// each repeat starts from a barrier (Note [Timing collectives] in dist_workloads.cpp), so a
-// rank's time is its own steps' and the slowest rank sets the pace of the collectives. Under
-// tensor parallelism AdamW steps DTensor and plain parameters with one optimizer each (an
-// optimizer refuses a list that mixes them). What a rank keeps between steps is counted from
-// its tensors (parameters, gradients, moments); a device's peak memory is not reported (the
+// fall over 3 steps, eager and compiled (--compiled-only: no eager model, so that no eager
+// step, nor its collectives, runs before the compiled ones). Every timed call ends with a device
+// synchronize and each repeat starts from a barrier (Note [Timing collectives] in
+// dist_workloads.cpp), so a rank's time is its own steps' and the slowest rank sets the pace of the
+// collectives. Under tensor parallelism AdamW steps DTensor and plain parameters with one optimizer
+// each (an optimizer refuses a list that mixes them). What a rank keeps between steps is counted
+// from its tensors (parameters, gradients, moments); a device's peak memory is not reported (the
 // backends have no allocator statistics behind a common interface).
 namespace kiln::workloads {
 
@@ -194,9 +195,6 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
     if (std::optional<double> mb = peak_device_mb(device))
       into.push_back({key + name, *mb, "MB", what});
   };
-  reset_peak();
-  std::unique_ptr<ParallelGpt> eager = make(cfg, mode, device, o, mesh);
-  check_falls(key, [&] { return eager->step(); });
   auto timed = [&](const std::function<void()>& fn) {
     if (o.pipelined)  // one call is `iters` steps and a synchronize
       return time_interleaved(1, kRepeats, {[&] {
@@ -211,22 +209,27 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
                             }},
                             barrier)[0];
   };
-  const double s = timed([&] { eager->step(); });
+  const std::string what = fmt::format(
+      "train step of a GPT at width {} x {} layers, {} sequences of {} a rank ({}), "
+      "all ranks",
+      cfg.width, cfg.layers, kRowsPerRank, cfg.context,
+      mode == GptParallelism::TP ? "the same on every rank" : "each its own");
   std::vector<Metric> m = {
-      {"world", static_cast<double>(ranks), "count", "ranks, one device each"},
-      {key + "_eager_tokens_per_s", tokens / s, "tok/s",
-       fmt::format("train step of a GPT at width {} x {} layers, {} sequences of {} a rank ({}), "
-                   "all ranks",
-                   cfg.width, cfg.layers, kRowsPerRank, cfg.context,
-                   mode == GptParallelism::TP ? "the same on every rank" : "each its own")},
-      {key + "_resident_mb", eager->resident_mb(), "MB",
-       "a rank's parameters, gradients and AdamW moments"}};
-  report_peak(m, "_eager_peak_mb", "the most device memory a rank held in live tensors");
-  double best = tokens / s;
-  if (device.is_cpu() || !has_graphs(device)) {
-    eager.reset();
-  } else {
+      {"world", static_cast<double>(ranks), "count", "ranks, one device each"}};
+  double best = 0;
+  if (!o.compiled_only) {
+    reset_peak();
+    std::unique_ptr<ParallelGpt> eager = make(cfg, mode, device, o, mesh);
+    check_falls(key, [&] { return eager->step(); });
+    const double s = timed([&] { eager->step(); });
+    m.push_back({key + "_eager_tokens_per_s", tokens / s, "tok/s", what});
+    m.push_back({key + "_resident_mb", eager->resident_mb(), "MB",
+                 "a rank's parameters, gradients and AdamW moments"});
+    report_peak(m, "_eager_peak_mb", "the most device memory a rank held in live tensors");
+    best = tokens / s;
     eager.reset();  // its memory back before the compiled model's
+  }
+  if (has_graphs(device)) {
     synchronize(device);
     reset_peak();
     std::unique_ptr<ParallelGpt> fresh = make(cfg, mode, device, o, mesh);
@@ -234,6 +237,9 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
     check_falls(key + " compiled", [&] { return cf({})[0]; });
     const double g = timed([&] { cf({}); });
     m.push_back({key + "_graph_tokens_per_s", tokens / g, "tok/s", "the same step, compiled"});
+    if (o.compiled_only)
+      m.push_back({key + "_resident_mb", fresh->resident_mb(), "MB",
+                   "a rank's parameters, gradients and AdamW moments"});
     // Where a compiled step's time goes: the host's part of a call (it returns before the device
     // is done, unless the host is the slower), and how the step was captured.
     double host_s = 0;

@@ -191,6 +191,9 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
   cmd->add_flag("--explain", o.explain,
                 "gpt_*_ddp|tp|fsdp: rank 0 prints the compiled step's explain() (its steps, "
                 "streams and graphs) to stderr");
+  cmd->add_flag("--compiled-only", o.compiled_only,
+                "gpt_*_ddp|tp|fsdp on a device with graphs: only the compiled step, no eager "
+                "model before it (no _eager_ keys)");
   add_common(cmd, o.common);
   return cmd;
 }

@@ -41,6 +41,9 @@ struct Options {
   bool pipelined = false;
   // The distributed GPT steps: rank 0 prints the compiled step's explain() to stderr.
   bool explain = false;
+  // The distributed GPT steps: no eager model first (its steps, and their collectives, do not
+  // run before the compiled one's; no eager keys).
+  bool compiled_only = false;
 };
 
 struct Workload {
