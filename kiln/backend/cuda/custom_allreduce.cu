@@ -274,6 +274,7 @@ __global__ void __launch_bounds__(kThreads)
 //   that is not 4-byte aligned (a 16-bit view at an odd element) is read or written a half at a
 //   time.
 // - A line not there within the deadline sets the error word, as a barrier does.
+
 // A line: the data in the low 4 bytes, the flag in the high 4, stored and loaded as one 8-byte
 // scalar (single-copy atomic).
 __device__ __forceinline__ void st_line(uint64_t* p, uint32_t data, uint32_t flag) {
