@@ -119,6 +119,35 @@ void eager_calls_match(int call, const std::vector<std::vector<int64_t>>& sizes,
       }
 }
 
+// Views of `n` elements of dtype `t` that start one element in, on every rank and then on odd
+// ranks only (ranks may differ), reduced out of place and in place: each equals the sum of the
+// views alone, in place writes nothing outside the view, and `counts` checks what the two calls
+// did (the stats' change).
+void unaligned_views_match(
+    int call, int64_t n, DType t,
+    const std::function<void(const cuda::CustomAllReduceStats&, const std::string&)>& counts) {
+  for (bool every_rank : {true, false}) {
+    auto offset = [every_rank](int r) -> int64_t { return every_rank ? 1 : r % 2; };
+    const Tensor want =
+        expected_reduce({n}, t, ReduceOp::Sum, world_ranks(),
+                        [&](int r, int64_t k) { return custom_value(call, r, k + offset(r)); });
+    const std::string at = every_rank ? "every rank unaligned" : "odd ranks unaligned";
+    const int64_t mine = offset(dist::rank());
+    auto before = cuda::custom_all_reduce_stats();
+    EXPECT_TRUE(bitwise_equal(dist::all_reduce(narrow(input(call, {n + 1}, t), 0, mine, n)), want))
+        << at;
+    Tensor whole = input(call, {n + 1}, t);
+    Tensor view = narrow(whole, 0, mine, n);
+    dist::all_reduce_(view);
+    sync();
+    EXPECT_TRUE(bitwise_equal(view, want)) << at;
+    const Tensor fresh = input(call, {n + 1}, t);
+    const int64_t outside = mine ? 0 : n;
+    EXPECT_TRUE(bitwise_equal(narrow(whole, 0, outside, 1), narrow(fresh, 0, outside, 1))) << at;
+    counts(delta(before), at);
+  }
+}
+
 // 8 and 3x64 elements take one-shot; 300000 (600 KB and more) two-shot. 2, 5, 3x67 and 300001
 // end off a 16-byte pack: their last elements take the kernels' tail (8 B of float32 is the
 // smallest message of issue 18's sweep).
@@ -139,28 +168,10 @@ TEST_F(CustomAllReduce, EagerCallsMatchTheReferenceBitwise) {
 // stages in its kernel while its peer copies first (Note [Which barriers fence]).
 TEST_F(CustomAllReduce, UnalignedEagerInputIsCopiedToStaging) {
   ModeGuard m(CustomAllReduceMode::On);
-  for (bool every_rank : {true, false}) {
-    auto offset = [every_rank](int r) -> int64_t { return every_rank ? 1 : r % 2; };
-    const Tensor want =
-        expected_reduce({17}, kFloat32, ReduceOp::Sum, world_ranks(),
-                        [&](int r, int64_t k) { return custom_value(2, r, k + offset(r)); });
-    const std::string at = every_rank ? "every rank unaligned" : "odd ranks unaligned";
-    const int64_t mine = offset(dist::rank());
-    auto before = cuda::custom_all_reduce_stats();
-    EXPECT_TRUE(
-        bitwise_equal(dist::all_reduce(narrow(input(2, {18}, kFloat32), 0, mine, 17)), want))
-        << at;
-    Tensor whole = input(2, {18}, kFloat32);
-    Tensor view = narrow(whole, 0, mine, 17);
-    dist::all_reduce_(view);
-    sync();
-    EXPECT_TRUE(bitwise_equal(view, want)) << at;
-    const Tensor untouched = mine ? narrow(whole, 0, 0, 1) : narrow(whole, 0, 17, 1);
-    const Tensor fresh = input(2, {18}, kFloat32);
-    EXPECT_TRUE(bitwise_equal(untouched, mine ? narrow(fresh, 0, 0, 1) : narrow(fresh, 0, 17, 1)))
-        << at;
-    EXPECT_EQ(delta(before).eager, 2u) << at;
-  }
+  unaligned_views_match(2, 17, kFloat32,
+                        [](const cuda::CustomAllReduceStats& d, const std::string& at) {
+                          EXPECT_EQ(d.eager, 2u) << at;
+                        });
 }
 
 // A captured in-place one-shot call (5x67 floats: a tail of 3) is staged by a copy inside the
@@ -205,27 +216,11 @@ TEST_F(CustomAllReduce, LLCallsMatchTheReferenceBitwise) {
   // Views of 8 halves starting 2 bytes in are not 4-byte aligned: read and written a half at a
   // time, on every rank or on odd ranks only (the path depends on the size alone); in place,
   // the halves around the view are untouched.
-  for (bool every_rank : {true, false}) {
-    auto offset = [every_rank](int r) -> int64_t { return every_rank ? 1 : r % 2; };
-    const Tensor want =
-        expected_reduce({8}, kFloat16, ReduceOp::Sum, world_ranks(),
-                        [&](int r, int64_t k) { return custom_value(5, r, k + offset(r)); });
-    const std::string at = every_rank ? "every rank unaligned" : "odd ranks unaligned";
-    const int64_t mine = offset(dist::rank());
-    auto before = cuda::custom_all_reduce_stats();
-    EXPECT_TRUE(bitwise_equal(dist::all_reduce(narrow(input(5, {9}, kFloat16), 0, mine, 8)), want))
-        << at;
-    Tensor whole = input(5, {9}, kFloat16);
-    Tensor view = narrow(whole, 0, mine, 8);
-    dist::all_reduce_(view);
-    sync();
-    EXPECT_TRUE(bitwise_equal(view, want)) << at;
-    const Tensor fresh = input(5, {9}, kFloat16);
-    const int64_t outside = mine ? 0 : 8;
-    EXPECT_TRUE(bitwise_equal(narrow(whole, 0, outside, 1), narrow(fresh, 0, outside, 1))) << at;
-    EXPECT_EQ(delta(before).ll, 2u) << at;
-    EXPECT_EQ(delta(before).eager, 0u) << at;
-  }
+  unaligned_views_match(5, 8, kFloat16,
+                        [](const cuda::CustomAllReduceStats& d, const std::string& at) {
+                          EXPECT_EQ(d.ll, 2u) << at;
+                          EXPECT_EQ(d.eager, 0u) << at;
+                        });
   // Back to back, LL calls between one-shot and two-shot ones.
   std::vector<Tensor> outs;
   for (int call = 0; call < 64; ++call)

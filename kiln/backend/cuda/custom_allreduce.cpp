@@ -425,11 +425,10 @@ namespace {
 
 // The one-shot and two-shot kernels: their inputs through the staging buffer (eager) or
 // registered with the capture (under mu).
-void launch_pull(CustomAllReduce::State& s, const Tensor& in, const Tensor& out,
-                 const dist::Collective& c, cudaStream_t stream, bool eager, uint64_t timeout_ns) {
-  const size_t n = in.nbytes();
-  const auto* src = static_cast<const char*>(in.impl()->data());
-  auto* dst = static_cast<char*>(out.impl()->data());
+// `n` bytes from `src` (in's data) to `dst` (out's).
+void launch_pull(CustomAllReduce::State& s, const Tensor& in, const Tensor& out, const char* src,
+                 char* dst, size_t n, const dist::Collective& c, cudaStream_t stream, bool eager,
+                 uint64_t timeout_ns) {
   int slot = 0;
   bool stage = true;
   if (!eager) {
@@ -491,7 +490,7 @@ void CustomAllReduce::all_reduce(const Tensor& in, const Tensor& out, const dist
                                         c.reduce == dist::ReduceOp::Avg, s.max_blocks, timeout_ns,
                                         error_word(s.device), s.error_code, stream);
   } else {
-    launch_pull(s, in, out, c, stream, eager, timeout_ns);
+    launch_pull(s, in, out, src, dst, n, c, stream, eager, timeout_ns);
   }
   check_launch("all_reduce");
   if (eager) {
