@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -209,6 +210,22 @@ TEST(CudaStreams, EventsOrderTwoStreams) {
   done.synchronize();
   EXPECT_TRUE(done.query());
   EXPECT_EQ(sum(y).item<double>(), 3.0 * (1 << 20));
+}
+
+// Note [Timing cuDNN plans]: a held stream runs nothing queued behind it until the hold is over.
+TEST(CudaStreams, AHeldStreamRunsNothingBeforeTheHoldEnds) {
+  SKIP_WITHOUT_CUDA();
+  Tensor x = ones({1024}, kFloat32, gpu());
+  synchronize(gpu());
+  const auto start = std::chrono::steady_clock::now();
+  cuda::hold_current_stream(0, 200'000'000);  // 200 ms
+  Tensor y = mul(x, 2.0);
+  Event done(gpu());
+  done.record();
+  EXPECT_FALSE(done.query());  // queued behind the hold
+  done.synchronize();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+  EXPECT_EQ(sum(y).item<double>(), 2048.0);
 }
 
 // Note [cuBLASLt workspaces]: products on two streams at once each use their own workspace

@@ -9,6 +9,14 @@
 
 namespace kiln::cuda {
 
+namespace detail {
+cudaError_t launch_hold(cudaStream_t stream, uint64_t ns);  // hold_kernel.cu
+}  // namespace detail
+
+void hold_stream(cudaStream_t stream, uint64_t ns) {
+  KILN_CUDA_CHECK(detail::launch_hold(stream, ns));
+}
+
 void* driver_function(const char* name, int version) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult q{};
@@ -74,7 +82,7 @@ template Indexer<3> make_indexer<3>(const Tensor&, const std::array<const Tensor
 template Indexer<4> make_indexer<4>(const Tensor&, const std::array<const Tensor*, 3>&);
 
 Tensor empty_cuda(IntArrayRef sizes, DType dtype, Device device) {
-  return detail::empty_tensor(sizes, dtype, device);
+  return kiln::detail::empty_tensor(sizes, dtype, device);
 }
 
 void copy_kernel(const Tensor& dst, const Tensor& src) {

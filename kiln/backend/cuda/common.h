@@ -38,6 +38,11 @@ bool capturing(int index);
 // libkiln_cuda unloadable where no driver is installed (CI builds it there, and its tests skip).
 void* driver_function(const char* name, int version = 12000);
 
+// Keeps `stream` busy for `ns` nanoseconds of the device's clock (one thread spinning), so that
+// the work the host queues behind it meanwhile runs back to back, as a replay would run it
+// (Note [Timing cuDNN plans] in cudnn_graph.cpp).
+void hold_stream(cudaStream_t stream, uint64_t ns);
+
 // Errors found by kernels in data the host cannot check without waiting (an index out of
 // range): a kernel that finds one skips its write and sets the device's error word, once, with
 // atomicCAS(word, 0, code); the next synchronize or copy to the host of that device raises the

@@ -70,6 +70,10 @@ double empty_launch_us(int device, int iters = 10000);
 // the driver does not hand it out).
 double empty_driver_launch_us(int device, int iters = 10000);
 double empty_graph_node_us(int device, int nodes = 256, int iters = 200);
+// Keeps `device`'s current stream busy for `ns` nanoseconds of the device's clock, so that what
+// the host queues behind it meanwhile runs back to back (timing kernels without the host's cost
+// between their launches: Note [Timing cuDNN plans] in cudnn_graph.cpp).
+void hold_current_stream(int device, uint64_t ns);
 
 // Whether float16 and bfloat16 flash_attention and its backward may run on cuDNN's fused
 // attention engines where they take the call (default yes; KILN_CUDNN_ATTENTION=0 starts with

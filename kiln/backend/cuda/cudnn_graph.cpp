@@ -197,18 +197,34 @@ cudnnStatus_t cudnn_execute(const CudnnPlan& plan, cudnnHandle_t h,
   return s;
 }
 
+// Note [Timing cuDNN plans]
+// Plans are chosen by timing them (attention_cudnn.cpp, conv_graph.cpp) on kernels of a few
+// microseconds, while cudnnBackendExecute costs the host about as much a call. Timed as queued,
+// back to back after the events, the runs were paced by the host: the events measured the
+// host's cost between launches as much as the kernels, and which plan won changed from process
+// to process (two ranks of one GPT step, on two H200s, took an sm90 forward attention plan in one
+// run and an sm80 one in the next). Now a kernel holds the stream (hold_stream) for
+// kTimingHoldNs, longer than the host takes to queue the kTimedRuns runs behind it, so they run
+// back to back, as in a replay, and the events time the device alone. Measured on the `gpt` DDP
+// step (bench/gpu_runs.md, U5): every rank of every run took the same plans, and with each of
+// the first four plans forced in turn the timed choice was the fastest step (1.241M tokens/s at
+// one GPU against 1.154M-1.226M).
+constexpr uint64_t kTimingHoldNs = 1'000'000;
+constexpr int kTimedRuns = 5;
+
 float cudnn_time_ms(const CudnnPlan& plan, cudnnHandle_t h, const std::vector<int64_t>& uids,
                     const std::vector<void*>& ptrs, void* ws) {
   cudaStream_t stream = nullptr;
   if (cudnnGetStream(h, &stream) != CUDNN_STATUS_SUCCESS) return -1;
   if (cudnn_execute(plan, h, uids, ptrs, ws) != CUDNN_STATUS_SUCCESS) return -1;
-  constexpr int reps = 3;
   cudaEvent_t start, stop;
   KILN_CUDA_CHECK(cudaEventCreate(&start));
   KILN_CUDA_CHECK(cudaEventCreate(&stop));
+  // Note [Timing cuDNN plans]: the device waits while the host queues the timed runs.
+  hold_stream(stream, kTimingHoldNs);
   KILN_CUDA_CHECK(cudaEventRecord(start, stream));
   bool ok = true;
-  for (int i = 0; i < reps && ok; ++i)
+  for (int i = 0; i < kTimedRuns && ok; ++i)
     ok = cudnn_execute(plan, h, uids, ptrs, ws) == CUDNN_STATUS_SUCCESS;
   KILN_CUDA_CHECK(cudaEventRecord(stop, stream));
   KILN_CUDA_CHECK(cudaEventSynchronize(stop));
@@ -216,7 +232,7 @@ float cudnn_time_ms(const CudnnPlan& plan, cudnnHandle_t h, const std::vector<in
   KILN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  return ok ? ms / reps : -1;
+  return ok ? ms / kTimedRuns : -1;
 }
 
 }  // namespace kiln::cuda

@@ -64,8 +64,9 @@ cudnnStatus_t cudnn_execute(const CudnnPlan& plan, cudnnHandle_t h,
                             const std::vector<int64_t>& uids, const std::vector<void*>& ptrs,
                             void* ws);
 
-// The mean time in milliseconds of 3 runs of `plan` after an untimed one, on the same buffers
-// (which it overwrites); negative when a run fails. Synchronizes: never during a capture.
+// The mean device time in milliseconds of 5 runs of `plan` queued back to back behind a held
+// stream (Note [Timing cuDNN plans] in cudnn_graph.cpp) after an untimed one, on the same
+// buffers (which it overwrites); negative when a run fails. Synchronizes: never during a capture.
 float cudnn_time_ms(const CudnnPlan& plan, cudnnHandle_t h, const std::vector<int64_t>& uids,
                     const std::vector<void*>& ptrs, void* ws);
 

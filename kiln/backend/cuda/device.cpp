@@ -438,6 +438,11 @@ size_t empty_cache(int index) {
   return state(index).allocator.empty_cache();
 }
 
+void hold_current_stream(int index, uint64_t ns) {
+  set_device(index);
+  hold_stream(current_stream(index), ns);
+}
+
 double empty_launch_us(int index, int iters) {
   return time_empty_launches(current_stream(index), iters);
 }
