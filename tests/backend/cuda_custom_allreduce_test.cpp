@@ -56,6 +56,8 @@ cuda::CustomAllReduceStats delta(const cuda::CustomAllReduceStats& b) {
 }
 
 // Sets the LL kernel's share (Note [The LL all-reduce]) on every rank, for a test's scope.
+// The LL buffers' room (kLLRoomBytes in custom_allreduce.cpp): a test asking for more gets this.
+constexpr size_t kLLRoom = size_t{512} << 10;
 struct LLGuard {
   explicit LLGuard(size_t bytes) : previous(cuda::set_custom_all_reduce_ll_max_bytes(bytes)) {}
   ~LLGuard() { cuda::set_custom_all_reduce_ll_max_bytes(previous); }
@@ -198,18 +200,18 @@ TEST_F(CustomAllReduce, CapturedInPlaceOneShotCallIsStagedInTheGraph) {
   EXPECT_EQ(delta(before).staged_in_capture, 1u);
 }
 
-// Note [The LL all-reduce]: every dtype, sum and avg, in place, up to the LL buffers' 64 KiB
-// (16384 floats), views not 4-byte aligned too; sizes that are not whole 4-byte words (1 and 5
+// Note [The LL all-reduce]: every dtype, sum and avg, in place, up to the LL buffers' 512 KiB
+// (131072 floats), views not 4-byte aligned too; sizes that are not whole 4-byte words (1 and 5
 // halves) take the one-shot kernel instead. Then 64 calls queued back to back, alternating with
 // one-shot and two-shot calls, before one synchronize: no line is overwritten before its peer
 // read it.
 TEST_F(CustomAllReduce, LLCallsMatchTheReferenceBitwise) {
   ModeGuard m(CustomAllReduceMode::On);
-  LLGuard ll(64 << 10);
+  LLGuard ll(kLLRoom);
   eager_calls_match(
-      4, {{1}, {2}, {5}, {3, 64}, {16384}, {16385}},
+      4, {{1}, {2}, {5}, {3, 64}, {16384}, {131072}, {131073}},
       [](const Tensor& x, const cuda::CustomAllReduceStats& d, const std::string& at) {
-        const bool words = x.nbytes() % 4 == 0 && x.nbytes() <= (64u << 10);
+        const bool words = x.nbytes() % 4 == 0 && x.nbytes() <= kLLRoom;
         EXPECT_EQ(d.ll, words ? 2u : 0u) << at;
         EXPECT_EQ(d.eager, words ? 0u : 2u) << at;
       });
@@ -254,8 +256,8 @@ TEST_F(CustomAllReduce, LLCallsEqualTheOneShotKernelAndRunBackToBack) {
       EXPECT_EQ(delta(before).ll, 1u);
       EXPECT_TRUE(bitwise_equal(ll, one_shot)) << name(t) << " " << dist::reduce_op_name(op);
     }
-  LLGuard on(64 << 10);
-  auto size = [](int call) { return call % 2 ? int64_t{7} : int64_t{16384}; };
+  LLGuard on(kLLRoom);
+  auto size = [](int call) { return call % 2 ? int64_t{7} : int64_t{131072}; };
   std::vector<Tensor> outs;
   auto before = cuda::custom_all_reduce_stats();
   for (int call = 0; call < 200; ++call)

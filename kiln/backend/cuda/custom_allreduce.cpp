@@ -66,20 +66,23 @@
 //   on a stream ordered with the group's other calls.
 //
 // Note [Which all-reduce in Auto]
-// Measured on two H200s against NCCL's blocking communicators (bench/gpu_runs.md, S10 and T8),
-// sum of float32, one call and its synchronize, custom against NCCL: captured (a graph of 10
-// chained calls), 4.0 against 9.5 us at 8 B, 4.1 against 9.7 at 1 KiB, 4.2 against 11.8 at
-// 64 KiB (the LL kernel), 7.1 against 12.8 at 256 KiB, 45.2 against 51.3 at 8 MiB; eager, 13.3
-// against 20.5 at 8 B, 12.8 against 24.5 at 64 KiB, 17.6 against 26.6 at 256 KiB, 61.5 against
-// 64.9 at 8 MiB. The custom path is ahead at every size from 8 B to its capacity, eager and
-// captured, so in Auto it takes every call it can: sum and avg of float32, float16 and bfloat16
-// up to KILN_CUSTOM_AR_MAX_BYTES (8 MiB), NCCL the rest. Within it, the LL kernel takes whole
-// 4-byte words up to 64 KiB (its buffers' room): there it beats the one-shot kernel at every
-// size measured (captured 3.8-4.2 us against 6.0-6.4, eager 12.8-13.3 against 16.3-17.3, T8).
-// (Before S10 an eager call copied its input to staging with a launch of its own, which cost
-// what NCCL's single kernel saved: Auto then sent eager calls under 1 MiB to NCCL; and sizes
-// off a 16-byte pack, 8 B among them, were NCCL's.) Every rank decides alike: the decision
-// depends on the call alone.
+// Measured on two H200s against NCCL's blocking communicators (bench/gpu_runs.md, S10, T8 and
+// U1-U2), sum of float32, one call and its synchronize, custom against NCCL: captured (a graph
+// of 10 chained calls), 4.1 against 9.7 us at 8 B, 4.1 against 10.0 at 1 KiB, 4.2 against 11.8
+// at 64 KiB, 6.1 against 13.0 at 256 KiB (the LL kernel), 9.5 against 13.9 at 512 KiB, 13.0
+// against 18.3 at 1 MiB, 45.4 against 50.9 at 8 MiB; eager, 13.8 against 22.5 at 8 B, 14.6
+// against 26.2 at 64 KiB, 16.0 against 28.1 at 256 KiB, 58.9 against 60.4 at 8 MiB. The custom
+// path is ahead at every size from 8 B to its capacity, eager and captured, so in Auto it takes
+// every call it can: sum and avg of float32, float16 and bfloat16 up to
+// KILN_CUSTOM_AR_MAX_BYTES (8 MiB), NCCL the rest. Within it, the LL kernel takes whole 4-byte
+// words up to 512 KiB (its buffers' room): it beats the one-shot kernel at every size up to
+// 256 KiB (captured 6.1 against 6.9 us at 256 KiB, eager 16.0 against 18.7) and the two-shot
+// one at 512 KiB (9.5 against 10.2 captured, 20.2 against 26.9 eager); at 768 KiB the two are
+// even captured (13.2 against 13.0) and at 1 MiB two-shot wins (12.9 against 17.0: the LL
+// lines carry twice the data). (Before S10 an eager call copied its input to staging with a
+// launch of its own, which cost what NCCL's single kernel saved: Auto then sent eager calls
+// under 1 MiB to NCCL; and sizes off a 16-byte pack, 8 B among them, were NCCL's.) Every rank
+// decides alike: the decision depends on the call alone.
 #include "kiln/backend/cuda/custom_allreduce.h"
 
 #include <cuda.h>
@@ -116,8 +119,8 @@ namespace {
 constexpr size_t kOneShotMaxBytes = size_t{256} << 10;
 // The LL buffers' room, in bytes of data a rank sends a peer in one call (Note [The LL
 // all-reduce] in custom_allreduce.cu), at most; KILN_CUSTOM_AR_LL_MAX_BYTES (the least of every
-// rank's, gathered at set-up) may make it smaller. Note [Which all-reduce in Auto]: why 64 KiB.
-constexpr size_t kLLRoomBytes = size_t{64} << 10;
+// rank's, gathered at set-up) may make it smaller. Note [Which all-reduce in Auto]: why 512 KiB.
+constexpr size_t kLLRoomBytes = size_t{512} << 10;
 struct Counters {
   std::atomic<uint64_t> eager{0}, captured{0}, staged_in_capture{0}, exchanges{0}, registered{0},
       reclaimed{0}, ordered{0}, ll{0};

@@ -33,7 +33,7 @@ struct CustomAllReduceStats {
 CustomAllReduceStats custom_all_reduce_stats();
 
 // The LL kernel (Note [The LL all-reduce] in custom_allreduce.cu) takes calls of whole 4-byte
-// words up to its group's room: 64 KiB, or less where KILN_CUSTOM_AR_LL_MAX_BYTES says so on
+// words up to its group's room: 512 KiB, or less where KILN_CUSTOM_AR_LL_MAX_BYTES says so on
 // some rank when the group is made (0: none). This lowers that for every group of the process
 // from now on (SIZE_MAX: no further limit), for tests: every rank must set the same, as the
 // path a call takes must be every rank's. Returns the previous value.
