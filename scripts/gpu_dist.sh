@@ -14,8 +14,9 @@
 #                                           # gpt_large_fsdp, gpt_ddp), Kiln's and PyTorch's
 #   bash scripts/gpu_dist.sh N ddp_variants W  # Kiln's DDP step W (gpt_ddp, gpt_large_ddp) at N
 #                                           # ranks without its all-reduces (--no-sync: what
-#                                           # they cost), with 4 and 2 MiB buckets, and with no
-#                                           # eager model before it (--compiled-only)
+#                                           # they cost), with 4 and 2 MiB buckets, with no
+#                                           # eager model before it (--compiled-only), with
+#                                           # steps back to back, on NCCL or the custom path only
 #   bash scripts/gpu_dist.sh N timeline W   # Kiln's step W at 1 and N ranks and at N under
 #                                           # --no-sync, every node of its device graphs timed
 #                                           # (Note [Graph timelines]): a folder of TSV files each
@@ -96,12 +97,21 @@ case $stage in
     ;;
   ddp_variants)
     w=${3:?which workload: gpt_ddp or gpt_large_ddp}
-    for args in "" "--no-sync" "--bucket-mb 4" "--bucket-mb 2" "--compiled-only" \
-                "--compiled-only --no-sync"; do
-      # shellcheck disable=SC2086  # the arguments split on purpose
-      timeout 150 scripts/mpirun.sh "$n" build/release/kiln bench "$w" --device cuda --amp bf16 \
-        --json $args > "$out/variant.json" 2> "$out/variant.err"
-      echo "kiln $w $n ${args:-(defaults)}: exit $? $(tr -d '\n' < "$out/variant.json" |
+    # A variant's NAME=VALUE words go to the environment, the rest to `kiln bench`. The last
+    # pairs: eager steps before the compiled one or not, with every all-reduce on NCCL, then on
+    # the custom path (bench/gpu_runs.md U1-U7: the order costs gpt_ddp 12%).
+    for v in "" "--no-sync" "--bucket-mb 4" "--bucket-mb 2" "--compiled-only" \
+             "--compiled-only --no-sync" "--pipelined" "--compiled-only --pipelined" \
+             "KILN_CUSTOM_AR=0" "KILN_CUSTOM_AR=0 --compiled-only" \
+             "KILN_CUSTOM_AR=1 KILN_CUSTOM_AR_MAX_BYTES=16777216" \
+             "KILN_CUSTOM_AR=1 KILN_CUSTOM_AR_MAX_BYTES=16777216 --compiled-only"; do
+      envs=() args=()
+      for word in $v; do
+        if [[ $word == *=* ]]; then envs+=("$word"); else args+=("$word"); fi
+      done
+      env "${envs[@]}" timeout 150 scripts/mpirun.sh "$n" build/release/kiln bench "$w" \
+        --device cuda --amp bf16 --json "${args[@]}" > "$out/variant.json" 2> "$out/variant.err"
+      echo "kiln $w $n ${v:-(defaults)}: exit $? $(tr -d '\n' < "$out/variant.json" |
         grep -o '"[a-z0-9_]*graph_tokens_per_s": [0-9.]*')"
     done
     ;;
