@@ -55,9 +55,10 @@ cuda::CustomAllReduceStats delta(const cuda::CustomAllReduceStats& b) {
           n.ll - b.ll};
 }
 
-// Sets the LL kernel's share (Note [The LL all-reduce]) on every rank, for a test's scope.
 // The LL buffers' room (kLLRoomBytes in custom_allreduce.cpp): a test asking for more gets this.
 constexpr size_t kLLRoom = size_t{512} << 10;
+
+// Sets the LL kernel's share (Note [The LL all-reduce]) on every rank, for a test's scope.
 struct LLGuard {
   explicit LLGuard(size_t bytes) : previous(cuda::set_custom_all_reduce_ll_max_bytes(bytes)) {}
   ~LLGuard() { cuda::set_custom_all_reduce_ll_max_bytes(previous); }
