@@ -1,6 +1,7 @@
 // hold_stream (common.h): a kernel that keeps a stream busy for a while, so that work queued
 // behind it starts only after the host has queued all of it (Note [Timing cuDNN plans] in
-// cudnn_graph.cpp). This file includes no Kiln header; common.h declares what it defines.
+// cudnn_graph.cpp). This file includes no Kiln header: common.cpp declares launch_hold and wraps it
+// as hold_stream (common.h).
 #include <cuda_runtime.h>
 
 #include <cstdint>
