@@ -17,6 +17,9 @@
 #                                           # they cost), with 4 and 2 MiB buckets, with no
 #                                           # eager model before it (--compiled-only), with
 #                                           # steps back to back, on NCCL or the custom path only
+#   bash scripts/gpu_dist.sh N probe        # the device probe (tools/kiln/device_probe.cpp) of
+#                                           # Kiln's gpt_ddp around all-reduces, then around
+#                                           # eager DDP steps, and PyTorch's around all-reduces
 #   bash scripts/gpu_dist.sh N timeline W   # Kiln's step W at 1 and N ranks and at N under
 #                                           # --no-sync, every node of its device graphs timed
 #                                           # (Note [Graph timelines]): a folder of TSV files each
@@ -100,11 +103,15 @@ case $stage in
     # A variant's NAME=VALUE words go to the environment, the rest to `kiln bench`. The last
     # pairs: eager steps before the compiled one or not, with every all-reduce on NCCL, then on
     # the custom path (bench/gpu_runs.md U1-U7: the order costs gpt_ddp 12%).
-    for v in "" "--no-sync" "--bucket-mb 4" "--bucket-mb 2" "--compiled-only" \
-             "--compiled-only --no-sync" "--pipelined" "--compiled-only --pipelined" \
-             "KILN_CUSTOM_AR=0" "KILN_CUSTOM_AR=0 --compiled-only" \
-             "KILN_CUSTOM_AR=1 KILN_CUSTOM_AR_MAX_BYTES=16777216" \
-             "KILN_CUSTOM_AR=1 KILN_CUSTOM_AR_MAX_BYTES=16777216 --compiled-only"; do
+    # VARIANTS (variants separated by ';') replaces the list; `--probe` lines are shown.
+    variants=("" "--no-sync" "--bucket-mb 4" "--bucket-mb 2" "--compiled-only"
+              "--compiled-only --no-sync" "--pipelined" "--compiled-only --pipelined"
+              "KILN_CUSTOM_AR=0" "KILN_CUSTOM_AR=0 --compiled-only"
+              "KILN_CUSTOM_AR=1 KILN_CUSTOM_AR_MAX_BYTES=16777216"
+              "KILN_CUSTOM_AR=1 KILN_CUSTOM_AR_MAX_BYTES=16777216 --compiled-only")
+    [ -n "${VARIANTS:-}" ] && IFS=';' read -ra variants <<< "$VARIANTS"
+    for v in "${variants[@]}"; do
+      SECONDS=0
       envs=() args=()
       for word in $v; do
         if [[ $word == *=* ]]; then envs+=("$word"); else args+=("$word"); fi
@@ -112,8 +119,23 @@ case $stage in
       env "${envs[@]}" timeout 150 scripts/mpirun.sh "$n" build/release/kiln bench "$w" \
         --device cuda --amp bf16 --json "${args[@]}" > "$out/variant.json" 2> "$out/variant.err"
       echo "kiln $w $n ${v:-(defaults)}: exit $? $(tr -d '\n' < "$out/variant.json" |
-        grep -o '"[a-z0-9_]*graph_tokens_per_s": [0-9.]*')"
+        grep -o '"[a-z0-9_]*graph_tokens_per_s": [0-9.]*') (${SECONDS} s)"
+      grep '^probe ' "$out/variant.err"
     done
+    ;;
+  probe)  # rank 0's lines; Note [The device probe] says how to read them
+    for args in "--compiled-only --probe-allreduces 4" ""; do
+      # shellcheck disable=SC2086  # the arguments split on purpose
+      timeout 150 scripts/mpirun.sh "$n" build/release/kiln bench gpt_ddp --device cuda \
+        --amp bf16 --json --probe $args > "$out/probe.json" 2> "$out/probe.err"
+      echo "kiln gpt_ddp $n --probe ${args}: exit $? $(tr -d '\n' < "$out/probe.json" |
+        grep -o '"[a-z0-9_]*graph_tokens_per_s": [0-9.]*')"
+      grep '^probe rank 0 ' "$out/probe.err"
+    done
+    timeout 150 "${torchrun[@]}" --nproc_per_node="$n" bench/torch_device_probe.py \
+      > "$out/torch_probe.log" 2>&1
+    echo "torch_device_probe.py: exit $?"
+    grep '^torch probe rank 0 ' "$out/torch_probe.log"
     ;;
   timeline)
     w=${3:?which workload: gpt_ddp or gpt_large_ddp}
@@ -134,7 +156,7 @@ case $stage in
     ;;
   *)
     echo "gpu_dist.sh: unknown stage '$stage' (build, tests, single, collectives, custom, gpt," \
-      "ddp_variants, timeline, anchor)" >&2
+      "ddp_variants, probe, timeline, anchor)" >&2
     exit 2
     ;;
 esac

@@ -44,6 +44,13 @@ int run_bench(const BenchOptions& o) {
              "[bench] --compiled-only applies only to the distributed gpt workloads "
              "(gpt_*_ddp|tp|fsdp) on a device with graphs (cuda, sim), not {} on {}",
              w->name, common.device);
+  KILN_CHECK(!o.probe || (parallel_gpt && workloads::has_graphs(common.device)),
+             "[bench] --probe applies only to the distributed gpt workloads (gpt_*_ddp|tp|fsdp) "
+             "on a device with graphs (cuda, sim), not {} on {}",
+             w->name, common.device);
+  KILN_CHECK(o.probe_allreduces >= 0 && (o.probe || o.probe_allreduces == 0),
+             "[bench] --probe-allreduces needs --probe and must not be negative, got {}",
+             o.probe_allreduces);
   KILN_CHECK(o.bucket_mb >= 0, "[bench] --bucket-mb must not be negative, got {}", o.bucket_mb);
   int64_t iters = o.iters > 0 ? o.iters : w->default_iters;
   if (!common.device.is_cpu()) set_allow_tf32(true);  // as torch_anchor.py sets it
@@ -56,7 +63,9 @@ int run_bench(const BenchOptions& o) {
                                                    .no_sync = o.no_sync,
                                                    .pipelined = o.pipelined,
                                                    .explain = o.explain,
-                                                   .compiled_only = o.compiled_only});
+                                                   .compiled_only = o.compiled_only,
+                                                   .probe = o.probe,
+                                                   .probe_allreduces = o.probe_allreduces});
   // Under mpirun (the distributed workloads) every rank times and rank 0 reports.
   if (distributed::is_initialized() && distributed::rank() != 0) return 0;
 

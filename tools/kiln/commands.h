@@ -92,6 +92,9 @@ struct BenchOptions {
   bool explain = false;
   // gpt_{ddp,tp,fsdp} and gpt_large_*: the compiled step alone, no eager model before it.
   bool compiled_only = false;
+  // gpt_{ddp,tp,fsdp} and gpt_large_*: the device probe between phases (tools/kiln/device_probe.h).
+  bool probe = false;
+  int64_t probe_allreduces = 0;  // with probe: eager all-reduces before the models
 };
 
 int run_train(const TrainOptions& o);

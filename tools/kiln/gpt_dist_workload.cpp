@@ -23,6 +23,7 @@
 #include "kiln/parallel/ddp.h"
 #include "kiln/parallel/fsdp.h"
 #include "kiln/parallel/tensor_parallel.h"
+#include "tools/kiln/device_probe.h"
 #include "tools/kiln/dist_workloads.h"
 
 // Note [Timing the distributed GPT steps]
@@ -161,9 +162,14 @@ std::unique_ptr<ParallelGpt> make(const nn::GPTConfig& cfg, GptParallelism mode,
   return p;
 }
 
-void check_falls(const std::string& what, const std::function<Tensor()>& step) {
+void check_falls(const std::string& what, const std::function<Tensor()>& step,
+                 const std::function<void(int)>& after_step = {}) {
   double first = step().item<double>(), last = first;
-  for (int i = 1; i < 3; ++i) last = step().item<double>();
+  if (after_step) after_step(1);
+  for (int i = 1; i < 3; ++i) {
+    last = step().item<double>();
+    if (after_step) after_step(i + 1);
+  }
   KILN_CHECK(std::isfinite(first) && std::isfinite(last) && last < first,
              "[bench] check failed: the {} loss went from {} to {} in 3 steps", what, first, last);
 }
@@ -217,25 +223,48 @@ std::vector<Metric> gpt_parallel_on_every_rank(const Options& o, bool large, Gpt
   std::vector<Metric> m = {
       {"world", static_cast<double>(ranks), "count", "ranks, one device each"}};
   double best = 0;
+  std::optional<DeviceProbe> probe;
+  if (o.probe) probe.emplace(device);
+  auto phase = [&](const std::string& name) {
+    if (probe) probe->report(name);
+  };
+  phase("start");
+  // --probe-allreduces: what starts the slowdown the probe shows (Note [The device probe]).
+  for (int64_t bytes : {int64_t{4} << 10, int64_t{12} << 20}) {
+    if (o.probe_allreduces == 0) break;
+    Tensor t = ones({bytes / 4}, {}, device);
+    for (int64_t i = 0; i < o.probe_allreduces; ++i) {
+      distributed::all_reduce_async(t, distributed::ReduceOp::Avg).wait();  // as DDP's buckets
+      if (i < 3 || i + 1 == o.probe_allreduces)
+        phase(fmt::format("{} all-reduce(s) of {} KiB", i + 1, bytes >> 10));
+    }
+  }
   if (!o.compiled_only) {
     reset_peak();
     std::unique_ptr<ParallelGpt> eager = make(cfg, mode, device, o, mesh);
-    check_falls(key, [&] { return eager->step(); });
+    phase("eager model made");
+    check_falls(
+        key, [&] { return eager->step(); }, [&](int i) { phase(fmt::format("eager step {}", i)); });
     const double s = timed([&] { eager->step(); });
+    phase("eager steps timed");
     m.push_back({key + "_eager_tokens_per_s", tokens / s, "tok/s", what});
     m.push_back({key + "_resident_mb", eager->resident_mb(), "MB",
                  "a rank's parameters, gradients and AdamW moments"});
     report_peak(m, "_eager_peak_mb", "the most device memory a rank held in live tensors");
     best = tokens / s;
     eager.reset();  // its memory back before the compiled model's
+    phase("eager model freed");
   }
   if (has_graphs(device)) {
     synchronize(device);
     reset_peak();
     std::unique_ptr<ParallelGpt> fresh = make(cfg, mode, device, o, mesh);
+    phase("compiled model made");
     CompiledFunction cf = compile([&] { return fresh->step(); }, {.name = key + "_step"});
     check_falls(key + " compiled", [&] { return cf({})[0]; });
+    phase("compiled step captured");
     const double g = timed([&] { cf({}); });
+    phase("compiled steps timed");
     m.push_back({key + "_graph_tokens_per_s", tokens / g, "tok/s", "the same step, compiled"});
     if (o.compiled_only)
       m.push_back({key + "_resident_mb", fresh->resident_mb(), "MB",

@@ -194,6 +194,12 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
   cmd->add_flag("--compiled-only", o.compiled_only,
                 "gpt_*_ddp|tp|fsdp on a device with graphs: only the compiled step, no eager "
                 "model before it (no _eager_ keys)");
+  cmd->add_flag("--probe", o.probe,
+                "gpt_*_ddp|tp|fsdp on a device with graphs: time a fixed compiled function "
+                "between the phases, one line a rank and phase on stderr (device_probe.cpp)");
+  cmd->add_option("--probe-allreduces", o.probe_allreduces,
+                  "with --probe: this many eager all-reduces of 4 KiB, then of 12 MiB, before "
+                  "the models, the probe after the first of each and the last");
   add_common(cmd, o.common);
   return cmd;
 }

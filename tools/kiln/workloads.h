@@ -44,6 +44,12 @@ struct Options {
   // The distributed GPT steps: no eager model first (its steps, and their collectives, do not
   // run before the compiled one's; no eager keys).
   bool compiled_only = false;
+  // The distributed GPT steps: a fixed compiled function timed between the phases (Note [The
+  // device probe] in device_probe.cpp), one line a rank and phase on stderr.
+  bool probe = false;
+  // With probe: before the models, this many eager all-reduces of 4 KiB, then of 12 MiB, the
+  // probe after the first of each and after the last.
+  int64_t probe_allreduces = 0;
 };
 
 struct Workload {
