@@ -290,12 +290,6 @@ TEST(CudaDevice, PropertiesDescribeTheGpu) {
   EXPECT_THROW(cuda::device_properties(cuda::device_count()), DeviceError);
 }
 
-// Queues tens of milliseconds of work on the current stream (exact float32 products).
-void keep_busy() {
-  Tensor a = ones({4096, 4096}, kFloat32, gpu());
-  for (int i = 0; i < 20; ++i) a = mul(mm(a, a), 1.0 / 4096);
-}
-
 TEST(CudaAllocator, RecordStreamHoldsABlockUntilTheOtherStreamIsDone) {
   SKIP_WITHOUT_CUDA();
   constexpr int64_t kN = int64_t{3} << 20;  // 12 MiB: a large-pool segment of its own
@@ -316,8 +310,8 @@ TEST(CudaAllocator, RecordStreamHoldsABlockUntilTheOtherStreamIsDone) {
   {
     StreamGuard g(side);
     ready.wait(side);
-    keep_busy();
-    Tensor use = add(x, 1.0);  // the side stream reads x after its busy work
+    cuda::hold_current_stream(0, 50'000'000);  // 50 ms, allocating nothing
+    Tensor use = add(x, 1.0);                  // the side stream reads x after the hold
   }
   cuda::record_stream(x, side);
   x = Tensor();
