@@ -5,7 +5,7 @@
 # at the start and after each of N all-reduces of 12 MiB, one process per GPU:
 #   torchrun --standalone --nproc_per_node=2 bench/torch_device_probe.py [--allreduces N]
 # It tells whether a PyTorch process slows after its collectives as a Kiln process does
-# (bench/gpu_runs.md, V10: it does, by the same 0.18 us a kernel, from the first all-reduce).
+# (bench/gpu_runs.md, V10 and V12: it does, by the same 0.18 us a kernel, from the first all-reduce).
 import argparse, time
 
 import torch

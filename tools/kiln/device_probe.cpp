@@ -22,7 +22,7 @@
 // the process runs every kernel slower from then on, whatever the graph, its buffers or its
 // collectives; a step that slows while the probe does not says the step itself changed.
 //
-// What it found on two H200s (bench/gpu_runs.md, V1-V12): `gpt_ddp`'s order effect (its
+// What it found on two H200s (bench/gpu_runs.md, V1-V13): `gpt_ddp`'s order effect (its
 // compiled step 12% slower after eager DDP steps) is this. The probe's `small` graph goes from
 // 252-288 us to 306-342 (+0.18 us a kernel; `big` +1%) at the first large exchange on a stream
 // other than the legacy default one: eager DDP's second step, or the 1st-3rd 12 MiB all-reduce
